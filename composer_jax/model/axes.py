@@ -30,7 +30,7 @@ and at what granularity Muon orthogonalizes it:
 | norm          | adam   | RMSNorm scales                                      |
 """
 
-from typing import Any, Tuple
+from typing import Any
 
 BATCH_AXES = ("layers", "experts", "heads", "kv_heads")
 MATRIX_AXES = ("embed", "mlp", "expert_mlp", "q_lora", "kv_lora", "head_dim")
@@ -38,14 +38,14 @@ ADAM_AXES = ("vocab", "router", "norm")
 ALL_AXES = BATCH_AXES + MATRIX_AXES + ADAM_AXES
 
 
-def check_names(names: Tuple[str, ...], where: Any = "") -> None:
+def check_names(names: tuple[str, ...], where: Any = "") -> None:
   """Raises if `names` uses a logical axis name that is not in the table."""
   unknown = [n for n in names if n not in ALL_AXES]
   if unknown:
     raise ValueError(f"Unknown logical axis name(s) {unknown} at {where}; valid: {ALL_AXES}")
 
 
-def uses_muon(names: Tuple[str, ...]) -> bool:
+def uses_muon(names: tuple[str, ...]) -> bool:
   """True iff a parameter with these logical axes is orthogonalized by Muon."""
   check_names(names)
   if any(n in ADAM_AXES for n in names):
@@ -53,7 +53,7 @@ def uses_muon(names: Tuple[str, ...]) -> bool:
   return sum(n in MATRIX_AXES for n in names) == 2
 
 
-def muon_dims(names: Tuple[str, ...]) -> Tuple[Tuple[int, ...], Tuple[int, int]]:
+def muon_dims(names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[int, int]]:
   """(batch axis indices, (reduction/in axis, output axis)) of a Muon parameter.
 
   Kernels are stored input-first (`y = x @ W`), so the first MATRIX axis is the

@@ -8,11 +8,11 @@ a field of checkpoints. Field names follow the Hugging Face `config.json` keys o
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 ATTENTION_KINDS = ("mla", "gqa")
 MOE_DISPATCH_KINDS = ("dropless", "capacity", "dense")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +44,7 @@ class ModelConfig:
   num_heads: int = 4
   attention: str = "mla"  # "mla" (DeepSeek) or "gqa" (for ablations)
   # MLA (arXiv 2405.04434 §2.1): q/kv low-rank compression, decoupled RoPE.
-  q_lora_rank: Optional[int] = 32  # None: q projected directly from x
+  q_lora_rank: int | None = 32  # None: q projected directly from x
   kv_lora_rank: int = 32
   qk_nope_head_dim: int = 16
   qk_rope_head_dim: int = 8
@@ -67,7 +67,7 @@ class ModelConfig:
   capacity_factor: float = 1.25
   # Positions and normalization.
   rope_theta: float = 10000.0
-  rope_scaling: Optional[RopeScaling] = None
+  rope_scaling: RopeScaling | None = None
   max_position_embeddings: int = 4096
   rms_norm_eps: float = 1e-6
   tie_word_embeddings: bool = False
@@ -88,14 +88,14 @@ class ModelConfig:
   def qk_head_dim(self) -> int:
     return self.qk_nope_head_dim + self.qk_rope_head_dim
 
-  def replace(self, **kw) -> "ModelConfig":
+  def replace(self, **kw) -> ModelConfig:
     return dataclasses.replace(self, **kw)
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
 
   @classmethod
-  def from_dict(cls, d: dict) -> "ModelConfig":
+  def from_dict(cls, d: dict) -> ModelConfig:
     d = dict(d)
     unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
     if unknown:
@@ -116,6 +116,29 @@ def _validate(c: ModelConfig) -> None:
     bad(f"moe_dispatch={c.moe_dispatch!r}; valid: {MOE_DISPATCH_KINDS}")
   if c.remat_policy not in REMAT_POLICIES:
     bad(f"remat_policy={c.remat_policy!r}; valid: {REMAT_POLICIES}")
+  for name in ("dtype", "param_dtype"):
+    if getattr(c, name) not in DTYPES:
+      bad(f"{name}={getattr(c, name)!r}; valid: {DTYPES}")
+  positive = ["vocab_size", "hidden_size", "num_layers", "num_heads", "kv_lora_rank",
+              "qk_rope_head_dim", "v_head_dim", "moe_intermediate_size", "n_routed_experts",
+              "max_position_embeddings", "rope_theta", "rms_norm_eps", "capacity_factor"]
+  if c.first_k_dense_replace:
+    positive.append("intermediate_size")
+  if c.attention == "gqa":
+    positive += ["num_kv_heads", "head_dim"]
+  for name in positive:
+    if not getattr(c, name) > 0:
+      bad(f"{name}={getattr(c, name)} must be > 0")
+  for name in ("qk_nope_head_dim", "n_shared_experts", "seq_aux_loss_coef",
+               "initializer_range"):
+    if getattr(c, name) < 0:
+      bad(f"{name}={getattr(c, name)} must be >= 0")
+  if c.q_lora_rank is not None and c.q_lora_rank <= 0:
+    bad(f"q_lora_rank={c.q_lora_rank} must be None (no q compression) or > 0")
+  if c.topk_method != "noaux_tc":
+    bad(f"topk_method={c.topk_method!r}; only 'noaux_tc' (DeepSeek-V3/Kimi-K2) is supported")
+  if c.rope_scaling is not None and not c.rope_scaling.factor >= 1:
+    bad(f"rope_scaling.factor={c.rope_scaling.factor} must be >= 1 (YaRN extends context)")
   if c.scoring_func != "sigmoid":
     bad(f"scoring_func={c.scoring_func!r}; only 'sigmoid' (DeepSeek-V3/Kimi-K2) is supported")
   if not 0 <= c.first_k_dense_replace <= c.num_layers:
@@ -129,6 +152,9 @@ def _validate(c: ModelConfig) -> None:
     if not 1 <= c.topk_group <= c.n_group:
       bad(f"topk_group={c.topk_group} must be in [1, n_group={c.n_group}]")
     per_group = c.n_routed_experts // c.n_group
+    if c.n_group > 1 and per_group < 2:
+      bad(f"n_group={c.n_group} leaves {per_group} expert per group; groups are ranked by "
+          "their top-2 scores, so each needs >= 2 experts")
     if c.topk_group * per_group < c.num_experts_per_tok:
       bad(f"topk_group={c.topk_group} groups of {per_group} experts hold fewer than "
           f"num_experts_per_tok={c.num_experts_per_tok} experts")

@@ -1,0 +1,15 @@
+"""Synthetic coding tasks: delete a tested feature from a real project, grade re-implementations.
+
+Pipeline (SWE-smith style, with the doors seen at scale closed):
+  sources   pinned sdists (third_party/coding_sources.json), fetched with pip, sha256-checked
+  testmap   one sandboxed pytest run with a coverage context per test -> tests <-> symbols
+  deletion  libcst removal of a feature + dead helpers/imports/__all__/re-exports/.pyi stubs
+  generator FAIL_TO_PASS / PASS_TO_PASS validation over re-runs, task records (task.Task)
+  hiding    FAIL_TO_PASS tests removed from the visible workspace
+  scrub     caches, bytecode, build outputs, prose, fresh single-commit git, leak scan
+  grader    patch -> fresh copy -> tests/config reset -> sandboxed run -> reward (fails closed)
+  sandbox   user/net/mount/pid namespaces + chroot + rlimits (launcher.py runs inside)
+  monitor   reward-hacking flags for trajectories and patches
+  curriculum pass-rate pool that retires trivial/impossible tasks and asks for harder ones
+CLIs: `python -m composer_jax.envs.coding.make_tasks` and `python -m composer_jax.envs.coding.grade`.
+"""

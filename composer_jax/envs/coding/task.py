@@ -1,0 +1,81 @@
+"""Task records (one JSON object per line) and unified diffs between file snapshots."""
+
+import dataclasses
+import difflib
+import json
+from pathlib import Path
+
+
+@dataclasses.dataclass
+class Task:
+  """One validated re-implementation task.
+
+  workspace / hidden_files are project.pack() blobs: the scrubbed visible workspace (with its
+  single-commit .git) and the original test + runner-config files restored at grading.
+  """
+
+  id: str
+  source: dict  # name, version, archive_sha256
+  features: list[dict]  # kind, path, qualname
+  problem_statement: str
+  deletion_diff: str  # original -> broken (the gold patch is its reverse)
+  gold_patch: str
+  workspace: str
+  hidden_files: str
+  FAIL_TO_PASS: list[str]
+  PASS_TO_PASS: list[str]
+  provenance: dict  # seed, coverage_map_sha256, validation_runs, git_head, ...
+
+  def to_json(self) -> str:
+    return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+def write_jsonl(path: Path, tasks: list[Task]) -> None:
+  """Writes atomically (temp file + rename) so a failed run leaves no partial records."""
+  path = Path(path)
+  tmp = path.with_name(path.name + ".partial")
+  tmp.write_text("".join(t.to_json() + "\n" for t in tasks))
+  tmp.replace(path)
+
+
+def read_jsonl(path: Path) -> list[Task]:
+  return [Task(**json.loads(line)) for line in Path(path).read_text().splitlines() if line]
+
+
+def find(path: Path, task_id: str) -> Task:
+  tasks = read_jsonl(path)
+  for t in tasks:
+    if t.id == task_id:
+      return t
+  raise ValueError(f"task id {task_id!r} not in {path}; known ids: {[t.id for t in tasks][:5]}...")
+
+
+def unified_diff(old: dict[str, str | None], new: dict[str, str | None]) -> str:
+  """A `git apply`-able diff from old to new text snapshots (None = file absent)."""
+  chunks = []
+  for rel in sorted(set(old) | set(new)):
+    a, b = old.get(rel), new.get(rel)
+    if a == b:
+      continue
+    a_lines = (a or "").splitlines(keepends=True)
+    b_lines = (b or "").splitlines(keepends=True)
+    lines = list(
+      difflib.unified_diff(
+        a_lines,
+        b_lines,
+        "a/" + rel if a is not None else "/dev/null",
+        "b/" + rel if b is not None else "/dev/null",
+      )
+    )
+    header = f"diff --git a/{rel} b/{rel}\n"
+    if a is None:
+      header += "new file mode 100644\n"
+    elif b is None:
+      header += "deleted file mode 100644\n"
+    body = []
+    for ln in lines:
+      if not ln.endswith("\n"):
+        ln += "\n\\ No newline at end of file\n"
+      body.append(ln)
+    chunks.append(header + "".join(body))
+  return "".join(chunks)

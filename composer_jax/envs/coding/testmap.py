@@ -1,0 +1,105 @@
+"""Test mapping: which tests execute which functions, classes, methods and modules.
+
+One sandboxed pytest run with a coverage context per test (covplugin.py) gives, for every
+executed line, the tests that executed it; libcst positions attribute lines to symbols. A
+symbol's tests are the union over its body lines (definition lines run at import time, outside
+any test context, and are excluded).
+"""
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import coverage
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from composer_jax.envs.coding import project, runner, sandbox
+
+
+@dataclasses.dataclass(frozen=True)
+class Symbol:
+  """A deletable unit. kind: 'function' | 'class' | 'method' | 'module'."""
+
+  kind: str
+  path: str
+  qualname: str  # 'func', 'Cls', 'Cls.meth'; the dotted module name for kind 'module'
+  lines: tuple[int, int]  # body line range, inclusive
+
+  @property
+  def key(self) -> str:
+    return f"{self.path}::{self.qualname}"
+
+  @property
+  def name(self) -> str:
+    return self.qualname.rsplit(".", 1)[-1]
+
+
+def _body_range(node, pos) -> tuple[int, int]:
+  body = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
+  return pos[body[0]].start.line, pos[node].end.line
+
+
+def symbols_in_file(root: Path, rel: str) -> list[Symbol]:
+  """Top-level functions/classes, their methods, and the module itself."""
+  code = (Path(root) / rel).read_text(encoding="utf-8")
+  wrapper = MetadataWrapper(cst.parse_module(code))
+  pos = wrapper.resolve(PositionProvider)
+  out = [Symbol("module", rel, project.module_name(rel), (1, max(1, code.count("\n") + 1)))]
+  for stmt in wrapper.module.body:
+    if isinstance(stmt, cst.FunctionDef):
+      out.append(Symbol("function", rel, stmt.name.value, _body_range(stmt, pos)))
+    elif isinstance(stmt, cst.ClassDef):
+      out.append(Symbol("class", rel, stmt.name.value, _body_range(stmt, pos)))
+      for sub in stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ():
+        if isinstance(sub, cst.FunctionDef):
+          out.append(
+            Symbol("method", rel, f"{stmt.name.value}.{sub.name.value}", _body_range(sub, pos))
+          )
+  return out
+
+
+@dataclasses.dataclass
+class TestMap:
+  """tests_by_symbol: Symbol.key -> sorted test ids that executed it."""
+
+  symbols: dict[str, Symbol]
+  tests_by_symbol: dict[str, list[str]]
+
+  def digest(self) -> str:
+    blob = json.dumps(self.tests_by_symbol, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def build(root: Path, *, limits=sandbox.DEFAULT_LIMITS) -> tuple[TestMap, runner.SuiteRun]:
+  """Runs the suite once under per-test coverage contexts and maps tests <-> symbols."""
+  root = Path(root).resolve()
+  files = project.source_files(root)
+  data_dir = root / ".cj-coverage"
+  data_dir.mkdir(exist_ok=True)
+  # Measure the whole tree (tests included): simpler than per-layout source roots, and lines
+  # outside `files` are ignored below.
+  args = ["-p", "cj_covplugin", f"--cj-cov-data={data_dir / 'data'}", f"--cj-cov-source={root}"]
+  run = runner.run_suite(root, limits=limits, extra_args=tuple(args))
+  data = coverage.CoverageData(basename=str(data_dir / "data"))
+  data.read()
+  by_line = {}
+  for measured in data.measured_files():
+    rel = Path(measured).resolve().relative_to(root).as_posix()
+    by_line[rel] = data.contexts_by_lineno(measured)
+  syms, tests_by_symbol = {}, {}
+  for rel in files:
+    file_lines = by_line.get(rel, {})
+    for sym in symbols_in_file(root, rel):
+      lo, hi = sym.lines
+      tests = set()
+      for line, contexts in file_lines.items():
+        if lo <= line <= hi:
+          tests.update(c for c in contexts if c)
+      syms[sym.key] = sym
+      tests_by_symbol[sym.key] = sorted(tests)
+  for p in data_dir.iterdir():
+    p.unlink()
+  data_dir.rmdir()
+  return TestMap(syms, tests_by_symbol), run

@@ -1,0 +1,131 @@
+"""Streaming reader for Hugging Face safetensors checkpoints (one tensor at a time).
+
+The safetensors numpy backend cannot return BF16 or F8_E4M3 tensors (numpy has no
+such dtypes), so this reader parses the documented safetensors header itself and
+memory-maps each tensor's byte range with the matching `ml_dtypes` dtype: opening a
+directory reads only the JSON headers, and `get(name)` touches only that tensor's
+bytes. `weight(base)` resolves a logical Linear weight stored plain, block-fp8 or
+packed-int4 (see `quant`) and returns it dequantized to float32 `[out, in]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import struct
+
+import ml_dtypes
+import numpy as np
+
+from composer_jax.hf import quant
+
+DTYPES = {
+    "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
+    "BF16": np.dtype(ml_dtypes.bfloat16), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "I64": np.dtype(np.int64), "I32": np.dtype(np.int32), "I16": np.dtype(np.int16),
+    "I8": np.dtype(np.int8), "U8": np.dtype(np.uint8), "BOOL": np.dtype(np.bool_),
+}
+FP8_SCALE_SUFFIX = "_scale_inv"  # X.weight (fp8) + X.weight_scale_inv
+INT4_SUFFIXES = ("weight_packed", "weight_scale", "weight_shape")
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+  file: str
+  dtype: str  # safetensors dtype string, e.g. "BF16"
+  shape: tuple[int, ...]
+  start: int  # absolute byte offset in `file`
+  end: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredWeight:
+  """How one logical weight is stored: `form` in {'plain', 'fp8', 'int4'}."""
+
+  base: str  # e.g. "model.layers.0.mlp.gate_proj"
+  form: str
+  names: tuple[str, ...]  # every tensor that makes up this weight
+  shape: tuple[int, ...]  # logical (dequantized) shape
+
+
+def read_header(path: str) -> dict[str, TensorInfo]:
+  """Parses one .safetensors header: 8-byte little-endian length, then JSON."""
+  with open(path, "rb") as f:
+    (n,) = struct.unpack("<Q", f.read(8))
+    header = json.loads(f.read(n))
+  header.pop("__metadata__", None)
+  out = {}
+  for name, h in header.items():
+    if h["dtype"] not in DTYPES:
+      raise ValueError(f"{path}: tensor {name!r} has unsupported dtype {h['dtype']!r}; "
+                       f"supported: {sorted(DTYPES)}")
+    s, e = h["data_offsets"]
+    out[name] = TensorInfo(path, h["dtype"], tuple(h["shape"]), 8 + n + s, 8 + n + e)
+  return out
+
+
+class SafetensorsDir:
+  """All tensors of an HF checkpoint directory, by name; data is read lazily."""
+
+  def __init__(self, hf_dir: str):
+    files = sorted(glob.glob(os.path.join(hf_dir, "*.safetensors")))
+    if not files:
+      raise FileNotFoundError(f"No *.safetensors files in {hf_dir!r}")
+    self.infos: dict[str, TensorInfo] = {}
+    for path in files:
+      for name, info in read_header(path).items():
+        if name in self.infos:
+          raise ValueError(f"Tensor {name!r} appears in both {self.infos[name].file} and {path}")
+        self.infos[name] = info
+
+  def __contains__(self, name: str) -> bool:
+    return name in self.infos
+
+  def get(self, name: str) -> np.ndarray:
+    """One tensor, memory-mapped read-only (copy it before keeping it)."""
+    if name not in self.infos:
+      raise KeyError(f"Tensor {name!r} not found in the checkpoint")
+    i = self.infos[name]
+    dtype = DTYPES[i.dtype]
+    count = int(np.prod(i.shape, dtype=np.int64))
+    if count == 0:
+      return np.zeros(i.shape, dtype)
+    return np.memmap(i.file, dtype=dtype, mode="r", offset=i.start, shape=i.shape)
+
+  def resolve(self, base: str, suffix: str = "weight") -> StoredWeight | None:
+    """Finds how tensor `base.suffix` is stored, from headers only (None if absent).
+
+    Only `suffix == "weight"` (Linear weights) may be stored quantized.
+    """
+    w = f"{base}.{suffix}"
+    if w in self.infos:
+      if self.infos[w].dtype == "F8_E4M3":
+        if w + FP8_SCALE_SUFFIX not in self.infos:
+          raise ValueError(f"fp8 tensor {w!r} has no block scale {w + FP8_SCALE_SUFFIX!r}")
+        return StoredWeight(base, "fp8", (w, w + FP8_SCALE_SUFFIX), self.infos[w].shape)
+      return StoredWeight(base, "plain", (w,), self.infos[w].shape)
+    if suffix != "weight":
+      return None
+    names = tuple(f"{base}.{s}" for s in INT4_SUFFIXES)
+    present = [n in self.infos for n in names]
+    if not any(present):
+      return None
+    if not all(present):
+      raise ValueError(f"int4 weight {base!r} needs all of {list(names)}; missing "
+                       f"{[n for n, p in zip(names, present) if not p]}")
+    if f"{base}.weight_zero_point" in self.infos:
+      raise ValueError(f"int4 weight {base!r} has a weight_zero_point: asymmetric "
+                       "pack-quantized weights are not supported (only symmetric)")
+    shape = tuple(int(d) for d in self.get(names[2]))
+    return StoredWeight(base, "int4", names, shape)
+
+  def weight(self, stored: StoredWeight) -> np.ndarray:
+    """The logical weight as float32 (dequantized when stored quantized)."""
+    if stored.form == "plain":
+      return np.asarray(self.get(stored.names[0]), np.float32)
+    if stored.form == "fp8":
+      return quant.dequantize_fp8_block(self.get(stored.names[0]), self.get(stored.names[1]))
+    packed, scale, _ = (self.get(n) for n in stored.names)
+    return quant.dequantize_int4_packed(np.asarray(packed), np.asarray(scale), stored.shape)

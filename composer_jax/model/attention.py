@@ -1,0 +1,108 @@
+"""Causal self-attention over packed sequences: MLA (DeepSeek-V2/V3) and plain GQA.
+
+Plain-jnp attention: logits and softmax in float32, a boolean mask built from
+segment ids (no cross-document attention, segment 0 = padding) and token order.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from composer_jax.model.config import ModelConfig
+from composer_jax.model.layers import Linear, RMSNorm
+from composer_jax.model.rope import apply_rope, softmax_scale
+
+# The reference DeepSeek-V3 code builds q_a/kv_a layernorms with the RMSNorm default eps,
+# not config.rms_norm_eps; checkpoints were trained that way.
+LATENT_NORM_EPS = 1e-6
+
+
+def attention_mask(segment_ids: jax.Array) -> jax.Array:
+  """`[B, 1, L, L]` bool: query i may attend key j iff same nonzero segment and j <= i.
+
+  Causality is by token index within the row, which equals position order for packed
+  rows (positions increase within a document) and can never leak a later token even if
+  positions are not monotonic. Padding queries (segment 0) attend to nothing; their
+  outputs are finite (uniform softmax) and must be masked out of the loss.
+  """
+  length = segment_ids.shape[-1]
+  same = segment_ids[:, :, None] == segment_ids[:, None, :]
+  real = (segment_ids != 0)[:, :, None]
+  causal = jnp.tril(jnp.ones((length, length), dtype=bool))
+  return (same & real & causal)[:, None]
+
+
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                          scale: float) -> jax.Array:
+  """softmax(scale * q k^T + mask) v per head.
+
+  Args:
+    q: `[B, L, H, dk]`, k: `[B, L, H, dk]`, v: `[B, L, H, dv]`, mask: `[B, 1, L, L]` bool.
+  Returns:
+    `[B, L, H, dv]` in `v.dtype`; logits and softmax are float32.
+  """
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+  return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+class MLA(nn.Module):
+  """Multi-head latent attention with decoupled RoPE (arXiv 2405.04434 §2.1, eq. 9-19).
+
+  q = q_b(norm(q_a(x))) (or q(x) without q-LoRA), per head `[nope | rope]`;
+  `kv_a(x) = [c_kv | k_rope]`: the kv latent (normalized, expanded per head by kv_b into
+  `[k_nope | v]`) and one rope key shared by all heads. `x [B, L, D] -> [B, L, D]`.
+  """
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, cos, sin, mask):
+    c = self.cfg
+    h, dn, dr, dv = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
+    lin = dict(init_std=c.initializer_range, dtype=c.dtype, param_dtype=c.param_dtype)
+    d = (c.hidden_size,)
+    if c.q_lora_rank is None:
+      q = Linear(d, (h, dn + dr), ("embed", "heads", "head_dim"), name="q", **lin)(x)
+    else:
+      q_lat = Linear(d, (c.q_lora_rank,), ("embed", "q_lora"), name="q_a", **lin)(x)
+      q_lat = RMSNorm(c.q_lora_rank, LATENT_NORM_EPS, c.param_dtype, name="q_norm")(q_lat)
+      q = Linear((c.q_lora_rank,), (h, dn + dr), ("q_lora", "heads", "head_dim"), name="q_b",
+                 **lin)(q_lat)
+    kv = Linear(d, (c.kv_lora_rank + dr,), ("embed", "kv_lora"), name="kv_a", **lin)(x)
+    kv_lat, k_rope = kv[..., :c.kv_lora_rank], kv[..., c.kv_lora_rank:]
+    kv_lat = RMSNorm(c.kv_lora_rank, LATENT_NORM_EPS, c.param_dtype, name="kv_norm")(kv_lat)
+    kv = Linear((c.kv_lora_rank,), (h, dn + dv), ("kv_lora", "heads", "head_dim"), name="kv_b",
+                **lin)(kv_lat)
+    k_nope, v = kv[..., :dn], kv[..., dn:]
+    q_rope = apply_rope(q[..., dn:], cos, sin)
+    k_rope = apply_rope(k_rope[:, :, None, :], cos, sin)
+    q = jnp.concatenate([q[..., :dn], q_rope], axis=-1)
+    k = jnp.concatenate([k_nope, jnp.broadcast_to(k_rope, k_nope.shape[:-1] + (dr,))], axis=-1)
+    out = dot_product_attention(q, k, v, mask, softmax_scale(dn + dr, c.rope_scaling))
+    return Linear((h, dv), d, ("heads", "head_dim", "embed"), name="o", **lin)(out)
+
+
+class GQA(nn.Module):
+  """Grouped-query attention (arXiv 2305.13245) with RoPE on the full head dim (ablations).
+
+  `num_kv_heads` key/value heads, each shared by `num_heads / num_kv_heads` query heads.
+  `x [B, L, D] -> [B, L, D]`.
+  """
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, cos, sin, mask):
+    c = self.cfg
+    h, kvh, hd = c.num_heads, c.num_kv_heads, c.head_dim
+    lin = dict(init_std=c.initializer_range, dtype=c.dtype, param_dtype=c.param_dtype)
+    d = (c.hidden_size,)
+    q = Linear(d, (h, hd), ("embed", "heads", "head_dim"), name="q", **lin)(x)
+    k = Linear(d, (kvh, hd), ("embed", "kv_heads", "head_dim"), name="k", **lin)(x)
+    v = Linear(d, (kvh, hd), ("embed", "kv_heads", "head_dim"), name="v", **lin)(x)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    k, v = jnp.repeat(k, h // kvh, axis=2), jnp.repeat(v, h // kvh, axis=2)
+    out = dot_product_attention(q, k, v, mask, softmax_scale(hd, c.rope_scaling))
+    return Linear((h, hd), d, ("heads", "head_dim", "embed"), name="o", **lin)(out)

@@ -1,0 +1,188 @@
+"""The DeepSeek-V3 / Kimi-K2 decoder as pure functions over a flax.linen module.
+
+`x = embed(tokens)`; `first_k_dense_replace` dense blocks, then MoE blocks, each
+pre-norm `x += attn(norm(x)); x += ffn(norm(x))`; a final RMSNorm. Each kind of block
+is one `nn.scan` stack (params and the 'router' collection get a leading 'layers'
+axis), so compile time does not grow with depth. The output head is not applied here:
+`output_head` returns the `[D, V]` matrix for `loss.chunked_cross_entropy`.
+
+Public API (SPEC): `Transformer`, `init`, `forward`, `output_head`, `logical_axes`,
+`param_counts`.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from composer_jax.model.attention import GQA, MLA, attention_mask
+from composer_jax.model.config import ModelConfig
+from composer_jax.model.layers import Embed, RMSNorm, SwiGLU, param_init
+from composer_jax.model.moe import MoE
+from composer_jax.model.rope import rope_tables
+
+_REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+}
+
+
+class Block(nn.Module):
+  """Pre-norm decoder block: `x [B, L, D] -> (x [B, L, D], MoE stats or None)`."""
+
+  cfg: ModelConfig
+  moe: bool
+
+  @nn.compact
+  def __call__(self, x, cos, sin, mask, valid):
+    c = self.cfg
+    attn = (MLA if c.attention == "mla" else GQA)(c, name="attn")
+    x = x + attn(RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype, name="attn_norm")(x),
+                 cos, sin, mask)
+    h = RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype, name="mlp_norm")(x)
+    if self.moe:
+      y, stats = MoE(c, name="moe")(h, valid)
+    else:
+      y = SwiGLU(c.hidden_size, c.intermediate_size, c.initializer_range, c.dtype,
+                 c.param_dtype, name="mlp")(h)
+      stats = None
+    return (x + y).astype(c.dtype), stats
+
+
+def _stack(cfg: ModelConfig, moe: bool, length: int, name: str) -> nn.Module:
+  """`length` Blocks as one scanned (optionally rematerialized) module."""
+  block = Block
+  if cfg.remat_policy != "none":
+    # prevent_cse=False is safe (and faster) inside scan.
+    block = nn.remat(Block, policy=_REMAT_POLICIES[cfg.remat_policy], prevent_cse=False)
+  scanned = nn.scan(block, variable_axes={"params": 0, "router": 0},
+                    split_rngs={"params": True}, in_axes=(nn.broadcast,) * 4, length=length,
+                    metadata_params={nn.PARTITION_NAME: "layers"})
+  return scanned(cfg, moe, name=name)
+
+
+class Head(nn.Module):
+  """Holds the untied output head `kernel [D, V] (embed, vocab)`; returns it."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self):
+    c = self.cfg
+    return self.param("kernel", param_init(c.initializer_range, ("embed", "vocab")),
+                      (c.hidden_size, c.vocab_size), c.param_dtype)
+
+
+class Transformer(nn.Module):
+  """`tokens [B, L]` (+ segment_ids, positions `[B, L]`) -> (hidden `[B, L, D]`, aux)."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens, segment_ids=None, positions=None):
+    c = self.cfg
+    segment_ids, positions = _check_inputs(tokens, segment_ids, positions)
+    x = Embed(c.vocab_size, c.hidden_size, c.initializer_range, c.dtype, c.param_dtype,
+              name="embed")(tokens)
+    rope_dim = c.qk_rope_head_dim if c.attention == "mla" else c.head_dim
+    cos, sin = rope_tables(positions, rope_dim, c.rope_theta, c.rope_scaling)
+    mask, valid = attention_mask(segment_ids), segment_ids != 0
+    if c.first_k_dense_replace:
+      x, _ = _stack(c, False, c.first_k_dense_replace, "dense_layers")(x, cos, sin, mask, valid)
+    if c.num_moe_layers:
+      x, stats = _stack(c, True, c.num_moe_layers, "moe_layers")(x, cos, sin, mask, valid)
+    else:
+      e = c.n_routed_experts
+      stats = dict(router_counts=jnp.zeros((0, e)), router_entropy=jnp.zeros((0,)),
+                   load_max_over_mean=jnp.zeros((0,)), balance_loss=jnp.zeros((0,)),
+                   dropped_tokens=jnp.zeros((0,)))
+    x = RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype, name="final_norm")(x)
+    if not c.tie_word_embeddings:
+      Head(c, name="lm_head")()
+    aux = dict(stats, balance_loss=stats["balance_loss"].sum(),
+               dropped_tokens=stats["dropped_tokens"].sum())
+    return x, aux
+
+
+def _check_inputs(tokens, segment_ids, positions):
+  """Validates shapes/dtypes; defaults: one document per row, positions 0..L-1."""
+  if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+    raise ValueError(f"tokens must be an integer [batch, seq] array, got {tokens.dtype} "
+                     f"{tokens.shape}")
+  if segment_ids is None:
+    segment_ids = jnp.ones_like(tokens)
+  if positions is None:
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+  for name, a in (("segment_ids", segment_ids), ("positions", positions)):
+    if a.shape != tokens.shape:
+      raise ValueError(f"{name} shape {a.shape} must equal tokens shape {tokens.shape}")
+  return segment_ids, positions
+
+
+def _dummy_tokens() -> jax.Array:
+  return jnp.zeros((1, 1), jnp.int32)
+
+
+def _boxed_init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
+  variables = dict(Transformer(cfg).init(key, _dummy_tokens()))
+  return {"params": variables["params"], "router": variables.get("router", {})}
+
+
+def init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
+  """Fresh unboxed variables `{'params': P, 'router': R}` (tree in SPEC)."""
+  return jax.jit(lambda k: nn.meta.unbox(_boxed_init(cfg, k)))(key)
+
+
+def logical_axes(cfg: ModelConfig) -> dict[str, Any]:
+  """Tree like `init(cfg, key)` whose leaves are tuples of logical axis names.
+
+  Built with `jax.eval_shape` (no allocation). Use `is_leaf=lambda x: isinstance(x,
+  tuple)` when mapping over it together with the variables.
+  """
+  boxed = jax.eval_shape(lambda: _boxed_init(cfg, jax.random.key(0)))
+  return jax.tree.map(lambda p: tuple(p.names), boxed,
+                      is_leaf=lambda x: isinstance(x, nn.Partitioned))
+
+
+def param_counts(cfg: ModelConfig) -> tuple[int, int]:
+  """(total, active) trainable parameter counts from shapes only (`jax.eval_shape`).
+
+  Convention: total = every trainable parameter of the main model, input embedding and
+  output head both included (no multi-token-prediction module; the non-trainable router
+  bias excluded). active = total minus the routed experts a token does NOT use, i.e.
+  minus `(E - K) / E` of every routed-expert stack; embedding, head, attention, dense
+  FFNs, shared experts, router and norms all count as active. With it DeepSeek-V3 gives
+  671.0B / 37.6B (report: 671B / 37B) and Kimi-K2 1.026T / 32.9B (report: 1.04T /
+  32.6B); leaving the input embedding out of "active" would give 36.6B / 31.7B.
+  """
+  shapes = jax.eval_shape(lambda: init(cfg, jax.random.key(0)))["params"]
+  total = sum(x.size for x in jax.tree.leaves(shapes))
+  inactive = 0
+  if cfg.num_moe_layers:
+    routed = sum(x.size for x in jax.tree.leaves(shapes["moe_layers"]["moe"]["experts"]))
+    e = cfg.n_routed_experts
+    inactive = routed // e * (e - cfg.num_experts_per_tok)
+  return int(total), int(total - inactive)
+
+
+def forward(cfg: ModelConfig, variables: dict[str, Any], tokens: jax.Array,
+            segment_ids: jax.Array | None = None,
+            positions: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Runs the model. Returns (hidden `[B, L, D]` after the final norm, aux).
+
+  aux: 'router_counts' `[Lm, E]` float32 tokens per expert (padding excluded),
+  'router_entropy' `[Lm]`, 'load_max_over_mean' `[Lm]` (see `router.router_stats`),
+  'balance_loss' scalar (already times `seq_aux_loss_coef`, summed over layers; add it to
+  the loss), 'dropped_tokens' scalar (dropped token-expert assignments, all layers;
+  nonzero only for `moe_dispatch='capacity'`).
+  """
+  return Transformer(cfg).apply(variables, tokens, segment_ids, positions)
+
+
+def output_head(cfg: ModelConfig, params: dict[str, Any]) -> jax.Array:
+  """The `[D, V]` output projection (`embedding.T` when `tie_word_embeddings`)."""
+  if cfg.tie_word_embeddings:
+    return params["embed"]["embedding"].T
+  return params["lm_head"]["kernel"]

@@ -1,0 +1,168 @@
+"""Newton–Schulz orthogonalization: the approximate polar factor used by Muon.
+
+For a matrix G = U S V^T (SVD), Muon's update direction is the polar factor
+U V^T ("zeroth power" of G). It is approximated with odd matrix polynomials that
+use only matmuls, so it runs fast on accelerators and in bfloat16:
+
+    X_0     = G / ||G||_F                     (all singular values in (0, 1])
+    A_k     = X_k X_k^T                       (Gram matrix of the small side)
+    X_{k+1} = a_k X_k + (b_k A_k + c_k A_k^2) X_k  =  p_k(X_k),
+    p_k(σ)  = a_k σ + b_k σ^3 + c_k σ^5          (acts on each singular value).
+
+Because p_k is odd, X_k = U p(S) V^T: only the singular values change, and the
+iteration pushes each of them towards 1.
+
+Coefficient presets:
+* 'quintic': (3.4445, -4.7750, 2.0315) every step — Keller Jordan's Muon
+  (https://kellerjordan.github.io/posts/muon/, modded-nanogpt), tuned for the
+  largest slope at 0; singular values land in roughly [0.7, 1.2], not at 1.
+* 'polar_express': per-step minimax-optimal quintics from Amsel, Persson, Musco,
+  Gower, "The Polar Express: Optimal Matrix Sign Methods and Their Application to
+  the Muon Algorithm", arXiv:2505.16932 (2025); table `_COEFFS` of the authors'
+  reference implementation github.com/NoahAmsel/PolarExpress
+  `polar_express/basic.py` (commit 7f0fb57), computed by
+  `optimal_composition(l=1e-3, num_iters=8, safety_factor_eps=1e-2,
+  cushion=0.02)`. As there, every polynomial but the last is divided by the
+  safety factor 1.01 (p(σ/1.01)), steps beyond the table repeat the last row, and
+  the input is normalized by 1.01·||G||_F — here folded into the first row.
+
+Numerics: the iteration runs in float32 (float64 only for float64 input) and
+returns the input dtype. The
+Frobenius normalization first divides by the max-abs entry (so squaring cannot
+underflow or overflow in float32, as in LAPACK's nrm2) and then by the norm of the
+rescaled matrix, which is 0 or >= 1: the result is exactly scale invariant, and an
+all-zero matrix maps to zeros instead of NaN.
+
+The pieces (`coefficient_schedule`, `frobenius_normalize`, `newton_schulz_iterate`)
+are separate pure functions so a sharded Muon can reuse them around its own
+collectives.
+"""
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_QUINTIC = ((3.4445, -4.7750, 2.0315),)
+
+_POLAR_EXPRESS_PUBLISHED = (
+    (8.28721201814563, -23.595886519098837, 17.300387312530933),
+    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
+    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
+    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
+    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
+    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
+    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
+    (1.875, -1.25, 0.375),
+)
+_POLAR_EXPRESS_SAFETY = 1.01
+
+
+def _rescale_input(row, s: float):
+  """Coefficients of σ -> p(σ / s) for p(σ) = aσ + bσ^3 + cσ^5."""
+  a, b, c = row
+  return (a / s, b / s**3, c / s**5)
+
+
+def _polar_express_table():
+  rows = [_rescale_input(r, _POLAR_EXPRESS_SAFETY) for r in _POLAR_EXPRESS_PUBLISHED[:-1]]
+  rows.append(_POLAR_EXPRESS_PUBLISHED[-1])
+  # The reference divides the input by 1.01·||G||_F; p_0(X / 1.01) is the same.
+  rows[0] = _rescale_input(rows[0], _POLAR_EXPRESS_SAFETY)
+  return tuple(rows)
+
+
+COEFF_PRESETS = {"quintic": _QUINTIC, "polar_express": _polar_express_table()}
+
+Coeffs = str | Sequence[float] | Sequence[Sequence[float]] | np.ndarray
+
+
+def coefficient_schedule(coeffs: Coeffs, steps: int) -> np.ndarray:
+  """Per-step (a, b, c) coefficients as a static float64 array [steps, 3].
+
+  Args:
+    coeffs: a preset name in `COEFF_PRESETS`, one (a, b, c) triple used every
+      step, or a table [n, 3] whose first `steps` rows are used (the last row
+      repeats when steps > n, the Polar Express convention).
+    steps: number of Newton–Schulz iterations, >= 1.
+  """
+  if isinstance(coeffs, str):
+    if coeffs not in COEFF_PRESETS:
+      raise ValueError(f"Unknown Newton-Schulz coefficients {coeffs!r}; valid presets: "
+                       f"{sorted(COEFF_PRESETS)} or an array of shape [3] or [n, 3]")
+    coeffs = COEFF_PRESETS[coeffs]
+  table = np.asarray(coeffs, dtype=np.float64)
+  if table.ndim == 1:
+    table = table[None]
+  if table.ndim != 2 or table.shape[-1] != 3 or table.shape[0] == 0:
+    raise ValueError(f"Newton-Schulz coefficients must have shape [3] or [n, 3], got "
+                     f"{np.shape(coeffs)}")
+  if int(steps) != steps or steps < 1:
+    raise ValueError(f"Newton-Schulz steps must be a positive integer, got {steps!r}")
+  idx = np.minimum(np.arange(steps), table.shape[0] - 1)
+  return table[idx]
+
+
+def compute_dtype(dtype) -> jnp.dtype:
+  """float32, or float64 for float64 inputs (used by the exactness tests)."""
+  return jnp.promote_types(dtype, jnp.float32)
+
+
+def frobenius_normalize(x: jax.Array, eps: float = 1e-7) -> jax.Array:
+  """x / ||x||_F per trailing matrix of x [..., m, n] in `compute_dtype`, zero-safe.
+
+  Equals x / (||x||_F + eps · max|x|): `eps` only guards the all-zero matrix and
+  never breaks scale invariance, even for 1e-20-sized inputs.
+  """
+  x = x.astype(compute_dtype(x.dtype))
+  amax = jnp.max(jnp.abs(x), axis=(-2, -1), keepdims=True)
+  x = x / jnp.maximum(amax, jnp.finfo(x.dtype).tiny)
+  norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=(-2, -1), keepdims=True))
+  return x / (norm + eps)
+
+
+def newton_schulz_iterate(x: jax.Array, table: np.ndarray) -> jax.Array:
+  """Applies X <- aX + (bA + cA^2)X, A = X X^T, for each row of `table` [steps, 3].
+
+  Args:
+    x: [..., m, n] float32 (or float64) with m <= n (A is the small [m, m] Gram matrix) and
+      singular values <= 1 (e.g. from `frobenius_normalize`).
+    table: static per-step coefficients from `coefficient_schedule`.
+  """
+  def step(x, abc):
+    a, b, c = abc[0], abc[1], abc[2]
+    gram = x @ jnp.swapaxes(x, -1, -2)
+    poly = b * gram + (c * gram) @ gram
+    return a * x + poly @ x, None
+
+  # A scan (not an unrolled loop) compiles the three matmuls once per shape.
+  return jax.lax.scan(step, x, jnp.asarray(table, x.dtype))[0]
+
+
+def orthogonalize(x: jax.Array, coeffs: Coeffs = "quintic", steps: int = 5,
+                  eps: float = 1e-7) -> jax.Array:
+  """Approximate polar factor U V^T of every trailing matrix of x [..., m, n].
+
+  Leading axes are independent matrices (batched matmuls, no vmap). Tall
+  matrices (m > n) are transposed so the Gram matrix is [min(m, n)]^2; since
+  p(X^T) = p(X)^T this does not change the result.
+
+  Args:
+    x: [..., m, n] array of any float dtype.
+    coeffs: see `coefficient_schedule`.
+    steps: number of iterations.
+    eps: see `frobenius_normalize`.
+
+  Returns:
+    [..., m, n] in x.dtype, computed in float32 (float64 for float64 input).
+  """
+  if x.ndim < 2:
+    raise ValueError(f"orthogonalize needs an array [..., m, n] of rank >= 2, got shape "
+                     f"{x.shape}")
+  table = coefficient_schedule(coeffs, steps)
+  tall = x.shape[-2] > x.shape[-1]
+  y = jnp.swapaxes(x, -1, -2) if tall else x
+  y = newton_schulz_iterate(frobenius_normalize(y, eps), table)
+  y = jnp.swapaxes(y, -1, -2) if tall else y
+  return y.astype(x.dtype)

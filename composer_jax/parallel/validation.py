@@ -1,0 +1,37 @@
+"""Checks that a mesh layout fits a model and a sequence length, with one-line errors.
+
+Per-parameter divisibility and missing rules are checked where shardings are
+built (`composer_jax.parallel.rules.param_shardings(..., shapes=...)`); this module
+checks the layout-level constraints that no single parameter shows.
+"""
+
+from __future__ import annotations
+
+from composer_jax.model.config import ModelConfig
+from composer_jax.parallel.mesh import DENSE_AXES, EXPERT_AXES, resolve_sizes
+
+
+def validate_layout(mesh_cfg, model_cfg: ModelConfig, num_devices: int,
+                    seq_len: int | None = None) -> None:
+  """Raises ValueError if the layout cannot run `model_cfg` on `num_devices`.
+
+  Checks: each view's axis sizes multiply to `num_devices`; routed experts divide
+  evenly over expert parallelism; attention heads over tensor parallelism; the
+  sequence over 2 x context parallelism (load-balanced context parallelism
+  splits the sequence into 2*CP chunks and gives rank r chunks r and 2*CP-1-r, so
+  causal work is equal per rank).
+  """
+  dense = dict(zip(DENSE_AXES, resolve_sizes(mesh_cfg, DENSE_AXES, num_devices)))
+  expert = dict(zip(EXPERT_AXES, resolve_sizes(mesh_cfg, EXPERT_AXES, num_devices)))
+  if model_cfg.num_moe_layers and model_cfg.n_routed_experts % expert["expert"]:
+    raise ValueError(f"n_routed_experts={model_cfg.n_routed_experts} is not divisible by expert "
+                     f"parallelism {expert['expert']}")
+  tp = dense["tensor"]
+  if model_cfg.num_heads % tp:
+    raise ValueError(f"num_heads={model_cfg.num_heads} is not divisible by tensor parallelism {tp}")
+  if model_cfg.attention == "gqa" and model_cfg.num_kv_heads % tp:
+    raise ValueError(f"num_kv_heads={model_cfg.num_kv_heads} is not divisible by tensor "
+                     f"parallelism {tp}")
+  cp = dense["context"]
+  if seq_len is not None and seq_len % (2 * cp):
+    raise ValueError(f"seq_len={seq_len} is not divisible by 2 * context parallelism = {2 * cp}")

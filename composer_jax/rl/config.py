@@ -1,0 +1,36 @@
+"""`rl_loss_config()`: every choice of the RL + self-distillation loss, with defaults."""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def rl_loss_config() -> ml_collections.ConfigDict:
+  """Defaults: DAPO-style clipped policy gradient + reverse-KL self-distillation, EMA teacher."""
+  c = ml_collections.ConfigDict()
+  # Chunking: at most [token_chunk_size (or all tokens), vocab_chunk_size] float32 logits live.
+  c.vocab_chunk_size = 8192
+  c.token_chunk_size = 0  # 0: all tokens of a term in one block
+  # --- RL term over all model tokens (losses.policy_loss) ---
+  c.clip_eps_low = 0.2  # ratio clipped below at 1 - eps_low
+  c.clip_eps_high = 0.28  # clip-higher (DAPO, arXiv 2503.14476)
+  c.advantage_std_normalize = True  # False: Dr. GRPO
+  c.advantage_eps = 1e-6
+  c.rl_normalization = "token_mean"  # 'sequence_mean' | 'token_mean' (DAPO) | 'constant' (Dr. GRPO)
+  c.rl_constant = 0.0  # divisor for 'constant'; 0 = batch rows * sequence length
+  c.tis_cap = 2.0  # truncated importance weight min(pi_old / pi_sampler, C); 0 disables
+  c.ref_kl_coef = 0.0  # KL to a reference policy; 0 = off
+  c.ref_kl_estimator = "k2"  # 'k1' | 'k2' | 'k3' (see losses.kl_estimate)
+  # --- self-distillation term on target-turn tokens (divergences.token_divergence) ---
+  c.sd_coef = 1.0  # beta in total = RL + beta * SD
+  c.divergence = "reverse_kl"  # 'reverse_kl' | 'forward_kl' | 'jsd'
+  c.jsd_beta = 0.5
+  c.support = "full"  # 'full' | 'topk' (student top-K + tail bucket) | 'sampled' (reverse_kl)
+  c.top_k = 20
+  c.teacher = "ema"  # 'live' | 'ema' | 'frozen' | 'trust_region' (teacher_weights)
+  c.ema_rate = 0.02
+  c.trust_region_alpha = 0.5
+  c.skip_first_tokens = 0  # do not distill the first n sampled tokens of a turn (hint leakage)
+  c.sd_normalization = "token_mean"  # same choices as rl_normalization, over distilled tokens
+  c.sd_constant = 0.0  # 0 = teacher rows * slots per row
+  return c

@@ -1,0 +1,257 @@
+"""The RL + self-distillation loss: total = RL + sd_coef * SD, one jitted function.
+
+RL (all sampled model tokens of every trajectory), a PPO/GRPO clipped policy gradient:
+  w_t = pi_theta(y_t) / pi_old(y_t),  A = group-relative advantage of the trajectory,
+  l_t = -tis_t * min(w_t A, clip(w_t, 1 - eps_lo, 1 + eps_hi) A)       (DAPO clip-higher)
+  tis_t = min(pi_old(y_t) / pi_sampler(y_t), C) under stop_gradient: truncated importance sampling
+  for the sampler/trainer mismatch (Yao et al. 2025). pi_old = the trainer's log-probs at sampling
+  time (`batch['old_logprobs']`); absent, pi_old = stop_gradient(pi_theta) (one update per batch).
+  Optional KL to a reference policy, d = log pi_theta(y) - log pi_ref(y) on sampled tokens:
+    k1 = d, k2 = d^2 / 2, k3 = exp(-d) + d - 1.
+  As *values* k1 and k3 are unbiased estimates of KL(pi_theta || pi_ref). As *losses* (gradient
+  through log pi_theta on on-policy samples): k1 has zero expected gradient (E[grad log pi] = 0),
+  k3's gradient is biased (it is the gradient of the forward KL(pi_ref || pi_theta)), and k2's
+  expected gradient is exactly grad KL(pi_theta || pi_ref).
+
+SD (sampled tokens of the target turns only): divergences.token_divergence between the student
+(original context) and the teacher (same model with the hint in context, stop_gradient), the first
+`skip_first_tokens` of each turn excluded.
+
+Normalizers (each term its own): 'sequence_mean' (mean per sequence, then over sequences; GRPO,
+length-biased), 'token_mean' (sum / all active tokens of the batch; DAPO), 'constant' (sum / a
+fixed number; Dr. GRPO).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from composer_jax.rl import advantages, divergences, teacher_weights, vocab_chunks
+from composer_jax.rl.vocab_chunks import Logits, OnlineLse
+
+NORMALIZATIONS = ("sequence_mean", "token_mean", "constant")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def normalize(values: jax.Array, mask: jax.Array, kind: str, constant: float = 0.0) -> jax.Array:
+  """Reduces per-token `values` [R, L] over `mask` [R, L] to a scalar.
+
+  'constant' divides the masked sum by `constant` (0: R * L).
+  """
+  total = jnp.where(mask > 0, values, 0.0)
+  if kind == "token_mean":
+    return total.sum() / jnp.maximum(mask.sum(), 1.0)
+  if kind == "sequence_mean":
+    count = mask.sum(-1)
+    per_seq = total.sum(-1) / jnp.maximum(count, 1.0)
+    return per_seq.sum() / jnp.maximum((count > 0).sum(), 1)
+  if kind == "constant":
+    return total.sum() / (constant if constant > 0 else mask.size)
+  raise ValueError(f"normalization={kind!r}; valid: {NORMALIZATIONS}")
+
+
+def kl_estimate(logp: jax.Array, logp_ref: jax.Array, estimator: str) -> jax.Array:
+  """Per-token estimate of KL(pi || pi_ref) from sampled-token log-probs (see module docstring)."""
+  d = logp - logp_ref
+  if estimator == "k1":
+    return d
+  if estimator == "k2":
+    return 0.5 * d**2
+  if estimator == "k3":
+    return jnp.expm1(-d) + d
+  raise ValueError(f"ref_kl_estimator={estimator!r}; valid: {KL_ESTIMATORS}")
+
+
+def policy_loss(logp, old_logp, sampler_logp, advantage, *, eps_low, eps_high, tis_cap):
+  """Per-token clipped policy-gradient loss; all inputs/outputs [...] (same shape).
+
+  Returns:
+    (loss, clipped_low, clipped_high, tis): clipped_* are 1.0 where the clip zeroes the gradient
+    (A < 0 and w < 1 - eps_low; A > 0 and w > 1 + eps_high).
+  """
+  ratio = jnp.exp(logp - old_logp)
+  clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
+  surrogate = jnp.minimum(ratio * advantage, clipped * advantage)
+  tis = jnp.ones_like(logp)
+  if tis_cap > 0:
+    tis = jax.lax.stop_gradient(jnp.minimum(jnp.exp(old_logp - sampler_logp), tis_cap))
+  low = ((advantage < 0) & (ratio < 1.0 - eps_low)).astype(jnp.float32)
+  high = ((advantage > 0) & (ratio > 1.0 + eps_high)).astype(jnp.float32)
+  return -tis * surrogate, low, high, tis
+
+
+def token_logprob_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int):
+  """log pi(targets) [N] and the entropy [N] of softmax(hidden [N, D] @ head [D, V]), chunked."""
+
+  def body(carry, logits, cols, valid):
+    del valid
+    lse, z_y = carry
+    return lse.update(logits[0]), z_y + vocab_chunks.pick(logits[0], cols, targets)
+
+  n = targets.shape[0]
+  lse, z_y = vocab_chunks.scan_vocab(
+    body, (OnlineLse.init(n), jnp.zeros(n)), (vocab_chunks.single(hidden, head),), chunk
+  )
+  return z_y - lse.lse(), lse.entropy()
+
+
+def validate(cfg: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the first bad field of an rl_loss_config()."""
+  choices = dict(
+    rl_normalization=NORMALIZATIONS,
+    sd_normalization=NORMALIZATIONS,
+    ref_kl_estimator=KL_ESTIMATORS,
+    divergence=divergences.DIVERGENCES,
+    support=divergences.SUPPORTS,
+    teacher=teacher_weights.TEACHERS,
+  )
+  for name, valid in choices.items():
+    if cfg[name] not in valid:
+      raise ValueError(f"{name}={cfg[name]!r}; valid: {valid}")
+  if not (0 <= cfg.clip_eps_low < 1 and cfg.clip_eps_high >= 0):
+    raise ValueError(
+      f"clip eps low={cfg.clip_eps_low} must be in [0, 1), high={cfg.clip_eps_high} >= 0"
+    )
+  if not 0 < cfg.jsd_beta < 1:
+    raise ValueError(f"jsd_beta={cfg.jsd_beta} must be in (0, 1); use forward_kl/reverse_kl")
+  if cfg.skip_first_tokens < 0 or cfg.vocab_chunk_size <= 0:
+    raise ValueError(
+      f"skip_first_tokens={cfg.skip_first_tokens} and vocab_chunk_size="
+      f"{cfg.vocab_chunk_size} must be >= 0 and > 0"
+    )
+  teacher_weights.mixing_weights(cfg)
+
+
+def _rl_term(cfg, hidden, head, batch, ref):
+  """Clipped policy gradient (+ reference KL) on hidden [B, L, D] -> (scalar, metrics)."""
+  b, length, d = hidden.shape
+  mask = batch["model_mask"] * batch["valid"][:, None]
+  per_token = lambda h, y: token_logprob_entropy(h, head, y, cfg.vocab_chunk_size)
+  logp, entropy = vocab_chunks.map_tokens(
+    per_token, cfg.token_chunk_size, hidden.reshape(b * length, d), batch["targets"].reshape(-1)
+  )
+  logp, entropy = logp.reshape(b, length), entropy.reshape(b, length)
+  adv = advantages.group_advantages(
+    batch["reward"],
+    batch["group_index"],
+    batch["valid"],
+    num_groups=b,
+    normalize_std=cfg.advantage_std_normalize,
+    eps=cfg.advantage_eps,
+  )
+  old = batch.get("old_logprobs", jax.lax.stop_gradient(logp))
+  loss, low, high, tis = policy_loss(
+    logp,
+    old,
+    batch["sampler_logprobs"],
+    adv[:, None],
+    eps_low=cfg.clip_eps_low,
+    eps_high=cfg.clip_eps_high,
+    tis_cap=cfg.tis_cap,
+  )
+  rl = normalize(loss, mask, cfg.rl_normalization, cfg.rl_constant)
+  mean = lambda x: normalize(x, mask, "token_mean")
+  metrics = dict(
+    rl_loss=rl,
+    clip_frac_low=mean(low),
+    clip_frac_high=mean(high),
+    entropy=mean(entropy),
+    tis_weight=mean(tis),
+    num_model_tokens=mask.sum(),
+  )
+  if cfg.ref_kl_coef > 0:
+    if ref is None:
+      raise ValueError("ref_kl_coef > 0 needs ref=(hidden [B, L, D], head [D, V])")
+    ref_logp, _ = vocab_chunks.map_tokens(
+      lambda h, y: token_logprob_entropy(h, ref[1], y, cfg.vocab_chunk_size),
+      cfg.token_chunk_size,
+      jax.lax.stop_gradient(ref[0]).reshape(b * length, d),
+      batch["targets"].reshape(-1),
+    )
+    kl = kl_estimate(logp, jax.lax.stop_gradient(ref_logp).reshape(b, length), cfg.ref_kl_estimator)
+    metrics["ref_kl"] = normalize(kl, mask, cfg.rl_normalization, cfg.rl_constant)
+    rl = rl + cfg.ref_kl_coef * metrics["ref_kl"]
+  return rl, metrics
+
+
+def _sd_term(cfg, hidden, head, teacher, teacher_batch):
+  """Self-distillation on the [T, Lk] slots of `teacher_batch` -> (scalar, metrics)."""
+  weights = teacher_weights.mixing_weights(cfg)
+  if len(teacher) != len(weights):
+    raise ValueError(
+      f"teacher={cfg.teacher!r} needs {len(weights)} (hidden, head) pairs, got {len(teacher)}"
+    )
+  rows, lk = teacher_batch["slot_student_pos"].shape
+  mask = teacher_batch["slot_mask"] * (jnp.arange(lk) >= cfg.skip_first_tokens)
+  hs = hidden[teacher_batch["student_row"][:, None], teacher_batch["slot_student_pos"]]
+  hts = [h[jnp.arange(rows)[:, None], teacher_batch["slot_teacher_pos"]] for h, _ in teacher]
+  flat = lambda x: x.reshape(rows * lk, *x.shape[2:])
+
+  def per_token(hs, y, *hts):
+    return divergences.token_divergence(
+      vocab_chunks.single(hs, head),
+      Logits(tuple(hts), tuple(w for _, w in teacher), weights),
+      y,
+      kind=cfg.divergence,
+      support=cfg.support,
+      beta=cfg.jsd_beta,
+      top_k=cfg.top_k,
+      chunk_size=cfg.vocab_chunk_size,
+    )
+
+  out = vocab_chunks.map_tokens(
+    per_token, cfg.token_chunk_size, flat(hs), flat(teacher_batch["slot_target"]), *map(flat, hts)
+  )
+  out = jax.tree.map(lambda x: x.reshape(rows, lk), out)
+  mean = lambda x: normalize(x, mask, "token_mean")
+  hit = (out["teacher_argmax"] == teacher_batch["slot_target"]).astype(jnp.float32)
+  sd = normalize(out["divergence"], mask, cfg.sd_normalization, cfg.sd_constant)
+  metrics = dict(
+    sd_loss=sd,
+    sd_gap_kl=mean(out["reverse_kl"]),
+    teacher_accuracy=mean(hit),
+    num_distilled_tokens=mask.sum(),
+  )
+  return sd, metrics
+
+
+def make_loss_fn(cfg: ml_collections.ConfigDict) -> Callable:
+  """Returns the jitted `loss_fn(student_hidden, head, batch, teacher=None, teacher_batch=None,
+  ref=None) -> (loss, metrics)`.
+
+  Args of loss_fn:
+    student_hidden: [B, L, D] model hidden states (after the final norm) on `batch['tokens']`.
+    head: [D, V] output head (`output_head(cfg, params)`).
+    batch: `trajectory.pack_batch` arrays; optional 'old_logprobs' [B, L].
+    teacher: tuple of (hidden [T, Lt, D], head [D, V]) on `teacher_batch['tokens']`, one per
+      `teacher_weights.teacher_variables(cfg, ...)` set in that order (trust_region: (initial,
+      current)), or None for RL only. No gradient flows into it.
+    teacher_batch: `teacher.build_teacher_batch` arrays.
+    ref: (hidden [B, L, D], head [D, V]) of the reference policy, when ref_kl_coef > 0.
+  Metrics: rl_loss, sd_loss, ref_kl (if on), clip_frac_low/high, entropy, tis_weight,
+    sd_gap_kl (mean KL(student || teacher) on the SD support), teacher_accuracy (teacher argmax
+    == sampled token), sd_token_frac (distilled / model tokens), token counts.
+  """
+  validate(cfg)
+  cfg = ml_collections.FrozenConfigDict(cfg)
+
+  @jax.jit
+  def loss_fn(student_hidden, head, batch, teacher=None, teacher_batch=None, ref=None):
+    if (teacher is None) != (teacher_batch is None):
+      raise ValueError("pass both teacher and teacher_batch (self-distillation) or neither")
+    loss, metrics = _rl_term(cfg, student_hidden, head, batch, ref)
+    if teacher is not None:
+      sd, sd_metrics = _sd_term(cfg, student_hidden, head, teacher, teacher_batch)
+      loss = loss + cfg.sd_coef * sd
+      metrics.update(sd_metrics)
+      metrics["sd_token_frac"] = sd_metrics["num_distilled_tokens"] / jnp.maximum(
+        metrics["num_model_tokens"], 1.0
+      )
+    metrics["loss"] = loss
+    return loss, metrics
+
+  return loss_fn

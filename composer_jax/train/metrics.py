@@ -1,0 +1,101 @@
+"""Metric sinks: console line with ETA, `metrics.jsonl`, TensorBoard event files.
+
+Each record is a flat dict of scalars with `step` (optimizer steps done) and `tokens`
+(training tokens consumed so far). Train records carry `loss`, `grad_norm`, `lr`, `tokens_per_s`,
+`moe/*` and `update_rms/*`; eval records carry `eval_loss`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging as py_logging
+import math
+import os
+import time
+
+from absl import logging
+from tensorboardX import SummaryWriter
+
+_BAR = 20  # characters of the progress bar
+# Keys shown on the console line, with their format; everything goes to the files.
+_CONSOLE = (("loss", "loss {:.4f}"), ("eval_loss", "eval_loss {:.4f}"),
+            ("grad_norm", "gnorm {:.3f}"), ("lr", "lr {:.2e}"),
+            ("moe/load_max_over_mean", "load {:.2f}"), ("tokens_per_s", "{:,.0f} tok/s"))
+
+
+class _DropLibraryInfo(py_logging.Filter):
+  """Drops INFO records of orbax (dozens of lines per save) from the console."""
+
+  def filter(self, record):
+    return record.levelno > py_logging.INFO or "orbax" not in record.pathname
+
+
+def quiet_library_logs() -> None:
+  """Keeps the console to the training log: library INFO chatter is dropped."""
+  handler = logging.get_absl_handler()
+  if not any(isinstance(f, _DropLibraryInfo) for f in handler.filters):
+    handler.addFilter(_DropLibraryInfo())
+
+
+def format_duration(seconds: float) -> str:
+  """`83` -> `1m23s`; `4000` -> `1h06m40s`."""
+  if not math.isfinite(seconds):
+    return "?"
+  s = int(round(seconds))
+  h, m, s = s // 3600, s // 60 % 60, s % 60
+  return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """Records of `<workdir>/metrics.jsonl`, one per step (steps re-run after a resume from an
+  earlier checkpoint were logged twice; the later record wins)."""
+  by_step = {}
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    for line in f:
+      record = json.loads(line)
+      by_step[record["step"]] = record
+  return [by_step[s] for s in sorted(by_step)]
+
+
+class MetricsWriter:
+  """Writes records to the console, `<workdir>/metrics.jsonl` and `<workdir>/tensorboard/`.
+
+  Files are appended to, so a resumed run continues the same curves.
+  """
+
+  def __init__(self, workdir: str, total_steps: int, start_step: int):
+    os.makedirs(workdir, exist_ok=True)
+    self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+    self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    self._total = total_steps
+    self._start_step = start_step
+    self._start_time = time.time()
+    self._anchor = None  # (step, time) of the first record
+
+  def write(self, record: dict) -> None:
+    """`record`: {'step': int, 'tokens': int, name: float, ...}."""
+    self._jsonl.write(json.dumps(record) + "\n")
+    self._jsonl.flush()
+    for k, v in record.items():
+      if k != "step":
+        self._tb.add_scalar(k, v, record["step"])
+    self._tb.flush()
+    logging.info(self._console_line(record))
+
+  def _console_line(self, record: dict) -> str:
+    step, now = record["step"], time.time()
+    if self._anchor is None:  # Until a second record, the rate includes compilation.
+      self._anchor = (step, now)
+      done, elapsed = step - self._start_step, now - self._start_time
+    else:
+      done, elapsed = step - self._anchor[0], now - self._anchor[1]
+    eta = elapsed / done * (self._total - step) if done > 0 else float("nan")
+    filled = int(_BAR * min(step / self._total, 1.0))
+    parts = [f"step {step}/{self._total} [{'#' * filled}{'.' * (_BAR - filled)}]"]
+    parts += [fmt.format(record[k]) for k, fmt in _CONSOLE if k in record]
+    parts.append(f"eta {format_duration(eta)}")
+    return " | ".join(parts)
+
+  def close(self) -> None:
+    self._jsonl.close()
+    self._tb.close()

@@ -1,0 +1,88 @@
+"""The jitted programs of a run and the shardings they use, cached per process.
+
+Compiling the train step dominates short runs on CPU, so `programs(config, model_cfg)`
+returns the same jitted functions for the same model, optimizer, layout and loss settings:
+repeated `train()` calls in one process (LR sweeps that share an LR, tests, notebooks,
+resuming) compile once.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import optax
+
+from composer_jax.model import transformer
+from composer_jax.model.config import ModelConfig
+from composer_jax.optim import build_optimizer, make_schedule, param_labels
+from composer_jax.parallel.mesh import DualMesh
+from composer_jax.train import placement
+from composer_jax.train import step as step_lib
+from composer_jax.train.state import TrainState, abstract_state, init_state
+
+_CACHE_SIZE = 4
+_cache: collections.OrderedDict = collections.OrderedDict()
+
+
+class Programs(NamedTuple):
+  """Everything of a run that depends only on model, optimizer, layout and loss settings.
+
+  Attributes:
+    mesh: the dual device mesh.
+    optimizer: the optax transformation.
+    target: TrainState of ShapeDtypeStructs carrying the state's shardings.
+    train_batch_sharding, eval_batch_sharding: for [G, B, L] and [B, L] batches.
+    init: `(key, variables or None) -> TrainState`, jitted onto `target`'s shardings.
+    train_step: `(state, batch[G, B, L]) -> (state, metrics)`, state donated.
+    eval_step: `(state, batch[B, L]) -> (ce_token_sum, num_tokens)`.
+  """
+
+  mesh: DualMesh
+  optimizer: optax.GradientTransformation
+  target: TrainState
+  train_batch_sharding: Any
+  eval_batch_sharding: Any
+  init: Callable
+  train_step: Callable
+  eval_step: Callable
+
+
+def _build(config, model_cfg: ModelConfig) -> Programs:
+  t = config.train
+  dm = placement.build_mesh(config.mesh)
+  axes = transformer.logical_axes(model_cfg)["params"]
+  optimizer = build_optimizer(config.optim, axes)
+  abstract = abstract_state(model_cfg, optimizer, jax.ShapeDtypeStruct((2,), "uint32"))
+  shardings = placement.state_shardings(abstract, axes, dm, config.rules)
+  target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                        abstract, shardings)
+  train_sharding, eval_sharding = placement.batch_shardings(dm, config.rules)
+  train_step = step_lib.make_train_step(
+      model_cfg, optimizer, make_schedule(config.optim, config.optim.lr),
+      param_labels(config.optim, axes), loss_chunk=t.loss_chunk, z_loss=t.z_loss,
+      router_bias_rate=t.router_bias_rate)
+  return Programs(
+      mesh=dm, optimizer=optimizer, target=target, train_batch_sharding=train_sharding,
+      eval_batch_sharding=eval_sharding,
+      init=jax.jit(lambda k, v: init_state(model_cfg, optimizer, k, v),
+                   out_shardings=shardings),
+      train_step=jax.jit(train_step, donate_argnums=0, out_shardings=(shardings, None)),
+      eval_step=jax.jit(step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk)))
+
+
+def programs(config, model_cfg: ModelConfig) -> Programs:
+  """The (cached) programs of `config`; the newest `_CACHE_SIZE` settings are kept."""
+  t = config.train
+  key = json.dumps([model_cfg.to_dict(), config.optim.to_dict(), config.mesh.to_dict(),
+                    config.rules.to_dict(), t.loss_chunk, t.z_loss, t.router_bias_rate],
+                   sort_keys=True, default=str)
+  if key not in _cache:
+    _cache[key] = _build(config, model_cfg)
+    while len(_cache) > _CACHE_SIZE:
+      _cache.popitem(last=False)
+  _cache.move_to_end(key)
+  return _cache[key]

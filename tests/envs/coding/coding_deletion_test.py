@@ -1,0 +1,122 @@
+"""libcst deletion, test hiding, scrubbing and the leak scan on the synthetic mini project."""
+
+import subprocess
+
+import pytest
+
+from composer_jax.envs.coding import deletion, hiding, project, scrub, testmap
+from tests.envs.coding.mini_project import MINI, write_project
+
+
+@pytest.fixture
+def mini(tmp_path):
+  root = write_project(tmp_path / "mini", MINI)
+  proj = deletion.Project(root)
+  syms = {s.qualname: s for f in proj.files for s in testmap.symbols_in_file(root, f)}
+  return root, proj, syms
+
+
+def test_eligibility(mini):
+  _, proj, syms = mini
+  got = sorted(k for k, s in syms.items() if proj.eligible(s))
+  # _scaled is private; minipkg.core is used by __init__; minipkg.text is imported by name.
+  assert got == [
+    "Greeter",
+    "Greeter.farewell_message",
+    "Greeter.greet",
+    "add_numbers",
+    "hypot_scaled",
+    "shout",
+  ]
+
+
+def test_delete_function_removes_dead_helpers_and_imports(mini):
+  root, proj, syms = mini
+  d = proj.delete([syms["hypot_scaled"]])
+  core = d.changed["minipkg/core.py"]
+  assert core.startswith("def add_numbers(a, b):")  # `import math` + `_SCALE` + `_scaled` gone
+  for gone in ("hypot_scaled", "_scaled", "_SCALE", "import math"):
+    assert gone not in core
+  assert "  return a + b\n" in core and "class Greeter:" in core  # the rest untouched
+  assert d.changed["minipkg/__init__.py"] == (
+    "from .core import Greeter, add_numbers\nfrom .text import shout\n\n"
+    '__all__ = ["Greeter", "add_numbers", "shout"]\n'
+  )
+  assert d.removed_names == ["_SCALE", "_scaled", "hypot_scaled"]
+  assert d.stubs == [
+    "# function hypot_scaled in minipkg/core.py\ndef hypot_scaled(a, b):\n"
+    '  """Twice the Euclidean norm of (a, b)."""\n  ...'
+  ]
+
+
+def test_delete_reexported_function_and_method(mini):
+  _, proj, syms = mini
+  d = proj.delete([syms["shout"], syms["Greeter.farewell_message"]])
+  assert d.changed["minipkg/text.py"] == "\n"
+  assert d.changed["minipkg/__init__.py"] == (
+    "from .core import Greeter, add_numbers, hypot_scaled\n\n"
+    '__all__ = ["Greeter", "add_numbers", "hypot_scaled"]\n'
+  )
+  core = d.changed["minipkg/core.py"]
+  assert "def greet(self):" in core and "farewell_message" not in core
+  assert core.endswith('    return "hello " + self.who\n')
+
+
+def test_delete_is_deterministic(mini):
+  _, proj, syms = mini
+  a = proj.delete([syms["Greeter"]])
+  b = deletion.Project(proj.root).delete([syms["Greeter"]])
+  assert a.changed == b.changed and a.removed_code == b.removed_code
+
+
+def test_hide_tests_removes_functions_and_their_data(mini):
+  root, _, _ = mini
+  passing = [
+    "tests/test_core.py::test_add",
+    "tests/test_core.py::test_hypot[3-4-10.0]",
+    "tests/test_core.py::TestGreeter::test_greet",
+    "tests/test_text.py::test_shout",
+    "tests/test_core.py::TestGreeter::test_farewell",
+  ]
+  touched = hiding.hide_tests(root, [passing[1], passing[2], passing[3]], passing)
+  assert touched == ["tests/test_core.py", "tests/test_text.py"]
+  text = (root / "tests/test_core.py").read_text()
+  assert "def test_add():" in text and "test_hypot" not in text and "NORMS" not in text
+  assert "def test_greet" not in text and "def test_farewell" in text
+  assert not (root / "tests/test_text.py").exists()  # all of its tests were hidden
+  hiding.hide_tests(
+    root,
+    ["tests/test_core.py::TestGreeter::test_farewell"],
+    ["tests/test_core.py::test_add", "tests/test_core.py::TestGreeter::test_farewell"],
+  )
+  assert "TestGreeter" not in (root / "tests/test_core.py").read_text()  # emptied class goes
+
+
+def test_scrub_git_and_leak_scan(tmp_path):
+  ws = write_project(tmp_path / "ws", MINI)
+  removed = scrub.scrub(ws)
+  assert set(removed) == {".mypy_cache", "README.md", "minipkg/__pycache__"}
+  head = scrub.fresh_git(ws)
+  ws2 = write_project(tmp_path / "ws2", MINI)
+  scrub.scrub(ws2)
+  assert scrub.fresh_git(ws2) == head  # deterministic single commit
+  log = subprocess.run(
+    ["git", "log", "--all", "--format=%H"], cwd=ws, capture_output=True, text=True, check=True
+  ).stdout.split()
+  assert log == [head]
+  # Names are matched as identifiers, in plain files and inside compressed git objects.
+  hits = scrub.leak_scan(ws, ["farewell_message", "Greet"], [])
+  assert "minipkg/core.py: name 'farewell_message'" in hits
+  assert any(h.startswith(".git/objects/") for h in hits)
+  assert not any("'Greet'" in h for h in hits)  # `Greeter`/`greet` are other identifiers
+  line = '    return "goodbye, dear " + self.who.upper()'
+  assert scrub.leak_lines([line]) == [line.strip()]
+  assert scrub.leak_lines([line], revealed=line) == []
+
+
+def test_pack_roundtrip_is_deterministic(tmp_path):
+  ws = write_project(tmp_path / "ws", {"a.py": "x = 1\n", "d/b.txt": "b\n"})
+  blob = project.pack(ws, ["d/b.txt", "a.py"])
+  assert blob == project.pack(ws, ["a.py", "d/b.txt"])
+  assert sorted(project.unpack(blob, tmp_path / "out")) == ["a.py", "d/b.txt"]
+  assert (tmp_path / "out/d/b.txt").read_text() == "b\n"

@@ -1,0 +1,141 @@
+"""End-to-end on the mini project: generation, validation, visible workspace, CLIs, bad input."""
+
+import json
+import subprocess
+
+import pytest
+
+from composer_jax.envs.coding import generator, grade, grader, make_tasks, project, scrub, sources
+from composer_jax.envs.coding import task as task_lib
+from tests.envs.coding.mini_project import FAST, MINI, requires_sandbox, write_project
+
+
+def test_tasks_are_validated(mini_gen):
+  gen, tasks = mini_gen
+  assert [t.features[0]["qualname"] for t in tasks] == ["hypot_scaled", "Greeter.greet"]
+  for t in tasks:
+    assert t.FAIL_TO_PASS and t.PASS_TO_PASS
+    assert not set(t.FAIL_TO_PASS) & set(t.PASS_TO_PASS)
+    assert set(t.FAIL_TO_PASS) | set(t.PASS_TO_PASS) <= set(gen.passing)
+    assert t.provenance["verify"] == {
+      "gold": 1.0,
+      "empty": 0.0,
+      "gold_wall_s": t.provenance["verify"]["gold_wall_s"],
+    }
+    assert t.provenance["coverage_map_sha256"] == gen.map.digest()
+  by_name = {t.features[0]["qualname"]: t for t in tasks}
+  assert by_name["Greeter.greet"].FAIL_TO_PASS == ["tests/test_core.py::TestGreeter::test_greet"]
+  # Coverage map: the parametrized hypot tests exercised hypot_scaled and its helper.
+  hyp = [f"tests/test_core.py::test_hypot[{p}]" for p in ("0-0-0.0", "3-4-10.0", "5-12-26.0")]
+  assert gen.map.tests_by_symbol["minipkg/core.py::hypot_scaled"] == hyp
+  assert gen.map.tests_by_symbol["minipkg/core.py::_scaled"] == hyp
+
+
+def test_visible_workspace_is_scrubbed(hypot_task, tmp_path):
+  files = project.unpack(hypot_task.workspace, tmp_path)
+  assert not [f for f in files if "__pycache__" in f or ".mypy_cache" in f or f == "README.md"]
+  assert "minipkg/core.py" in files and "tests/test_core.py" in files
+  tests_text = (tmp_path / "tests/test_core.py").read_text()
+  assert "test_hypot" not in tests_text and "NORMS" not in tests_text
+  assert "def test_add()" in tests_text  # PASS_TO_PASS tests stay visible
+  log = subprocess.run(
+    ["git", "log", "--all", "--format=%H"], cwd=tmp_path, check=True, capture_output=True, text=True
+  ).stdout.split()
+  assert log == [hypot_task.provenance["git_head"]]
+  assert (
+    scrub.leak_scan(
+      tmp_path, ["hypot_scaled", "_scaled", "_SCALE"], ["  length_of_the_vector = math.hypot(a, b)"]
+    )
+    == []
+  )
+
+
+def test_problem_statement_has_signature_not_body(hypot_task):
+  s = hypot_task.problem_statement
+  assert 'def hypot_scaled(a, b):\n  """Twice the Euclidean norm of (a, b)."""\n  ...' in s
+  assert "length_of_the_vector" not in s and "return _scaled" not in s
+  assert "- tests/test_core.py::test_hypot\n" in s and "3-4-10.0" not in s  # names, not data
+
+
+def test_grade_cli_gold_and_empty(hypot_task, tmp_path, capsys):
+  tasks = tmp_path / "tasks.jsonl"
+  task_lib.write_jsonl(tasks, [hypot_task])
+  (tmp_path / "gold.diff").write_text(hypot_task.gold_patch)
+  assert (
+    grade.main(
+      ["--tasks", str(tasks), "--id", hypot_task.id, "--patch", str(tmp_path / "gold.diff")]
+    )
+    == 0
+  )
+  out = json.loads(capsys.readouterr().out)
+  assert out["reward"] == 1.0 and out["partial"] == 1.0 and out["error"] == ""
+  assert set(out["tests"]) == set(hypot_task.FAIL_TO_PASS) | set(hypot_task.PASS_TO_PASS)
+  assert grade.main(["--tasks", str(tasks), "--id", "nope", "--patch", "GOLD"]) == 1
+
+
+def test_patch_that_does_not_apply(hypot_task):
+  bad = "--- a/minipkg/core.py\n+++ b/minipkg/core.py\n@@ -1,1 +1,1 @@\n-no such line\n+x\n"
+  g = grader.grade(hypot_task, bad)
+  assert g.reward == 0.0 and g.error.startswith("patch does not apply")
+
+
+@requires_sandbox
+@pytest.mark.parametrize(
+  "files,match",
+  [
+    (
+      {
+        "pkg/__init__.py": "def f():\n  return 1\n",
+        "tests/test_pkg.py": "from pkg import f\n\ndef test_f():\n  assert f() == 2\n",
+      },
+      "do not pass before any deletion",
+    ),
+    ({"pkg/__init__.py": "def f():\n  return 1\n"}, "has no tests"),
+  ],
+)
+def test_bad_sources_raise_and_write_nothing(tmp_path, files, match, capsys):
+  root = write_project(tmp_path / "proj", files)
+  gen = generator.Generator(
+    sources.resolve(str(root), tmp_path / "w"),
+    tmp_path / "w",
+    generator.Config(baseline_runs=0, limits=FAST),
+  )
+  with pytest.raises(ValueError, match=match):
+    gen.prepare()
+  out = tmp_path / "tasks.jsonl"
+  assert make_tasks.main(["--source", str(root), "--out", str(out), "--baseline-runs", "0"]) == 1
+  assert not out.exists() and match in capsys.readouterr().err
+
+
+def test_source_resolution_errors(tmp_path):
+  with pytest.raises(ValueError, match="not pinned"):
+    sources.resolve("inflection==0.0.0", tmp_path)
+  with pytest.raises(ValueError, match="not a directory, an sdist file, or name==version"):
+    sources.resolve("nonexistent-thing", tmp_path)
+  pins = sources.load_manifest()
+  assert len(pins) >= 3 and all(len(p["sha256"]) == 64 for p in pins)
+
+
+def test_unified_diff_roundtrip(tmp_path):
+  ws = write_project(tmp_path / "ws", {"a.py": "x = 1\n", "b.py": "y = 2"})
+  new = {"a.py": "x = 10\n", "b.py": None, "c/d.py": "z = 3\n"}
+  old = {"a.py": "x = 1\n", "b.py": "y = 2", "c/d.py": None}
+  assert grader.apply_patch(ws, task_lib.unified_diff(old, new)) == ""
+  assert (ws / "a.py").read_text() == "x = 10\n" and not (ws / "b.py").exists()
+  assert grader.apply_patch(ws, task_lib.unified_diff(new, old)) == ""
+  assert (ws / "b.py").read_text() == "y = 2" and not (ws / "c/d.py").exists()
+
+
+def test_mini_source_keeps_its_caches(mini_root):
+  # The generator never touches its input: the planted caches are still in the source tree.
+  assert (mini_root / ".mypy_cache").is_dir() and set(MINI) <= set(
+    project.walk(mini_root, skip=frozenset())
+  )
+
+
+def test_harder_variant_deletes_related_features(mini_gen, hypot_task):
+  gen, _ = mini_gen
+  (harder,) = gen.harder(hypot_task)
+  assert [f["qualname"] for f in harder.features] == ["hypot_scaled", "add_numbers"]
+  assert set(hypot_task.FAIL_TO_PASS) < set(harder.FAIL_TO_PASS)
+  assert harder.provenance["verify"]["gold"] == 1.0 and harder.provenance["n_features"] == 2

@@ -1,0 +1,120 @@
+"""Importer: quantized checkpoints, MTP / multimodal skipping, streaming CLI, bad input."""
+
+import subprocess
+import sys
+
+import chex
+import numpy as np
+import pytest
+
+from composer_jax.hf import checkpoint, importer, quant, writer
+from tests.hf import helpers
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+  """(variables, float32 HF checkpoint dir written from them)."""
+  variables = helpers.random_variables()
+  out = tmp_path_factory.mktemp("hf")
+  writer.export_hf(helpers.CFG, lambda p: helpers.get_path(variables, p), str(out),
+                   dtype="float32")
+  return variables, str(out)
+
+
+def _mutated(exported, tmp_path, fn):
+  config, tensors = helpers.read_dir(exported[1])
+  fn(config, tensors)
+  return helpers.write_dir(tmp_path / "mutated", config, tensors)
+
+
+def _expert_names(tensors):
+  return [n for n in tensors if ".mlp.experts." in n]
+
+
+def test_int4_experts(exported, tmp_path):
+  """Kimi-K2-Thinking layout: routed experts packed int4, everything else bf16/float."""
+  def to_int4(config, tensors):
+    for name in _expert_names(tensors):
+      base = name[:-len(".weight")]
+      packed, scale, shape = quant.quantize_int4_packed(tensors.pop(name), group_size=32)
+      tensors.update({base + ".weight_packed": packed, base + ".weight_scale": scale,
+                      base + ".weight_shape": shape})
+  _, got = importer.load_hf(_mutated(exported, tmp_path, to_int4))
+  want = exported[0]
+  for proj in ("gate", "up", "down"):
+    w = want["params"]["moe_layers"]["moe"]["experts"][proj]
+    g = np.asarray(got["params"]["moe_layers"]["moe"]["experts"][proj])
+    step = np.abs(w).max() / 7.5  # bound on any group's scale
+    assert 0 < np.abs(g - w).max() <= step / 2 + 1e-6
+  chex.assert_trees_all_equal(got["params"]["embed"], want["params"]["embed"])
+
+
+def test_fp8_without_scale(exported, tmp_path):
+  name = "model.layers.1.self_attn.o_proj.weight"
+
+  def drop_scale(config, tensors):
+    tensors[name] = quant.quantize_fp8_block(tensors[name])[0]
+  with pytest.raises(ValueError, match=f"fp8 tensor '{name}' has no block scale "
+                                       f"'{name}_scale_inv'"):
+    importer.load_hf(_mutated(exported, tmp_path, drop_scale))
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda c, t: t.update({"model.layers.1.self_attn.q_a_proj.weight":
+                            t["model.layers.1.self_attn.q_a_proj.weight"].T.copy()}),
+     r"Tensor 'model.layers.1.self_attn.q_a_proj.weight' has shape \(64, 32\), expected "
+     r"\(32, 64\) from config.json"),
+    (lambda c, t: t.update({"model.layers.2.mlp.experts.3.down_proj.weight":
+                            np.zeros((64, 31), np.float32)}),
+     r"Tensor 'model.layers.2.mlp.experts.3.down_proj.weight' has shape \(64, 31\), "
+     r"expected \(64, 32\)"),
+    (lambda c, t: t.pop("model.layers.2.mlp.experts.3.up_proj.weight"),
+     r"Missing tensor 'model.layers.2.mlp.experts.3.up_proj.weight' \(expected shape "
+     r"\(32, 64\)\)"),
+    (lambda c, t: t.update({"model.layers.0.mlp.extra.weight": np.zeros(2, np.float32)}),
+     r"1 unexpected tensor\(s\).*model.layers.0.mlp.extra.weight"),
+    (lambda c, t: c.update(model_type="qwen2"), "Unsupported model_type='qwen2'"),
+    (lambda c, t: c.update(hidden_size=48), "has shape"),
+])
+def test_bad_checkpoints(exported, tmp_path, mutate, match):
+  with pytest.raises(ValueError, match=match):
+    importer.load_hf(_mutated(exported, tmp_path, mutate))
+
+
+def test_mtp_layers_skipped_only_when_declared(exported, tmp_path):
+  mtp = "model.layers.3.eh_proj.weight"  # layer index == num_hidden_layers: an MTP layer
+
+  def add_mtp(declared):
+    return lambda c, t: (t.update({mtp: np.zeros((64, 128), np.float32)}),
+                         c.update(num_nextn_predict_layers=declared))
+  _, got = importer.load_hf(_mutated(exported, tmp_path / "a", add_mtp(1)))
+  chex.assert_trees_all_equal(got, exported[0])
+  with pytest.raises(ValueError, match="unexpected tensor.*eh_proj"):
+    importer.load_hf(_mutated(exported, tmp_path / "b", add_mtp(0)))
+
+
+def test_kimi_k25_nested_layout(exported, tmp_path):
+  """Text config under text_config, tensors under language_model., vision tensors skipped."""
+  def nest(config, tensors):
+    text = dict(config)
+    config.clear()
+    config.update(model_type="kimi_k25", text_config=dict(text, model_type="kimi_k2"))
+    for name in list(tensors):
+      tensors["language_model." + name] = tensors.pop(name)
+    tensors["vision_tower.patch_embed.proj.weight"] = np.zeros((4, 3), np.float32)
+  _, got = importer.load_hf(_mutated(exported, tmp_path, nest))
+  chex.assert_trees_all_equal(got, exported[0])
+
+
+def test_streaming_cli_import(exported, tmp_path):
+  out = tmp_path / "ckpt"
+  subprocess.run([sys.executable, "-m", "composer_jax.tools.import_hf", "--hf-dir", exported[1],
+                  f"--out={out}", "--dtype=bfloat16"], check=True, env=helpers.CLI_ENV)
+  assert checkpoint.load_config(str(out)).param_dtype == "bfloat16"
+  got = checkpoint.load(str(out))
+  assert not (out / "staging").exists()
+  want = exported[0]
+  chex.assert_trees_all_equal_structs(got, want)
+  chex.assert_trees_all_close(got, want, rtol=2**-8, atol=0)  # bfloat16 rounding
+  assert got["params"]["embed"]["embedding"].dtype.name == "bfloat16"
+  assert got["router"]["moe_layers"]["moe"]["bias"].dtype == np.float32

@@ -1,0 +1,73 @@
+"""Attention mask by hand; MLA against HF transformers `DeepseekV3Attention`."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf_ds
+
+from composer_jax.model import attention, rope
+from composer_jax.model.config import get_preset
+from tests.model import hf_reference
+
+
+def test_attention_mask_by_hand():
+  segs = jnp.array([[1, 1, 2, 2, 0]])
+  want = np.array([[1, 0, 0, 0, 0],
+                   [1, 1, 0, 0, 0],
+                   [0, 0, 1, 0, 0],
+                   [0, 0, 1, 1, 0],
+                   [0, 0, 0, 0, 0]], bool)
+  chex.assert_trees_all_equal(attention.attention_mask(segs), jnp.asarray(want)[None, None])
+
+
+def _hf_weights(cfg, rng):
+  """HF `[out, in]` weights and the same kernels in our input-first layout."""
+  h, d = cfg.num_heads, cfg.hidden_size
+  dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+  w = lambda *s: rng.standard_normal(s, dtype=np.float32) * 0.2
+  hf = {"kv_a_proj_with_mqa": w(cfg.kv_lora_rank + dr, d), "kv_b_proj": w(h * (dn + dv),
+        cfg.kv_lora_rank), "o_proj": w(d, h * dv), "kv_a_layernorm": 1 + w(cfg.kv_lora_rank)}
+  ours = {"kv_a": {"kernel": hf["kv_a_proj_with_mqa"].T},
+          "kv_b": {"kernel": hf["kv_b_proj"].T.reshape(cfg.kv_lora_rank, h, dn + dv)},
+          "o": {"kernel": hf["o_proj"].T.reshape(h, dv, d)},
+          "kv_norm": {"scale": hf["kv_a_layernorm"]}}
+  if cfg.q_lora_rank is None:
+    hf["q_proj"] = w(h * (dn + dr), d)
+    ours["q"] = {"kernel": hf["q_proj"].T.reshape(d, h, dn + dr)}
+  else:
+    hf.update(q_a_proj=w(cfg.q_lora_rank, d), q_b_proj=w(h * (dn + dr), cfg.q_lora_rank),
+              q_a_layernorm=1 + w(cfg.q_lora_rank))
+    ours.update(q_a={"kernel": hf["q_a_proj"].T},
+                q_b={"kernel": hf["q_b_proj"].T.reshape(cfg.q_lora_rank, h, dn + dr)},
+                q_norm={"scale": hf["q_a_layernorm"]})
+  return hf, ours
+
+
+@pytest.mark.parametrize("q_lora_rank", [32, None])
+def test_mla_matches_hf(q_lora_rank):
+  cfg = get_preset("tiny", q_lora_rank=q_lora_rank)
+  rng = np.random.default_rng(0)
+  b, length = 2, 9
+  hf_w, params = _hf_weights(cfg, rng)
+  x = rng.standard_normal((b, length, cfg.hidden_size), dtype=np.float32)
+  positions = np.tile(np.arange(length) + 100, (b, 1))
+
+  hf_cfg = hf_reference.hf_config(cfg)
+  layer = hf_ds.DeepseekV3Attention(hf_cfg, layer_idx=0)
+  with torch.no_grad():
+    for name, value in hf_w.items():
+      getattr(layer, name).weight.copy_(hf_reference.to_torch(value))
+    cos, sin = hf_ds.DeepseekV3RotaryEmbedding(hf_cfg)(torch.zeros(1),
+                                                       torch.from_numpy(positions))
+    causal = torch.full((length, length), float("-inf")).triu(1)[None, None]
+    want, _ = layer(hf_reference.to_torch(x), (cos, sin), causal)
+
+  cos_j, sin_j = rope.rope_tables(jnp.asarray(positions), cfg.qk_rope_head_dim, cfg.rope_theta,
+                                  cfg.rope_scaling)
+  mask = attention.attention_mask(jnp.ones((b, length), jnp.int32))
+  got = attention.MLA(cfg).apply({"params": jax.tree.map(jnp.asarray, params)},
+                                 jnp.asarray(x), cos_j, sin_j, mask)
+  chex.assert_trees_all_close(got, want.numpy(), atol=1e-4, rtol=1e-4)

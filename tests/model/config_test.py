@@ -1,0 +1,69 @@
+"""ModelConfig validation and preset parameter counts."""
+
+import pytest
+
+from composer_jax.model import transformer
+from composer_jax.model.config import ModelConfig, RopeScaling, get_preset
+
+
+def _hand_counts(c: ModelConfig):
+  """(total, active) by hand from the architecture (MLA with q-LoRA, untied head)."""
+  h, d = c.num_heads, c.hidden_size
+  attn = (d * c.q_lora_rank + c.q_lora_rank + c.q_lora_rank * h * c.qk_head_dim
+          + d * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank
+          + c.kv_lora_rank * h * (c.qk_nope_head_dim + c.v_head_dim) + h * c.v_head_dim * d)
+  block = attn + 2 * d  # + the two norms
+  expert = 3 * d * c.moe_intermediate_size
+  moe = (c.n_routed_experts + c.n_shared_experts) * expert + d * c.n_routed_experts
+  total = (2 * c.vocab_size * d + d + c.num_layers * block
+           + c.first_k_dense_replace * 3 * d * c.intermediate_size + c.num_moe_layers * moe)
+  active = total - c.num_moe_layers * (c.n_routed_experts - c.num_experts_per_tok) * expert
+  return total, active
+
+
+@pytest.mark.parametrize("name", ["kimi_k2", "deepseek_v3", "small", "tiny"])
+def test_param_counts_match_hand_count(name):
+  cfg = get_preset(name)
+  assert transformer.param_counts(cfg) == _hand_counts(cfg)
+
+
+@pytest.mark.parametrize("name,total,active,tol", [
+    # DeepSeek-V3 report: 671B total, 37B activated (we get 671.0B / 37.6B).
+    ("deepseek_v3", 671e9, 37e9, 0.016),
+    # Kimi K2 report: 1.04T total, 32.6B activated (we get 1.026T / 32.9B).
+    ("kimi_k2", 1.04e12, 32.6e9, 0.014),
+])
+def test_param_counts_near_public_numbers(name, total, active, tol):
+  got_total, got_active = transformer.param_counts(get_preset(name))
+  assert got_total == pytest.approx(total, rel=tol)
+  assert got_active == pytest.approx(active, rel=tol)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(num_experts_per_tok=9), "num_experts_per_tok"),
+    (dict(n_group=3), "n_group=3 must divide"),
+    (dict(n_group=8, topk_group=4), "2 experts"),
+    (dict(topk_group=3), "topk_group"),
+    (dict(n_group=4, topk_group=1, num_experts_per_tok=3), "fewer than"),
+    (dict(attention="mha"), "attention"),
+    (dict(moe_dispatch="megablox"), "moe_dispatch"),
+    (dict(remat_policy="some"), "remat_policy"),
+    (dict(dtype="int8"), "dtype"),
+    (dict(hidden_size=0), "hidden_size"),
+    (dict(q_lora_rank=0), "q_lora_rank"),
+    (dict(capacity_factor=0.0), "capacity_factor"),
+    (dict(qk_rope_head_dim=7), "even"),
+    (dict(first_k_dense_replace=4), "first_k_dense_replace"),
+    (dict(rope_scaling=RopeScaling(factor=0.5)), "factor"),
+    (dict(scoring_func="softmax"), "sigmoid"),
+])
+def test_bad_config_raises(overrides, match):
+  with pytest.raises(ValueError, match=match):
+    get_preset("tiny", **overrides)
+
+
+def test_unknown_preset_and_field():
+  with pytest.raises(ValueError, match="Unknown model preset"):
+    get_preset("gpt5")
+  with pytest.raises(ValueError, match="Unknown ModelConfig field"):
+    ModelConfig.from_dict({"hidden": 3})

@@ -1,0 +1,122 @@
+"""Newton–Schulz orthogonalization vs numpy SVD and vs optax.contrib."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from optax.contrib import _muon as optax_muon
+
+from composer_jax.optim import newton_schulz
+
+# Singular-value bands after 5 steps: Keller's quintic oscillates in ~[0.68, 1.13];
+# Polar Express (5 of its 8 tuned steps) in ~[0.87, 1.13], and converges by 8 steps.
+BANDS = {("quintic", 5): (0.65, 1.2), ("polar_express", 5): (0.85, 1.15),
+         ("polar_express", 8): (1 - 1e-4, 1 + 1e-4)}
+
+
+def _random_matrices(shape, seed=0):
+  """[..., m, n] float32 with known SVD: singular values log-spaced in [0.05, 1]."""
+  rng = np.random.default_rng(seed)
+  *batch, m, n = shape
+  k = min(m, n)
+  u, _ = np.linalg.qr(rng.standard_normal((*batch, m, k)))
+  v, _ = np.linalg.qr(rng.standard_normal((*batch, n, k)))
+  s = np.geomspace(0.05, 1.0, k) * rng.uniform(0.5, 2.0, (*batch, 1))
+  return ((u * s[..., None, :]) @ np.swapaxes(v, -1, -2)).astype(np.float32)
+
+
+@pytest.mark.parametrize("coeffs,steps", sorted(BANDS))
+@pytest.mark.parametrize("shape", [(16, 16), (8, 24), (24, 8), (4, 12, 6), (2, 3, 10, 14)],
+                         ids=["square", "wide", "tall", "per_head", "per_expert"])
+def test_output_is_polar_factor_with_singular_values_in_band(shape, coeffs, steps):
+  x = _random_matrices(shape)
+  out = np.asarray(newton_schulz.orthogonalize(jnp.asarray(x), coeffs, steps), np.float64)
+  chex.assert_shape(out, shape)
+  u, _, vt = np.linalg.svd(x.astype(np.float64), full_matrices=False)
+  # out = U f(S) V^T with the SAME singular vectors as x: U^T out V is diagonal.
+  core = np.swapaxes(u, -1, -2) @ out @ np.swapaxes(vt, -1, -2)
+  diag = np.diagonal(core, axis1=-2, axis2=-1)
+  off = core - diag[..., None] * np.eye(core.shape[-1])
+  np.testing.assert_array_less(np.abs(off), 1e-4)
+  lo, hi = BANDS[(coeffs, steps)]
+  sv = np.linalg.svd(out, compute_uv=False)
+  assert lo <= sv.min() and sv.max() <= hi, (sv.min(), sv.max())
+
+
+@pytest.mark.parametrize("coeffs,steps", [("quintic", 5), ("polar_express", 5),
+                                          ("polar_express", 3)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matches_optax_contrib(coeffs, steps, dtype):
+  """Same math as optax: equal to 1e-10 in float64; in float32 within rounding noise.
+
+  In float32 both sides are ~1e-6 (quintic) to ~3e-6 (Polar Express, whose
+  coefficients reach 23) away from the float64 result, so only quintic is held to
+  1e-6 there.
+  """
+  with jax.enable_x64(dtype == "float64"):
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((12, 20)), dtype)
+    table = newton_schulz.coefficient_schedule(coeffs, steps)
+    ref = optax_muon.orthogonalize_via_newton_schulz(x, jnp.asarray(table, dtype), steps, eps=0.0)
+    out = newton_schulz.orthogonalize(x, coeffs, steps, eps=0.0)
+    chex.assert_type(out, dtype)
+    atol = {"float64": 1e-10, "float32": 1e-6 if coeffs == "quintic" else 5e-6}[dtype]
+    chex.assert_trees_all_close(out, ref, atol=atol, rtol=0)
+
+
+def test_zero_matrix_gives_zeros_and_batch_members_are_independent():
+  x = _random_matrices((3, 6, 9))
+  x[1] = 0.0
+  out = np.asarray(newton_schulz.orthogonalize(jnp.asarray(x)))
+  assert np.isfinite(out).all()
+  np.testing.assert_array_equal(out[1], 0.0)
+  single = newton_schulz.orthogonalize(jnp.asarray(x[2]))
+  chex.assert_trees_all_close(out[2], single, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1e-20, 1e-30, 1e20])
+def test_scale_invariance(scale):
+  x = _random_matrices((8, 12))
+  ref = newton_schulz.orthogonalize(jnp.asarray(x))
+  out = newton_schulz.orthogonalize(jnp.asarray(x * np.float32(scale)))
+  chex.assert_trees_all_close(out, ref, atol=2e-6)
+
+
+def test_returns_input_dtype():
+  x = jnp.asarray(_random_matrices((8, 12)), jnp.bfloat16)
+  out = newton_schulz.orthogonalize(x)
+  chex.assert_type(out, jnp.bfloat16)
+  ref = newton_schulz.orthogonalize(x.astype(jnp.float32))
+  chex.assert_trees_all_close(out.astype(jnp.float32), ref, atol=1e-2)
+
+
+def test_coefficient_schedule_hand_values():
+  np.testing.assert_array_equal(newton_schulz.coefficient_schedule("quintic", 3),
+                                [[3.4445, -4.7750, 2.0315]] * 3)
+  table = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+  np.testing.assert_array_equal(newton_schulz.coefficient_schedule(table, 3),
+                                [[1, 2, 3], [4, 5, 6], [4, 5, 6]])
+  pe = newton_schulz.coefficient_schedule("polar_express", 10)
+  # Rows 0..6 carry the 1.01 safety factor (row 0 twice: input normalization too).
+  s = 1.01
+  np.testing.assert_allclose(pe[0], [8.28721201814563 / s**2, -23.595886519098837 / s**6,
+                                     17.300387312530933 / s**10])
+  np.testing.assert_allclose(pe[1], [4.107059111542203 / s, -2.9478499167379106 / s**3,
+                                     0.5448431082926601 / s**5])
+  np.testing.assert_array_equal(pe[7:], [[1.875, -1.25, 0.375]] * 3)
+
+
+@pytest.mark.parametrize("coeffs,steps,match", [
+    ("cubic", 5, "Unknown Newton-Schulz coefficients 'cubic'"),
+    ([1.0, 2.0], 5, r"shape \[3\] or \[n, 3\]"),
+    ([[1.0, 2.0, 3.0, 4.0]], 5, r"shape \[3\] or \[n, 3\]"),
+    ("quintic", 0, "positive integer"),
+])
+def test_bad_coefficients_raise(coeffs, steps, match):
+  with pytest.raises(ValueError, match=match):
+    newton_schulz.orthogonalize(jnp.ones((4, 4)), coeffs, steps)
+
+
+def test_vector_input_raises():
+  with pytest.raises(ValueError, match="rank >= 2"):
+    newton_schulz.orthogonalize(jnp.ones((4,)))
