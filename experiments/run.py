@@ -23,7 +23,8 @@ from composer_jax.train import loop
 
 def _define_config_flag():
   try:
-    return config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
+    default = os.path.join(os.path.dirname(__file__), "configs", "default.py")
+    return config_flags.DEFINE_config_file("config", default,
                                            "Experiment config file (Python, get_config()).",
                                            lock_config=True)
   except (AttributeError, KeyError) as e:  # An override naming a field that does not exist.
