@@ -1,0 +1,130 @@
+"""A tool-calling environment: a random subset of tools on offer, a task that needs some of them.
+
+Episode, as word tokens (`vocab.py`):
+
+    env    <bos> tools: forecast stocks mail task: temperature message <eot>
+    model  call weather <eot>                  # `weather` is not on offer
+    env    error weather not_found <eot>       # the episode continues
+    model  call forecast <eot>
+    env    result temperature <eot>
+    model  call mail <eot>
+    env    result message <eot>
+    model  answer <eot>                        # ends the episode
+
+Each episode (`sample_task`, seeded by a numpy Generator) offers one alias for each of a random
+subset of capabilities, in random order, and asks for 1..max_required of those capabilities. A
+model turn is `call TOOL <eot>` or `answer <eot>`; anything else gets `error bad_format <eot>`.
+The episode ends at `answer` or after `max_model_turns` model turns. Reward (task success):
+1 if the model answered after obtaining every required capability, else 0. A call to an
+unavailable tool costs a turn, so it lowers the reward only when the turn budget runs out: the
+reward says that something went wrong, not where.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from composer_jax.envs.tools import vocab as vocab_lib
+
+TOOL_CAPABILITY = {t: c for c, pair in vocab_lib.CAPABILITIES.items() for t in pair}
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolTask:
+  """available: the tools offered, in the order shown; required: capability words asked for."""
+
+  available: tuple[str, ...]
+  required: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeState:
+  """What the environment tracks of one episode."""
+
+  task: ToolTask
+  obtained: frozenset[str] = frozenset()
+  calls: int = 0
+  unavailable_calls: int = 0
+  model_turns: int = 0
+  answered: bool = False
+  done: bool = False
+
+
+class ToolEnv:
+  """Tasks, replies and rewards of the tool-calling environment (see module docstring)."""
+
+  def __init__(
+    self,
+    vocab: vocab_lib.Vocab,
+    *,
+    min_tools: int = 3,
+    max_tools: int = 6,
+    max_required: int = 3,
+    max_model_turns: int = 4,
+  ):
+    n = len(vocab_lib.CAPABILITIES)
+    if not 1 <= min_tools <= max_tools <= n:
+      raise ValueError(f"need 1 <= min_tools={min_tools} <= max_tools={max_tools} <= {n}")
+    if not 1 <= max_required <= min_tools:
+      raise ValueError(f"max_required={max_required} must be in [1, min_tools={min_tools}]")
+    if max_model_turns < 2:
+      raise ValueError(f"max_model_turns={max_model_turns} must be >= 2 (a call and an answer)")
+    self.vocab = vocab
+    self.min_tools, self.max_tools = min_tools, max_tools
+    self.max_required, self.max_model_turns = max_required, max_model_turns
+    self._call, self._answer = vocab.encode("call answer")
+
+  def sample_task(self, rng: np.random.Generator) -> ToolTask:
+    caps = list(vocab_lib.CAPABILITIES)
+    offered = rng.choice(len(caps), rng.integers(self.min_tools, self.max_tools + 1), replace=False)
+    available = tuple(vocab_lib.CAPABILITIES[caps[i]][rng.integers(2)] for i in offered)
+    required = rng.choice(offered, rng.integers(1, self.max_required + 1), replace=False)
+    return ToolTask(available, tuple(caps[i] for i in required))
+
+  def reset(self, task: ToolTask) -> tuple[EpisodeState, list[int]]:
+    """The initial state and the first (system) turn's tokens."""
+    words = ["<bos>", "tools:", *task.available, "task:", *task.required, "<eot>"]
+    return EpisodeState(task), self.vocab.encode(words)
+
+  def parse(self, tokens: Sequence[int]) -> tuple[str, str | None]:
+    """A model turn -> ('call', tool) | ('answer', None) | ('bad_format', None)."""
+    t, eot = [int(i) for i in tokens], self.vocab.eot_id
+    if len(t) == 3 and t[0] == self._call and t[2] == eot:
+      tool = self.vocab.words[t[1]]
+      if tool in TOOL_CAPABILITY:
+        return "call", tool
+    if t == [self._answer, eot]:
+      return "answer", None
+    return "bad_format", None
+
+  def step(self, state: EpisodeState, tokens: Sequence[int]) -> tuple[EpisodeState, list[int]]:
+    """Applies one model turn; returns the new state and the reply ([] once the episode is done)."""
+    if state.done:
+      raise ValueError("step() on a finished episode")
+    kind, tool = self.parse(tokens)
+    s = dataclasses.replace(state, model_turns=state.model_turns + 1)
+    if kind == "answer":
+      return dataclasses.replace(s, answered=True, done=True), []
+    if kind == "call" and tool in state.task.available:
+      cap = TOOL_CAPABILITY[tool]
+      s = dataclasses.replace(s, calls=s.calls + 1, obtained=s.obtained | {cap})
+      reply = ["result", cap, "<eot>"]
+    elif kind == "call":
+      s = dataclasses.replace(s, calls=s.calls + 1, unavailable_calls=s.unavailable_calls + 1)
+      reply = ["error", tool, "not_found", "<eot>"]
+    else:
+      reply = ["error", "bad_format", "<eot>"]
+    if s.model_turns >= self.max_model_turns:
+      return dataclasses.replace(s, done=True), []
+    return s, self.vocab.encode(reply)
+
+  def reward(self, state: EpisodeState) -> float:
+    """Task success: answered, with every required capability obtained."""
+    return float(state.answered and set(state.task.required) <= state.obtained)
+
+  def hint(self, task: ToolTask) -> list[int]:
+    """The text feedback for a call to an unavailable tool: the list of available tools."""
+    return self.vocab.encode(["reminder:", "available", *task.available, "<eot>"])

@@ -1,0 +1,87 @@
+"""Targeted text feedback: find the faulty model turns of an episode and write a hint for each.
+
+A feedback kind is a function `(env, episode) -> [(turn index, hint ids), ...]`. Kinds are looked
+up by name in `FEEDBACK_KINDS` (a factory taking the kind's options), so a new kind (a style rule,
+a banned phrase) plugs in by adding one entry. `distill_targets` runs the chosen kinds over a
+batch of episodes and returns `rl.teacher.DistillTarget`s; when several kinds flag the same turn,
+their hints are concatenated in the order the kinds were given, so each turn gets one teacher row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from composer_jax.rl.episodes import Episode
+from composer_jax.rl.teacher import DistillTarget
+
+Feedback = Callable[[object, Episode], list[tuple[int, list[int]]]]
+
+
+def model_turns(episode: Episode) -> list[tuple[int, np.ndarray]]:
+  """(turn index, sampled ids) of every model turn, in order."""
+  traj = episode.trajectory
+  out = []
+  for k in range(traj.num_turns):
+    if traj.is_model_turn(k):
+      start, end = traj.turn_span(k)
+      out.append((k, traj.tokens[start:end]))
+  return out
+
+
+def unavailable_tool() -> Feedback:
+  """Flags each `call TOOL` with TOOL not on offer; hint: 'reminder: available <the tools>'."""
+
+  def feedback(env, episode):
+    hint = env.hint(episode.task)
+    return [
+      (k, hint)
+      for k, ids in model_turns(episode)
+      if (call := env.parse(ids))[0] == "call" and call[1] not in episode.task.available
+    ]
+
+  return feedback
+
+
+def overlong_message(max_tokens: int = 3) -> Feedback:
+  """Flags model turns longer than `max_tokens`; hint: 'reminder: keep messages short'."""
+  if max_tokens < 1:
+    raise ValueError(f"max_tokens={max_tokens} must be >= 1")
+
+  def feedback(env, episode):
+    hint = env.vocab.encode("reminder: keep messages short <eot>")
+    return [(k, hint) for k, ids in model_turns(episode) if len(ids) > max_tokens]
+
+  return feedback
+
+
+FEEDBACK_KINDS: dict[str, Callable[..., Feedback]] = {
+  "unavailable_tool": unavailable_tool,
+  "overlong_message": overlong_message,
+}
+
+
+def make_feedback(kinds: Sequence[str], options: dict[str, dict] | None = None) -> list[Feedback]:
+  """Builds the named kinds; `options[name]` are keyword arguments of that kind's factory."""
+  options = options or {}
+  unknown = [k for k in list(kinds) + list(options) if k not in FEEDBACK_KINDS]
+  if unknown:
+    raise ValueError(f"unknown feedback kinds {unknown}; valid: {sorted(FEEDBACK_KINDS)}")
+  if not kinds:
+    raise ValueError(f"give at least one feedback kind from {sorted(FEEDBACK_KINDS)}")
+  return [FEEDBACK_KINDS[k](**options.get(k, {})) for k in kinds]
+
+
+def distill_targets(
+  feedbacks: Sequence[Feedback], env, episodes: Sequence[Episode]
+) -> list[DistillTarget]:
+  """One DistillTarget per flagged (episode, turn); `trajectory_index` = position in `episodes`."""
+  targets = []
+  for i, episode in enumerate(episodes):
+    hints: dict[int, list[int]] = {}
+    for feedback in feedbacks:
+      for k, hint in feedback(env, episode):
+        hints.setdefault(k, []).extend(hint)
+    targets.extend(DistillTarget(i, k, tuple(hints[k])) for k in sorted(hints))
+  return targets
