@@ -2,23 +2,30 @@
 
 Plain-jnp attention: logits and softmax in float32, a boolean mask built from
 segment ids (no cross-document attention, segment 0 = padding) and token order.
+Given a per-layer `kv_cache` buffer and the token positions, both modules write the new
+keys into the cache and attend over it (decoding), returning `(out, new layer cache)`.
 """
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from composer_jax.model import kv_cache
 from composer_jax.model.config import ModelConfig
 from composer_jax.model.layers import Linear, RMSNorm
 from composer_jax.model.rope import apply_rope, softmax_scale
+from composer_jax.parallel import context
 
 # The reference DeepSeek-V3 code builds q_a/kv_a layernorms with the RMSNorm default eps,
 # not config.rms_norm_eps; checkpoints were trained that way.
 LATENT_NORM_EPS = 1e-6
 
 
-def attention_mask(segment_ids: jax.Array) -> jax.Array:
+def attention_mask(segment_ids: jax.Array, order=None) -> jax.Array:
   """`[B, 1, L, L]` bool: query i may attend key j iff same nonzero segment and j <= i.
+
+  `order [L]` (default `arange(L)`): the sequence index of each row slot, for rows stored
+  permuted (context parallelism's zig-zag layout); then j may be attended iff order[j] <= order[i].
 
   Causality is by token index within the row, which equals position order for packed
   rows (positions increase within a document) and can never leak a later token even if
@@ -28,7 +35,8 @@ def attention_mask(segment_ids: jax.Array) -> jax.Array:
   length = segment_ids.shape[-1]
   same = segment_ids[:, :, None] == segment_ids[:, None, :]
   real = (segment_ids != 0)[:, :, None]
-  causal = jnp.tril(jnp.ones((length, length), dtype=bool))
+  order = jnp.arange(length) if order is None else jnp.asarray(order)
+  causal = order[None, :] <= order[:, None]
   return (same & real & causal)[:, None]
 
 
@@ -47,18 +55,36 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
+def latent_attention(q: jax.Array, latent: jax.Array, rank: int, mask: jax.Array,
+                     scale: float) -> jax.Array:
+  """Every head attends one shared latent key/value (absorbed MLA decode).
+
+  Args:
+    q: `[B, L, H, r + dr]` absorbed queries, latent: `[B, S, r + dr]` cached `[c_kv | k_rope]`
+      (the key is the whole row, the value its first `rank` = r entries), mask: `[B, 1, L, S]`.
+  Returns:
+    `[B, L, H, r]` attention-weighted latents in `latent.dtype`; logits and softmax float32.
+  """
+  logits = jnp.einsum("blhk,bsk->bhls", q, latent, preferred_element_type=jnp.float32) * scale
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(logits, axis=-1).astype(latent.dtype)
+  return jnp.einsum("bhls,bsr->blhr", probs, latent[..., :rank])
+
+
 class MLA(nn.Module):
   """Multi-head latent attention with decoupled RoPE (arXiv 2405.04434 §2.1, eq. 9-19).
 
   q = q_b(norm(q_a(x))) (or q(x) without q-LoRA), per head `[nope | rope]`;
   `kv_a(x) = [c_kv | k_rope]`: the kv latent (normalized, expanded per head by kv_b into
   `[k_nope | v]`) and one rope key shared by all heads. `x [B, L, D] -> [B, L, D]`.
+  With `cache` (`{'latent': [B, S, r + dr]}`) and `positions [B, L]`: writes `[c_kv | k_rope]`
+  at the positions and returns (`[B, L, D]`, updated cache); `mask` is then `[B, 1, L, S]`.
   """
 
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, mask):
+  def __call__(self, x, cos, sin, mask, cache=None, positions=None):
     c = self.cfg
     h, dn, dr, dv = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
     lin = dict(init_std=c.initializer_range, dtype=c.dtype, param_dtype=c.param_dtype)
@@ -73,28 +99,56 @@ class MLA(nn.Module):
     kv = Linear(d, (c.kv_lora_rank + dr,), ("embed", "kv_lora"), name="kv_a", **lin)(x)
     kv_lat, k_rope = kv[..., :c.kv_lora_rank], kv[..., c.kv_lora_rank:]
     kv_lat = RMSNorm(c.kv_lora_rank, LATENT_NORM_EPS, c.param_dtype, name="kv_norm")(kv_lat)
-    kv = Linear((c.kv_lora_rank,), (h, dn + dv), ("kv_lora", "heads", "head_dim"), name="kv_b",
-                **lin)(kv_lat)
-    k_nope, v = kv[..., :dn], kv[..., dn:]
+    kv_b = Linear((c.kv_lora_rank,), (h, dn + dv), ("kv_lora", "heads", "head_dim"),
+                  name="kv_b", **lin)
+    o = Linear((h, dv), d, ("heads", "head_dim", "embed"), name="o", **lin)
     q_rope = apply_rope(q[..., dn:], cos, sin)
     k_rope = apply_rope(k_rope[:, :, None, :], cos, sin)
+    scale = softmax_scale(dn + dr, c.rope_scaling)
+    if cache is not None:
+      # Absorbed decode (arXiv 2405.04434 §2.1.2): q_nope . (W_uk c) = (W_uk^T q_nope) . c and
+      # softmax(.) (W_uv c) = W_uv (softmax(.) c), so attention runs on the cached latent.
+      latent = kv_cache.write(cache["latent"], jnp.concatenate([kv_lat, k_rope[:, :, 0]], -1),
+                              positions)
+      w = kv_b.variables["params"]["kernel"].astype(c.dtype)  # [r, H, dn + dv]
+      q_lat = jnp.einsum("blhd,rhd->blhr", q[..., :dn], w[..., :dn])
+      out = latent_attention(jnp.concatenate([q_lat, q_rope], -1), latent, c.kv_lora_rank,
+                             mask, scale)
+      return o(jnp.einsum("blhr,rhd->blhd", out, w[..., dn:])), {"latent": latent}
+
+    def attend(q, latent, mask, expand):
+      """`latent [B, S, r + dr]` = `[c_kv | k_rope]` -> per-head K/V (`expand`: kv_b) -> attend."""
+      kv = expand(latent[..., :c.kv_lora_rank])
+      k_nope, v = kv[..., :dn], kv[..., dn:]
+      k_rope = latent[:, :, None, c.kv_lora_rank:]
+      k = jnp.concatenate([k_nope, jnp.broadcast_to(k_rope, k_nope.shape[:-1] + (dr,))], axis=-1)
+      return dot_product_attention(q, k, v, mask, scale)
+
     q = jnp.concatenate([q[..., :dn], q_rope], axis=-1)
-    k = jnp.concatenate([k_nope, jnp.broadcast_to(k_rope, k_nope.shape[:-1] + (dr,))], axis=-1)
-    out = dot_product_attention(q, k, v, mask, softmax_scale(dn + dr, c.rope_scaling))
-    return Linear((h, dv), d, ("heads", "head_dim", "embed"), name="o", **lin)(out)
+    latent = jnp.concatenate([kv_lat, k_rope[:, :, 0]], -1)
+    if not context.enabled():
+      return o(attend(q, latent, mask, kv_b))
+    # Context parallel: ranks all-gather the small latent, not K/V, and expand it locally.
+    expand = lambda w: lambda x: kv_b.clone(parent=None).apply({"params": {"kernel": w}}, x)
+    out = context.attention(lambda q, lat, m, w: attend(q, lat, m, expand(w)), q, latent, mask,
+                            kv_dims=("batch", "seq", None),
+                            weights=(kv_b.variables["params"]["kernel"],),
+                            weight_dims=((None, "heads", None),))
+    return o(out)
 
 
 class GQA(nn.Module):
   """Grouped-query attention (arXiv 2305.13245) with RoPE on the full head dim (ablations).
 
   `num_kv_heads` key/value heads, each shared by `num_heads / num_kv_heads` query heads.
-  `x [B, L, D] -> [B, L, D]`.
+  `x [B, L, D] -> [B, L, D]`. With `cache` (`{'k', 'v': [B, S, G, hd]}`) and `positions
+  [B, L]`: writes k, v at the positions and returns (`[B, L, D]`, updated cache).
   """
 
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, mask):
+  def __call__(self, x, cos, sin, mask, cache=None, positions=None):
     c = self.cfg
     h, kvh, hd = c.num_heads, c.num_kv_heads, c.head_dim
     lin = dict(init_std=c.initializer_range, dtype=c.dtype, param_dtype=c.param_dtype)
@@ -103,6 +157,20 @@ class GQA(nn.Module):
     k = Linear(d, (kvh, hd), ("embed", "kv_heads", "head_dim"), name="k", **lin)(x)
     v = Linear(d, (kvh, hd), ("embed", "kv_heads", "head_dim"), name="v", **lin)(x)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    k, v = jnp.repeat(k, h // kvh, axis=2), jnp.repeat(v, h // kvh, axis=2)
-    out = dot_product_attention(q, k, v, mask, softmax_scale(hd, c.rope_scaling))
-    return Linear((h, hd), d, ("heads", "head_dim", "embed"), name="o", **lin)(out)
+    if cache is not None:
+      cache = {"k": kv_cache.write(cache["k"], k, positions),
+               "v": kv_cache.write(cache["v"], v, positions)}
+      k, v = cache["k"], cache["v"]
+
+    def attend(q, k, v, mask):
+      k, v = jnp.repeat(k, h // kvh, axis=2), jnp.repeat(v, h // kvh, axis=2)
+      return dot_product_attention(q, k, v, mask, softmax_scale(hd, c.rope_scaling))
+
+    if cache is None and context.enabled():  # context parallel: ranks all-gather k|v
+      out = context.attention(lambda q, kv, m: attend(q, kv[..., :hd], kv[..., hd:], m), q,
+                              jnp.concatenate([k, v], -1), mask,
+                              kv_dims=("batch", "seq", "heads", None))
+    else:
+      out = attend(q, k, v, mask)
+    out = Linear((h, hd), d, ("heads", "head_dim", "embed"), name="o", **lin)(out)
+    return out if cache is None else (out, cache)

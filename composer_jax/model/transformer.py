@@ -6,7 +6,9 @@ is one `nn.scan` stack (params and the 'router' collection get a leading 'layers
 axis), so compile time does not grow with depth. The output head is not applied here:
 `output_head` returns the `[D, V]` matrix for `loss.chunked_cross_entropy`.
 
-Public API (SPEC): `Transformer`, `init`, `forward`, `output_head`, `logical_axes`,
+Decoding (`decode`) runs the same modules with a `kv_cache` and explicit positions.
+
+Public API (SPEC): `Transformer`, `init`, `forward`, `decode`, `output_head`, `logical_axes`,
 `param_counts`.
 """
 
@@ -16,11 +18,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from composer_jax.model import kv_cache
 from composer_jax.model.attention import GQA, MLA, attention_mask
 from composer_jax.model.config import ModelConfig
 from composer_jax.model.layers import Embed, RMSNorm, SwiGLU, param_init
 from composer_jax.model.moe import MoE
 from composer_jax.model.rope import rope_tables
+from composer_jax.parallel import context
 
 _REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
@@ -30,17 +34,24 @@ _REMAT_POLICIES = {
 
 
 class Block(nn.Module):
-  """Pre-norm decoder block: `x [B, L, D] -> (x [B, L, D], MoE stats or None)`."""
+  """Pre-norm decoder block: `x [B, L, D] -> (x [B, L, D], (MoE stats or None, cache))`.
+
+  `cache` (this layer's `kv_cache` buffers) and `positions [B, L]` switch attention to
+  decoding; the returned cache is the updated one (None without a cache).
+  """
 
   cfg: ModelConfig
   moe: bool
 
   @nn.compact
-  def __call__(self, x, cos, sin, mask, valid):
+  def __call__(self, x, cos, sin, mask, valid, cache=None, positions=None):
     c = self.cfg
     attn = (MLA if c.attention == "mla" else GQA)(c, name="attn")
-    x = x + attn(RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype, name="attn_norm")(x),
-                 cos, sin, mask)
+    y = attn(RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype, name="attn_norm")(x),
+             cos, sin, mask, cache, positions)
+    if cache is not None:
+      y, cache = y
+    x = x + y
     h = RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype, name="mlp_norm")(x)
     if self.moe:
       y, stats = MoE(c, name="moe")(h, valid)
@@ -48,7 +59,7 @@ class Block(nn.Module):
       y = SwiGLU(c.hidden_size, c.intermediate_size, c.initializer_range, c.dtype,
                  c.param_dtype, name="mlp")(h)
       stats = None
-    return (x + y).astype(c.dtype), stats
+    return (x + y).astype(c.dtype), (stats, cache)
 
 
 def _stack(cfg: ModelConfig, moe: bool, length: int, name: str) -> nn.Module:
@@ -57,8 +68,10 @@ def _stack(cfg: ModelConfig, moe: bool, length: int, name: str) -> nn.Module:
   if cfg.remat_policy != "none":
     # prevent_cse=False is safe (and faster) inside scan.
     block = nn.remat(Block, policy=_REMAT_POLICIES[cfg.remat_policy], prevent_cse=False)
+  # The layer cache is scanned (one slice per layer); everything else is shared.
   scanned = nn.scan(block, variable_axes={"params": 0, "router": 0},
-                    split_rngs={"params": True}, in_axes=(nn.broadcast,) * 4, length=length,
+                    split_rngs={"params": True}, in_axes=(nn.broadcast,) * 4 + (0, nn.broadcast),
+                    length=length,
                     metadata_params={nn.PARTITION_NAME: "layers"})
   return scanned(cfg, moe, name=name)
 
@@ -76,23 +89,35 @@ class Head(nn.Module):
 
 
 class Transformer(nn.Module):
-  """`tokens [B, L]` (+ segment_ids, positions `[B, L]`) -> (hidden `[B, L, D]`, aux)."""
+  """`tokens [B, L]` (+ segment_ids, positions `[B, L]`) -> (hidden `[B, L, D]`, aux).
+
+  With a `kv_cache` (and explicit positions): -> (hidden `[B, L, D]`, updated cache).
+  """
 
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens, segment_ids=None, positions=None):
+  def __call__(self, tokens, segment_ids=None, positions=None, cache=None):
     c = self.cfg
+    if cache is not None and positions is None:
+      raise ValueError("decoding with a kv cache needs explicit positions [batch, seq]")
     segment_ids, positions = _check_inputs(tokens, segment_ids, positions)
     x = Embed(c.vocab_size, c.hidden_size, c.initializer_range, c.dtype, c.param_dtype,
               name="embed")(tokens)
     rope_dim = c.qk_rope_head_dim if c.attention == "mla" else c.head_dim
     cos, sin = rope_tables(positions, rope_dim, c.rope_theta, c.rope_scaling)
-    mask, valid = attention_mask(segment_ids), segment_ids != 0
+    valid, new_cache = segment_ids != 0, {}
+    if cache is None:
+      mask = attention_mask(segment_ids, context.sequence_order(tokens.shape[1]))
+    else:
+      mask = kv_cache.mask(positions, jax.tree.leaves(cache)[0].shape[2])
+    layer_cache = lambda name: None if cache is None else cache[name]
     if c.first_k_dense_replace:
-      x, _ = _stack(c, False, c.first_k_dense_replace, "dense_layers")(x, cos, sin, mask, valid)
+      x, (_, new_cache["dense_layers"]) = _stack(c, False, c.first_k_dense_replace, "dense_layers")(
+          x, cos, sin, mask, valid, layer_cache("dense_layers"), positions)
     if c.num_moe_layers:
-      x, stats = _stack(c, True, c.num_moe_layers, "moe_layers")(x, cos, sin, mask, valid)
+      x, (stats, new_cache["moe_layers"]) = _stack(c, True, c.num_moe_layers, "moe_layers")(
+          x, cos, sin, mask, valid, layer_cache("moe_layers"), positions)
     else:
       e = c.n_routed_experts
       stats = dict(router_counts=jnp.zeros((0, e)), router_entropy=jnp.zeros((0,)),
@@ -101,6 +126,8 @@ class Transformer(nn.Module):
     x = RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype, name="final_norm")(x)
     if not c.tie_word_embeddings:
       Head(c, name="lm_head")()
+    if cache is not None:
+      return x, new_cache
     aux = dict(stats, balance_loss=stats["balance_loss"].sum(),
                dropped_tokens=stats["dropped_tokens"].sum())
     return x, aux
@@ -179,6 +206,17 @@ def forward(cfg: ModelConfig, variables: dict[str, Any], tokens: jax.Array,
   nonzero only for `moe_dispatch='capacity'`).
   """
   return Transformer(cfg).apply(variables, tokens, segment_ids, positions)
+
+
+def decode(cfg: ModelConfig, variables: dict[str, Any], tokens: jax.Array, positions: jax.Array,
+           cache: dict[str, Any]) -> tuple[jax.Array, dict[str, Any]]:
+  """Runs `tokens [B, L]` at `positions [B, L]` against a `kv_cache` (prefill or one step).
+
+  Writes the tokens' keys into cache slot = position; each attends the slots `<= ` its own
+  position (slots a row has not written yet must never be at or below a query position).
+  Returns (hidden `[B, L, D]` after the final norm, updated cache).
+  """
+  return Transformer(cfg).apply(variables, tokens, None, positions, cache)
 
 
 def output_head(cfg: ModelConfig, params: dict[str, Any]) -> jax.Array:
