@@ -32,6 +32,12 @@ def validate_layout(mesh_cfg, model_cfg: ModelConfig, num_devices: int,
   if model_cfg.attention == "gqa" and model_cfg.num_kv_heads % tp:
     raise ValueError(f"num_kv_heads={model_cfg.num_kv_heads} is not divisible by tensor "
                      f"parallelism {tp}")
-  cp = dense["context"]
-  if seq_len is not None and seq_len % (2 * cp):
-    raise ValueError(f"seq_len={seq_len} is not divisible by 2 * context parallelism = {2 * cp}")
+  if seq_len is not None:
+    check_context_split(seq_len, dense["context"])
+
+
+def check_context_split(seq_len: int, cp: int) -> None:
+  """Raises ValueError unless `seq_len` splits into 2 * `cp` equal zig-zag chunks."""
+  if seq_len % (2 * cp):
+    raise ValueError(f"seq_len={seq_len} is not divisible by 2 * context parallelism = {2 * cp}; "
+                     f"use a sequence length that is a multiple of {2 * cp}")

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
+from composer_jax.parallel import context
 from composer_jax.parallel import rules as rules_lib
 from composer_jax.parallel.mesh import DENSE_AXES, EXPERT_AXES, DualMesh, make_meshes, resolve_sizes
 from composer_jax.train.state import TrainState
@@ -94,8 +95,15 @@ def batch_shardings(dm: DualMesh, rules_cfg) -> tuple[NamedSharding, NamedShardi
 
 
 def to_global(batch: dict, sharding: NamedSharding) -> dict:
-  """Process-local numpy batch -> global jax arrays with `sharding`."""
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+  """Process-local numpy batch `{name: [.., L]}` -> global jax arrays with `sharding`.
+
+  With context parallelism (`context` > 1 in the sharding's mesh) the sequence axis is
+  first put in the load-balanced zig-zag order the model then expects
+  (`parallel.context.zigzag`; each process holds whole sequences: `context` is inside a host).
+  """
+  cp = sharding.mesh.shape.get("context", 1)
+  order = (lambda x: context.zigzag(x, cp)) if cp > 1 else (lambda x: x)
+  return {k: jax.make_array_from_process_local_data(sharding, order(np.asarray(v)))
           for k, v in batch.items()}
 
 
