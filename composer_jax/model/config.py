@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 ATTENTION_KINDS = ("mla", "gqa")
-MOE_DISPATCH_KINDS = ("dropless", "capacity", "dense")
+MOE_DISPATCH_KINDS = ("dropless", "capacity", "dense", "expert_parallel")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -63,8 +63,11 @@ class ModelConfig:
   scoring_func: str = "sigmoid"
   topk_method: str = "noaux_tc"
   seq_aux_loss_coef: float = 0.0  # optional sequence-level balance loss (eq. 17-20)
-  moe_dispatch: str = "dropless"  # "dropless" (ragged_dot), "capacity", "dense"
+  moe_dispatch: str = "dropless"  # one of MOE_DISPATCH_KINDS (see model/moe.py)
   capacity_factor: float = 1.25
+  # expert_parallel per-peer buffer: None = worst case (nothing drops), f = ceil(f * T_shard
+  # * K / EP) assignments (see composer_jax.parallel.expert_parallel).
+  ep_capacity_factor: float | None = None
   # Positions and normalization.
   rope_theta: float = 10000.0
   rope_scaling: RopeScaling | None = None
@@ -133,6 +136,8 @@ def _validate(c: ModelConfig) -> None:
                "initializer_range"):
     if getattr(c, name) < 0:
       bad(f"{name}={getattr(c, name)} must be >= 0")
+  if c.ep_capacity_factor is not None and not c.ep_capacity_factor > 0:
+    bad(f"ep_capacity_factor={c.ep_capacity_factor} must be None (no drops) or > 0")
   if c.q_lora_rank is not None and c.q_lora_rank <= 0:
     bad(f"q_lora_rank={c.q_lora_rank} must be None (no q compression) or > 0")
   if c.topk_method != "noaux_tc":

@@ -9,6 +9,10 @@ three interchangeable dispatches of the routed experts (`cfg.moe_dispatch`):
   assignments (GShard, arXiv 2006.16668); priority is k-major (every token's first
   choice before any second choice), in token order; the rest are dropped and counted.
 * `dense`: every expert on every token, weighted by the sparse gate — the reference.
+* `expert_parallel`: the experts sharded over the `expert` mesh axis, tokens exchanged with
+  all-to-all, each shard running `grouped_swiglu` on its experts
+  (`composer_jax.parallel.expert_parallel`) on the mesh of `context_mesh.current()` (set by
+  the trainer); `dropless` outside any mesh.
 """
 
 import math
@@ -20,6 +24,7 @@ import jax.numpy as jnp
 from composer_jax.model.config import ModelConfig
 from composer_jax.model.layers import Linear, SwiGLU, param_init
 from composer_jax.model.router import balance_loss, route, router_stats, update_router_bias
+from composer_jax.parallel import context_mesh, expert_parallel
 
 __all__ = ["MoE", "Experts", "update_router_bias"]
 
@@ -29,6 +34,16 @@ def _swiglu_experts(x, gate, up, down, matmul):
   return matmul(nn.silu(matmul(x, gate)) * matmul(x, up), down)
 
 
+def grouped_swiglu(h, group_sizes, gate, up, down):
+  """Experts on rows sorted by expert: `h [N, D]`, `group_sizes [E]` -> `[N, D]`.
+
+  Rows `group_sizes[:e].sum() ..` up to `+ group_sizes[e]` go to expert `e`; rows past
+  `group_sizes.sum()` (empty buffer slots) give 0.
+  """
+  matmul = lambda a, w: jax.lax.ragged_dot(a, w, group_sizes)
+  return _swiglu_experts(h, gate, up, down, matmul)
+
+
 def dropless(x, weights, experts, valid, gate, up, down):
   """Sorted grouped-matmul dispatch; `x [T, D]`, `weights`/`experts [T, K]` -> `[T, D]`, 0."""
   del valid  # Padding tokens are computed like any other (static shapes); never dropped.
@@ -36,8 +51,7 @@ def dropless(x, weights, experts, valid, gate, up, down):
   flat = experts.reshape(-1)
   order = jnp.argsort(flat, stable=True)  # assignment ids sorted by expert
   group_sizes = jnp.bincount(flat, length=gate.shape[0]).astype(jnp.int32)
-  matmul = lambda h, w: jax.lax.ragged_dot(h, w, group_sizes)
-  y_sorted = _swiglu_experts(x[order // k], gate, up, down, matmul)  # [T*K, D]
+  y_sorted = grouped_swiglu(x[order // k], group_sizes, gate, up, down)  # [T*K, D]
   y = y_sorted[jnp.argsort(order)].reshape(num_tokens, k, -1)
   return jnp.einsum("tkd,tk->td", y, weights.astype(y.dtype)), jnp.zeros((), jnp.float32)
 
@@ -92,7 +106,11 @@ class Experts(nn.Module):
     up = mk("up", (e, d, f), ("experts", "embed", "expert_mlp"))
     down = mk("down", (e, f, d), ("experts", "expert_mlp", "embed"))
     args = (x.astype(c.dtype), weights, experts, valid, gate, up, down)
-    if c.moe_dispatch == "dropless":
+    dual_mesh = context_mesh.current()
+    if c.moe_dispatch == "expert_parallel" and dual_mesh is not None:
+      return expert_parallel.dispatch(*args, expert_fn=grouped_swiglu, mesh=dual_mesh.expert,
+                                      capacity_factor=c.ep_capacity_factor)
+    if c.moe_dispatch in ("dropless", "expert_parallel"):  # no mesh: one device
       return dropless(*args)
     if c.moe_dispatch == "capacity":
       return capacity(*args, capacity_factor=c.capacity_factor)

@@ -203,7 +203,7 @@ def forward(cfg: ModelConfig, variables: dict[str, Any], tokens: jax.Array,
   'router_entropy' `[Lm]`, 'load_max_over_mean' `[Lm]` (see `router.router_stats`),
   'balance_loss' scalar (already times `seq_aux_loss_coef`, summed over layers; add it to
   the loss), 'dropped_tokens' scalar (dropped token-expert assignments, all layers;
-  nonzero only for `moe_dispatch='capacity'`).
+  nonzero only for bounded buffers: `capacity`, `expert_parallel` with `ep_capacity_factor`).
   """
   return Transformer(cfg).apply(variables, tokens, segment_ids, positions)
 

@@ -24,7 +24,8 @@ from composer_jax.model.config import ModelConfig
 
 # Fields that change numerics or memory but not the parameter tree: a checkpoint written
 # under one value restores under another.
-_RUNTIME_FIELDS = ("dtype", "remat_policy", "moe_dispatch", "capacity_factor")
+_RUNTIME_FIELDS = ("dtype", "remat_policy", "moe_dispatch", "capacity_factor",
+                   "ep_capacity_factor")
 
 
 def model_config_diff(saved: ModelConfig, current: ModelConfig,

@@ -51,14 +51,18 @@ def make_loss_fn(model_cfg: ModelConfig, *, loss_chunk: int, z_loss: float) -> C
   return loss_fn
 
 
-def _moe_metrics(counts_LmxE: jax.Array, aux: dict) -> dict:
-  """Load balance of the step's summed router counts and mean router entropy."""
+def _moe_metrics(counts_LmxE: jax.Array, aux: dict, dropped: jax.Array) -> dict:
+  """Load balance of the step's summed router counts, mean router entropy, and the step's
+  `dropped` token-expert assignments (all micro-batches and MoE layers; nonzero only for
+  bounded buffers: `capacity`, `expert_parallel` with `ep_capacity_factor`), also as a
+  fraction of all routed assignments."""
   if counts_LmxE.size == 0:
     return {}
   load = counts_LmxE.max(-1) / jnp.maximum(counts_LmxE.mean(-1), 1e-9)  # [Lm]
   return {"moe/load_max_over_mean": load.mean(), "moe/load_max_over_mean_worst": load.max(),
           "moe/router_entropy": aux["router_entropy"].mean(),
-          "moe/dropped_tokens": aux["dropped_tokens"]}
+          "moe/dropped_tokens": dropped,
+          "moe/dropped_fraction": dropped / jnp.maximum(counts_LmxE.sum(), 1.0)}
 
 
 def make_train_step(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
@@ -116,7 +120,7 @@ def make_train_step(model_cfg: ModelConfig, optimizer: optax.GradientTransformat
         "balance_loss": aux["balance_loss"], "num_tokens": n_sum,
         "grad_norm": optax.tree.norm(grads), "update_norm": optax.tree.norm(updates),
         "lr": schedule(state.step),
-        **_moe_metrics(counts, aux),
+        **_moe_metrics(counts, aux, per_micro["dropped_tokens"].sum()),
         **{f"update_rms/{k}": v for k, v in update_rms_by_group(updates, labels).items()},
     }
     new_state = TrainState(step=state.step + 1, params=params, router=router,
