@@ -7,6 +7,14 @@ cross-entropy through the output head, plus the balance loss) w.r.t. all params,
 random tokens, on one device; both dispatches of a preset run in the same process.
 Prints compile seconds, median step milliseconds and the dense/dropless ratio.
 
+With more than one device visible it also times the routed experts alone (value_and_grad
+of `<y, c>` w.r.t. tokens, gate values and expert weights, the preset's sizes, random
+routing): expert-parallel dispatch (`composer_jax.parallel.expert_parallel`, EP = all
+devices, default no-drop buffers) against single-device `dropless`, and prints
+`ep / dropless` step time. On CPU get 8 fake devices with
+`XLA_FLAGS=--xla_force_host_platform_device_count=8`; there EP only adds all-to-all copies
+and 8x-padded no-drop buffers on the same cores, so expect a ratio above 1.
+
 Sizes: `tiny` at batch 8 x seq 64 (preset as is). `small` at batch 1 x seq 64 with
 `--small_layers=2` (one dense + one MoE layer) so a CPU step takes seconds; on an
 accelerator pass `--small_layers=0 --small_batch=8 --small_seq=2048`. Note that on CPU
@@ -14,16 +22,20 @@ accelerator pass `--small_layers=0 --small_batch=8 --small_seq=2048`. Note that 
 cannot beat dense there; the gap it opens is an accelerator (grouped-GEMM) effect.
 """
 
+import functools
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
+from jax.sharding import NamedSharding, PartitionSpec
 
 from composer_jax.model import config as model_config
 from composer_jax.model import loss as model_loss
-from composer_jax.model import transformer
+from composer_jax.model import moe, transformer
+from composer_jax.parallel import expert_parallel
+from composer_jax.parallel.mesh import EXPERT_AXES, default_mesh_config, make_meshes
 
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "small"], "Model presets to time.")
 _TINY_BATCH = flags.DEFINE_integer("tiny_batch", 8, "Batch size for tiny.")
@@ -50,16 +62,51 @@ def _time_step(cfg: model_config.ModelConfig, batch: int, seq: int,
                                              targets, mask, chunk_size=1024)
     return ce + aux["balance_loss"]
 
-  step = jax.jit(jax.value_and_grad(loss))
+  return _time(jax.jit(jax.value_and_grad(loss)), (variables["params"],), iters)
+
+
+def _time(step, args, iters: int) -> tuple[float, float]:
+  """(compile + first-call seconds, median seconds of `iters` more calls) of `step(*args)`."""
   t0 = time.perf_counter()
-  jax.block_until_ready(step(variables["params"]))
+  jax.block_until_ready(step(*args))
   first = time.perf_counter() - t0
   times = []
   for _ in range(iters):
     t0 = time.perf_counter()
-    jax.block_until_ready(step(variables["params"]))
+    jax.block_until_ready(step(*args))
     times.append(time.perf_counter() - t0)
   return first, float(np.median(times))
+
+
+def _time_experts(cfg: model_config.ModelConfig, num_tokens: int,
+                  iters: int) -> dict[str, tuple[float, float]]:
+  """{'dropless', 'ep'}: (first, median step seconds) of the routed experts' value_and_grad."""
+  e, d, f, k = (cfg.n_routed_experts, cfg.hidden_size, cfg.moe_intermediate_size,
+                cfg.num_experts_per_tok)
+  keys = jax.random.split(jax.random.key(0), 6)
+  x = jax.random.normal(keys[0], (num_tokens, d), cfg.dtype)
+  gate, up = (jax.random.normal(kk, (e, d, f), cfg.dtype) / d**0.5 for kk in keys[1:3])
+  down = jax.random.normal(keys[3], (e, f, d), cfg.dtype) / f**0.5
+  experts = jax.lax.top_k(jax.random.normal(keys[4], (num_tokens, e)), k)[1]
+  weights = jax.random.uniform(keys[5], (num_tokens, k))
+  valid = jnp.ones((num_tokens,), bool)
+  mesh = make_meshes(default_mesh_config()).expert
+  dispatches = {"dropless": moe.dropless,
+                "ep": functools.partial(expert_parallel.dispatch, expert_fn=moe.grouped_swiglu,
+                                        mesh=mesh)}
+
+  def grads(fn, x, weights, gate, up, down):
+    def loss(*a):
+      y, _ = fn(a[0], a[1], experts, valid, *a[2:])
+      return jnp.sum(y.astype(jnp.float32) * x.astype(jnp.float32))
+    return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(x, weights, gate, up, down)
+
+  args = (x, weights, gate, up, down)
+  sharded = jax.device_put(args, (NamedSharding(mesh, PartitionSpec(EXPERT_AXES)),) * 2
+                           + (NamedSharding(mesh, PartitionSpec("expert")),) * 3)
+  return {name: _time(jax.jit(functools.partial(grads, fn)),
+                      sharded if name == "ep" else args, iters)
+          for name, fn in dispatches.items()}
 
 
 def main(argv):
@@ -81,6 +128,16 @@ def main(argv):
       print(f"{preset} (layers={cfg.num_layers}, batch={batch}, seq={seq}, dtype={cfg.dtype}) "
             f"{dispatch:8s}: compile+first {first:7.1f} s, step {1e3 * step_s[dispatch]:9.1f} ms")
     print(f"{preset}: dense / dropless step time = {step_s['dense'] / step_s['dropless']:.2f}")
+    if jax.device_count() == 1:
+      print(f"{preset}: expert-parallel timing skipped (one device; see the module docstring)")
+      continue
+    timed = _time_experts(cfg, batch * seq, _ITERS.value)
+    for name, (first, step) in timed.items():
+      print(f"{preset} routed experts (tokens={batch * seq}) {name:8s} on "
+            f"{jax.device_count() if name == 'ep' else 1} device(s): compile+first "
+            f"{first:7.1f} s, step {1e3 * step:9.1f} ms")
+    print(f"{preset}: ep / dropless routed-experts step time = "
+          f"{timed['ep'][1] / timed['dropless'][1]:.2f}")
 
 
 if __name__ == "__main__":
