@@ -12,11 +12,12 @@ import pytest
 
 from composer_jax.model import moe, transformer
 from composer_jax.model.config import get_preset
-from composer_jax.parallel import context_mesh, expert_parallel
+from composer_jax.parallel import context, context_mesh, expert_parallel
 from composer_jax.parallel.mesh import default_mesh_config, make_meshes
 from composer_jax.parallel.rules import default_rules, param_shardings
 from composer_jax.train import step as step_lib
 from composer_jax.train.state import init_state
+from experiments.configs import layouts
 
 _T, _D, _E, _F, _K = 64, 8, 16, 6, 2
 
@@ -180,24 +181,26 @@ def test_moe_layer_with_sharded_params_matches_dropless():
 
 @pytest.mark.slow
 def test_train_step_reports_dropped_assignments():
-  """A bounded buffer's drops reach the train-step metrics: the sum over micro-batches of
-  the forward's count, and that over all routed assignments as the fraction."""
+  """cp2_ep8 (context parallel 2 and EP 8 on the same 8 devices), a bounded buffer: the
+  step's dropped count is the sum over micro-batches of the forward's, and its fraction of
+  all routed assignments is reported."""
   cfg = get_preset("tiny", moe_dispatch="expert_parallel", num_layers=1, first_k_dense_replace=0,
                    ep_capacity_factor=0.25)
-  dm = make_meshes(default_mesh_config())
+  dm = make_meshes(layouts.get_config("cp2_ep8").mesh)
   state = init_state(cfg, optax.sgd(0.1), jax.random.key(0))
   rng = np.random.default_rng(0)
-  tokens = rng.integers(0, cfg.vocab_size, (2, 2, 16), dtype=np.int32)  # [G, B, L]
+  tokens = rng.integers(0, cfg.vocab_size, (2, 4, 16), dtype=np.int32)  # [G, B, L]
   ones = np.ones(tokens.shape, np.int32)
   batch = {"tokens": tokens, "targets": tokens, "loss_mask": ones.astype(np.float32),
            "segment_ids": ones, "positions": np.cumsum(ones, -1) - 1}
+  batch = {k: context.zigzag(v, 2) for k, v in batch.items()}  # the context-parallel layout
   step = step_lib.make_train_step(cfg, optax.sgd(0.1), optax.constant_schedule(0.1),
                                   jax.tree.map(lambda _: "adamw", state.params), loss_chunk=64,
                                   z_loss=0.0, router_bias_rate=0.0)
   _, metrics = jax.jit(context_mesh.with_mesh(dm, step))(state, batch)
-  forward = jax.jit(context_mesh.with_mesh(dm, lambda t: transformer.forward(
-      cfg, {"params": state.params, "router": state.router}, t)[1]))
-  per_micro = [forward(t) for t in tokens]
+  forward = jax.jit(context_mesh.with_mesh(dm, lambda t, p: transformer.forward(
+      cfg, {"params": state.params, "router": state.router}, t, positions=p)[1]))
+  per_micro = [forward(t, p) for t, p in zip(batch["tokens"], batch["positions"])]
   want = sum(float(a["dropped_tokens"]) for a in per_micro)
   routed = sum(float(a["router_counts"].sum()) for a in per_micro)
   assert want > 0
