@@ -19,6 +19,7 @@ import optax
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 from composer_jax.optim import build_optimizer, make_schedule, param_labels
+from composer_jax.parallel import context_mesh
 from composer_jax.parallel.mesh import DualMesh
 from composer_jax.train import placement
 from composer_jax.train import step as step_lib
@@ -70,8 +71,12 @@ def _build(config, model_cfg: ModelConfig) -> Programs:
       eval_batch_sharding=eval_sharding,
       init=jax.jit(lambda k, v: init_state(model_cfg, optimizer, k, v),
                    out_shardings=shardings),
-      train_step=jax.jit(train_step, donate_argnums=0, out_shardings=(shardings, None)),
-      eval_step=jax.jit(step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk)))
+      # The model's shard_map layers (context-parallel attention, expert-parallel MoE) read the
+      # mesh while tracing; init needs none (single-device semantics).
+      train_step=jax.jit(context_mesh.with_mesh(dm, train_step), donate_argnums=0,
+                         out_shardings=(shardings, None)),
+      eval_step=jax.jit(context_mesh.with_mesh(
+          dm, step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk))))
 
 
 def programs(config, model_cfg: ModelConfig) -> Programs:
