@@ -1,6 +1,6 @@
 """Jitted autoregressive sampling with a KV cache: the RL rollout policy.
 
-One `jax.jit` per (config, shapes, sampling settings): a prefill of the whole prompt batch
+One `jax.jit` per (config, shapes, stop sequences; temperature and top_p are traced): a prefill
 writes the cache (`model.kv_cache`: the compressed latent for MLA, k/v per kv head for
 GQA), then a `lax.while_loop` feeds one token per row per step until every row has stopped
 or `max_new_tokens` are drawn.
@@ -70,19 +70,17 @@ def top_p_logprobs(logp: jax.Array, top_p: float) -> jax.Array:
 
 
 def _draw(key, logits, temperature, top_p):
-  """Samples `[B]` tokens from `logits [B, V]` -> (tokens, model log-probs, sampling log-probs)."""
-  model = jax.nn.log_softmax(logits, axis=-1)
-  if temperature == 0:
-    tokens = jnp.argmax(logits, axis=-1)
-    sampling = jnp.zeros(logits.shape[:1], jnp.float32)
-  else:
-    q = jax.nn.log_softmax(logits / temperature, axis=-1)
-    if top_p < 1:
-      q = top_p_logprobs(q, top_p)
-    tokens = jax.random.categorical(key, q, axis=-1)
-    sampling = jnp.take_along_axis(q, tokens[:, None], axis=-1)[:, 0]
-  tokens = tokens.astype(jnp.int32)
-  return tokens, jnp.take_along_axis(model, tokens[:, None], axis=-1)[:, 0], sampling
+  """Samples `[B]` tokens from `logits [B, V]` -> (tokens, model log-probs, sampling log-probs).
+
+  `temperature`, `top_p`: traced scalars; temperature 0 is greedy (sampling log-prob 0).
+  """
+  greedy = temperature == 0
+  q = jax.nn.log_softmax(logits / jnp.where(greedy, 1.0, temperature), axis=-1)
+  q = jax.lax.cond(top_p < 1, top_p_logprobs, lambda q, _: q, q, top_p)  # skip the sort at 1
+  tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1),
+                     jax.random.categorical(key, q, axis=-1)).astype(jnp.int32)
+  pick = lambda lp: jnp.take_along_axis(lp, tokens[:, None], axis=-1)[:, 0]
+  return tokens, pick(jax.nn.log_softmax(logits, axis=-1)), jnp.where(greedy, 0.0, pick(q))
 
 
 def _ends_with_stop(recent: jax.Array, stops: tuple[tuple[int, ...], ...]) -> jax.Array:
@@ -104,8 +102,7 @@ class _State(NamedTuple):
   recent: jax.Array  # [B, M] last M generated tokens, M = longest stop sequence
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "temperature", "top_p",
-                                             "stops", "pad_id"))
+@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "stops", "pad_id"))
 def _sample(cfg, variables, prompts, prompt_lens, key, *, max_new_tokens, temperature, top_p,
             stops, pad_id):
   b, p = prompts.shape
@@ -178,8 +175,8 @@ def sample(cfg: ModelConfig, variables: dict[str, Any], prompts: jax.Array,
     prompt_lens: `[B]` int, `1 <= prompt_lens[b] <= P`.
     key: PRNG key; the same key and inputs give the same output.
     max_new_tokens: N >= 1; `P + N - 1 <= cfg.max_position_embeddings`.
-    temperature: >= 0; 0 = greedy (argmax). Static (a new value recompiles).
-    top_p: nucleus mass in (0, 1]; 1 = off. Static.
+    temperature: >= 0; 0 = greedy (argmax). Traced: new values do not recompile.
+    top_p: nucleus mass in (0, 1]; 1 = off (no sort at run time). Traced.
     stop_ids: stop sequences: a tuple of token ids and/or tuples of token ids. Static.
     pad_id: token written after a row's end. Static.
 
@@ -213,6 +210,6 @@ def sample(cfg: ModelConfig, variables: dict[str, Any], prompts: jax.Array,
   if cfg.moe_dispatch == "capacity":
     cfg = cfg.replace(moe_dispatch="dropless")
   return _sample(cfg, variables, prompts.astype(jnp.int32), prompt_lens.astype(jnp.int32), key,
-                 max_new_tokens=int(max_new_tokens), temperature=float(temperature),
-                 top_p=float(top_p), stops=_stop_sequences(stop_ids, cfg.vocab_size),
+                 max_new_tokens=int(max_new_tokens), temperature=jnp.float32(temperature),
+                 top_p=jnp.float32(top_p), stops=_stop_sequences(stop_ids, cfg.vocab_size),
                  pad_id=int(pad_id))
