@@ -16,9 +16,11 @@ The exchange is `jax.lax.ragged_all_to_all` on GPU/TPU (only the rows that exist
 every shard's receive buffer has `EP * C` rows) and, because XLA:CPU lacks that op, a dense
 `jax.lax.all_to_all` of fixed `[EP, C, D]` per-peer buffers on CPU. By default `C` is the
 worst case, `T_s * min(K, E / EP)` (every local assignment to one shard), so nothing can
-drop and the result equals the single-device `dropless` dispatch. With
-`capacity_factor=f`, `C = ceil(f * T_s * K / EP)` (`f` times the balanced load). What
-overflows is dropped — contributes 0 — and counted (valid tokens only): per peer buffer on
+drop and the result equals the single-device `dropless` dispatch — at the price of
+buffers `EP * min(K, E/EP) / K` times the balanced load, fine for tests and small EP. At
+scale set `capacity_factor=f` (`ModelConfig.ep_capacity_factor`): `C = ceil(f * T_s * K /
+EP)`, `f` times the balanced load. What overflows is dropped — contributes 0 — and
+counted (valid tokens only; `moe/dropped_tokens` in the train metrics): per peer buffer on
 CPU (assignments past the first `C` for that shard, in expert then token order); per
 receiving shard on GPU/TPU (past its `EP * C` rows, senders in shard order).
 
