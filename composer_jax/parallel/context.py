@@ -10,13 +10,17 @@ The permutation is applied once to the batch, host-side (`zigzag` on tokens, tar
 segment ids, positions and loss mask in `train.placement.to_global`), so every per-token
 layer (embedding, norms, MLPs, MoE, the token-summed loss) is unaffected, RoPE sees the
 true positions (explicit inputs), and the model's hidden states come out in zig-zag order.
+(Bounded-buffer MoE dispatch — `capacity`, or `expert_parallel` with `ep_capacity_factor` —
+drops by row order, so which tokens it drops changes with the layout; dropless is exact.)
 Only attention mixes tokens: its mask orders tokens by `zigzag_order` (the original index
 of each row slot, `attention_mask(segment_ids, order)`), and `attention` runs it inside
 `jax.shard_map`, where each rank all-gathers the per-token key/value inputs of the whole
-sequence and attends its own queries to them. For MLA (arXiv 2405.04434 §2.1) that input is
-the compressed latent `[c_kv | k_rope]` (`kv_lora_rank + qk_rope_head_dim` per token, shared
-by all heads); each rank expands K/V locally with `kv_b` — `H (d_nope + d_v) /
-(kv_lora_rank + d_rope)` times fewer bytes than gathering K/V (8x for DeepSeek-V3).
+sequence and attends its own queries to them (all-gather context parallelism with zig-zag
+balancing, as in Llama 3, arXiv 2407.21783 §3.3.2). For MLA (arXiv 2405.04434 §2.1) that
+input is the compressed latent `[c_kv | k_rope]` (`kv_lora_rank + qk_rope_head_dim` floats per
+token, shared by all heads) and each rank expands K/V locally with `kv_b`: DeepSeek-V3
+gathers 576 floats per token instead of the 40,960 of its K/V (`H (d_nope + d_rope + d_v)`),
+71x less. GQA gathers `k | v` (`2 G d_head` per token).
 
 Selected by the trainer's dual mesh (`context_mesh.current()`, context size > 1).
 """
