@@ -12,7 +12,9 @@ Episode, as word tokens (`vocab.py`):
     model  answer <eot>                        # ends the episode
 
 Each episode (`sample_task`, seeded by a numpy Generator) offers one alias for each of a random
-subset of capabilities, in random order, and asks for 1..max_required of those capabilities. A
+subset of capabilities (the first alias of a pair with probability `first_alias_prob`: a
+deployment whose tool set differs from the one the model saw in training), in random order, and
+asks for 1..max_required of those capabilities. A
 model turn is `call TOOL <eot>` or `answer <eot>`; anything else gets `error bad_format <eot>`.
 The episode ends at `answer` or after `max_model_turns` model turns. Reward (task success):
 1 if the model answered after obtaining every required capability, else 0. A call to an
@@ -64,6 +66,7 @@ class ToolEnv:
     max_tools: int = 6,
     max_required: int = 3,
     max_model_turns: int = 4,
+    first_alias_prob: float = 0.5,
   ):
     n = len(vocab_lib.CAPABILITIES)
     if not 1 <= min_tools <= max_tools <= n:
@@ -72,6 +75,9 @@ class ToolEnv:
       raise ValueError(f"max_required={max_required} must be in [1, min_tools={min_tools}]")
     if max_model_turns < 2:
       raise ValueError(f"max_model_turns={max_model_turns} must be >= 2 (a call and an answer)")
+    if not 0.0 <= first_alias_prob <= 1.0:
+      raise ValueError(f"first_alias_prob={first_alias_prob} must be in [0, 1]")
+    self.first_alias_prob = first_alias_prob
     self.vocab = vocab
     self.min_tools, self.max_tools = min_tools, max_tools
     self.max_required, self.max_model_turns = max_required, max_model_turns
@@ -80,7 +86,8 @@ class ToolEnv:
   def sample_task(self, rng: np.random.Generator) -> ToolTask:
     caps = list(vocab_lib.CAPABILITIES)
     offered = rng.choice(len(caps), rng.integers(self.min_tools, self.max_tools + 1), replace=False)
-    available = tuple(vocab_lib.CAPABILITIES[caps[i]][rng.integers(2)] for i in offered)
+    second = rng.random(len(offered)) >= self.first_alias_prob
+    available = tuple(vocab_lib.CAPABILITIES[caps[i]][int(s)] for i, s in zip(offered, second))
     required = rng.choice(offered, rng.integers(1, self.max_required + 1), replace=False)
     return ToolTask(available, tuple(caps[i] for i in required))
 
@@ -125,6 +132,13 @@ class ToolEnv:
     """Task success: answered, with every required capability obtained."""
     return float(state.answered and set(state.task.required) <= state.obtained)
 
-  def hint(self, task: ToolTask) -> list[int]:
-    """The text feedback for a call to an unavailable tool: the list of available tools."""
-    return self.vocab.encode(["reminder:", "available", *task.available, "<eot>"])
+  def hint(self, task: ToolTask, tool: str | None = None) -> list[int]:
+    """The reminder 'reminder: available <tools> <eot>' for a call to `tool`: the offered tools
+    that serve `tool`'s capability (the targeted hint), or every offered tool if `tool` is None.
+    """
+    tools = task.available
+    if tool is not None:
+      if tool not in TOOL_CAPABILITY:
+        raise ValueError(f"unknown tool {tool!r}; valid: {sorted(TOOL_CAPABILITY)}")
+      tools = [t for t in tools if TOOL_CAPABILITY[t] == TOOL_CAPABILITY[tool]]
+    return self.vocab.encode(["reminder:", "available", *tools, "<eot>"])

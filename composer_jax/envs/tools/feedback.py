@@ -30,16 +30,17 @@ def model_turns(episode: Episode) -> list[tuple[int, np.ndarray]]:
   return out
 
 
-def unavailable_tool() -> Feedback:
-  """Flags each `call TOOL` with TOOL not on offer; hint: 'reminder: available <the tools>'."""
+def unavailable_tool(all_tools: bool = False) -> Feedback:
+  """Flags each `call TOOL` with TOOL not on offer; hint: 'reminder: available <tools>', the
+  offered tools that serve TOOL's capability (`ToolEnv.hint`), or all of them if `all_tools`."""
 
   def feedback(env, episode):
-    hint = env.hint(episode.task)
-    return [
-      (k, hint)
-      for k, ids in model_turns(episode)
-      if (call := env.parse(ids))[0] == "call" and call[1] not in episode.task.available
-    ]
+    out = []
+    for k, ids in model_turns(episode):
+      kind, tool = env.parse(ids)
+      if kind == "call" and tool not in episode.task.available:
+        out.append((k, env.hint(episode.task, None if all_tools else tool)))
+    return out
 
   return feedback
 

@@ -1,11 +1,11 @@
 """Generated supervised warm-up data: scripted episodes that teach the tool-call format.
 
 The scripted agent calls the required capabilities in task order and then answers. Before each
-first attempt at a capability, with probability `hint_prob`, the reminder hint
-(`ToolEnv.hint`) is inserted as an environment turn right before the call, exactly where the
+first attempt at a capability, with probability `hint_prob`, the reminder hint for it
+(`ToolEnv.hint(task, tool)`, the offered alias) is inserted as an environment turn right before the call, exactly where the
 self-distillation teacher puts it, and the call then uses the offered alias. Without the hint the
-agent picks one of the capability's two aliases at random (half the time a tool that is not on
-offer) and, after the `not_found` error, retries with the other one. So the warmed-up model knows
+agent picks one of the capability's two aliases uniformly at random (ignoring the tool list and
+`first_alias_prob`) and, after the `not_found` error, retries with the other one. So the warmed-up model knows
 the format, reads the hint when it is there, and ignores the tool list otherwise: the gap that RL
 and targeted self-distillation have to close.
 """
@@ -32,7 +32,7 @@ def scripted_turns(env: ToolEnv, task: ToolTask, rng: np.random.Generator, hint_
       offered = next(t for t in pair if t in task.available)
       tool = pair[rng.integers(2)]
       if rng.random() < hint_prob:
-        turns.append(Turn(env.hint(task)))
+        turns.append(Turn(env.hint(task, tool)))
         tool = offered
       retry = None if tool == offered else offered
       words = ["call", tool, "<eot>"]

@@ -77,6 +77,21 @@ def test_sample_task_is_seeded_and_consistent():
     assert len(offered) == len(task.available)  # one alias per offered capability
     assert set(task.required) <= set(offered)
   assert "reminder: available forecast stocks mail <eot>".split() == VOCAB.decode(env.hint(TASK))
+  assert "reminder: available forecast <eot>".split() == VOCAB.decode(env.hint(TASK, "weather"))
+  with pytest.raises(ValueError, match="unknown tool 'call'"):
+    env.hint(TASK, "call")
+
+
+def test_first_alias_prob_biases_the_offer():
+  rng = np.random.default_rng(0)
+  firsts = total = 0
+  for _ in range(300):
+    task = ToolEnv(VOCAB, first_alias_prob=0.8).sample_task(rng)
+    firsts += sum(t in [p[0] for p in CAPABILITIES.values()] for t in task.available)
+    total += len(task.available)
+  assert 0.75 < firsts / total < 0.85
+  always = ToolEnv(VOCAB, first_alias_prob=1.0).sample_task(rng)
+  assert all(t in [p[0] for p in CAPABILITIES.values()] for t in always.available)
 
 
 @pytest.mark.parametrize(
@@ -86,6 +101,7 @@ def test_sample_task_is_seeded_and_consistent():
     (dict(max_tools=7), "max_tools"),
     (dict(max_required=4, min_tools=3), "max_required"),
     (dict(max_model_turns=1), "max_model_turns"),
+    (dict(first_alias_prob=1.5), "first_alias_prob"),
   ],
 )
 def test_bad_env_arguments(kw, match):

@@ -35,14 +35,21 @@ EPISODES = [
   _episode(["call forecast <eot>", "answer answer answer <eot>", "call search <eot>"]),
   _episode(["call forecast <eot>", "answer <eot>"]),  # nothing to flag
 ]
-HINT = "reminder: available forecast mail lookup <eot>"
+HINT = "reminder: available forecast <eot>"  # weather -> the offered temperature tool
+HINT_FACT = "reminder: available lookup <eot>"  # search -> the offered fact tool
 SHORT = "reminder: keep messages short <eot>"
 
 
 def test_unavailable_tool_targets():
   targets = distill_targets(make_feedback(["unavailable_tool"]), ENV, EPISODES)
   got = [(t.trajectory_index, t.turn, " ".join(VOCAB.decode(t.hint))) for t in targets]
-  assert got == [(0, 1, HINT), (1, 5, HINT)]
+  assert got == [(0, 1, HINT), (1, 5, HINT_FACT)]
+  every = distill_targets(
+    make_feedback(["unavailable_tool"], {"unavailable_tool": {"all_tools": True}}), ENV, EPISODES
+  )
+  assert {" ".join(VOCAB.decode(t.hint)) for t in every} == {
+    "reminder: available forecast mail lookup <eot>"
+  }
 
 
 def test_second_kind_and_merged_hints():
@@ -53,7 +60,7 @@ def test_second_kind_and_merged_hints():
     (t.trajectory_index, t.turn, " ".join(VOCAB.decode(t.hint)))
     for t in distill_targets(feedbacks, ENV, EPISODES)
   ]
-  assert got == [(0, 1, HINT), (1, 3, SHORT), (1, 5, HINT)]
+  assert got == [(0, 1, HINT), (1, 3, SHORT), (1, 5, HINT_FACT)]
   # The same turn flagged by two kinds gets one teacher row, hints in the order of the kinds.
   both = distill_targets(
     make_feedback(

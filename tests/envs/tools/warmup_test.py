@@ -25,7 +25,7 @@ def test_hinted_calls_use_offered_tools_and_episodes_succeed_within_budget():
       state, _ = ENV.step(state, turn.tokens)
       if kind != "call":
         continue
-      if list(prev.tokens) == ENV.hint(task):
+      if list(prev.tokens) == ENV.hint(task, tool):
         hinted += 1
         assert tool in task.available
       elif VOCAB.decode(prev.tokens)[0] != "error":  # a first attempt without hint

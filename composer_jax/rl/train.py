@@ -1,0 +1,268 @@
+"""RL with targeted text feedback on the tool-calling environment: warm-up, then RL (+ SD).
+
+    warmup(config)          supervised steps on scripted episodes (`envs.tools.warmup`): the
+                            tool-call format, and reading the reminder hint when it is there.
+    train(config, init)     RL steps from the warmed-up `init` variables:
+      1. sample `groups` tasks, each played `group_size` times (GRPO groups) by the sampler
+         (`rl.sampler`, temperature/top-p from the config) through `rl.episodes.run_episodes`;
+      2. pack the trajectories (`rl.trajectory.pack_batch`, one static length);
+      3. feedback kinds (`envs.tools.feedback`) flag faulty model turns and write their hints;
+         with sd_coef > 0 they become the teacher batch (`rl.teacher.build_teacher_batch`,
+         a fixed number of rows: extra targets beyond `teacher_rows` are dropped and counted);
+      4. one jitted update: loss = RL + sd_coef * SD (`rl.losses.make_loss_fn`), teacher
+         forward on the teacher weights (`rl.teacher_weights`) under stop_gradient; the EMA
+         teacher is then moved towards the new params.
+    The router bias is not trained during RL (it has no gradient and RL has no router-count
+    update). Both arms of an experiment see the same tasks and sampling keys for the same seed
+    and the same number of episodes per step: only the update differs.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from absl import logging
+
+from composer_jax.envs.tools import feedback as feedback_lib
+from composer_jax.envs.tools.env import ToolEnv
+from composer_jax.envs.tools.vocab import Vocab
+from composer_jax.envs.tools.warmup import warmup_batch
+from composer_jax.model import transformer
+from composer_jax.model.config import ModelConfig
+from composer_jax.optim import build_optimizer, make_schedule, param_labels
+from composer_jax.rl import advantages, losses, sampler, teacher_weights
+from composer_jax.rl.episodes import run_episodes
+from composer_jax.rl.teacher import build_teacher_batch
+from composer_jax.rl.trajectory import pack_batch
+from composer_jax.train import loop
+from composer_jax.train import step as step_lib
+from composer_jax.train.state import init_state
+
+
+def make_env(config) -> ToolEnv:
+  vocab = Vocab()
+  if config.model.overrides.get("vocab_size", 0) < vocab.size:
+    raise ValueError(
+      f"model.overrides.vocab_size={config.model.overrides.get('vocab_size')} must be >= the "
+      f"environment vocabulary ({vocab.size} words)"
+    )
+  return ToolEnv(vocab, **config.env.to_dict())
+
+
+def _optimizer(optim_cfg, model_cfg: ModelConfig):
+  axes = transformer.logical_axes(model_cfg)["params"]
+  return build_optimizer(optim_cfg, axes), axes
+
+
+@functools.lru_cache(maxsize=4)
+def _warmup_step(model_cfg: ModelConfig, warmup_cfg: ml_collections.FrozenConfigDict):
+  """(optimizer, jitted train step), cached so that every seed of a sweep compiles once."""
+  tx, axes = _optimizer(warmup_cfg.optim, model_cfg)
+  step = step_lib.make_train_step(
+    model_cfg,
+    tx,
+    make_schedule(warmup_cfg.optim, warmup_cfg.optim.lr),
+    param_labels(warmup_cfg.optim, axes),
+    loss_chunk=model_cfg.vocab_size,
+    z_loss=0.0,
+    router_bias_rate=warmup_cfg.router_bias_rate,
+  )
+  return tx, jax.jit(step, donate_argnums=0)
+
+
+def warmup(config) -> tuple[dict, float]:
+  """Supervised warm-up from a random init; returns ({'params', 'router'}, last step's CE)."""
+  model_cfg, env, w = loop.model_config(config), make_env(config), config.warmup
+  tx, step = _warmup_step(model_cfg, ml_collections.FrozenConfigDict(w))
+  state = init_state(model_cfg, tx, jax.random.key(config.seed))
+  rng = np.random.default_rng([config.seed, 0])
+  ce = float("nan")
+  for i in range(w.steps):
+    batch = warmup_batch(env, rng, w.batch_size, w.seq_len, w.hint_prob)
+    state, metrics = step(state, {k: v[None] for k, v in batch.items()})
+    if i == w.steps - 1 or (i + 1) % w.log_every == 0:
+      ce = float(metrics["ce"])
+      logging.info("warmup step %d ce %.4f", i + 1, ce)
+  return {"params": state.params, "router": state.router}, ce
+
+
+@functools.lru_cache(maxsize=4)
+def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTransformation):
+  """Cached per (model, loss config, optimizer): jitted `update(params, opt_state, router, batch, teacher_params, teacher_batch)` ->
+  (params, opt_state, metrics). `teacher_params` = `teacher_weights.teacher_variables(...)`
+  (a tuple of param trees) and `teacher_batch` from `build_teacher_batch`, or both None (RL only).
+  """
+  loss_fn = losses.make_loss_fn(loss_cfg)
+
+  def hidden(params, router, b):
+    h, _ = transformer.forward(
+      model_cfg,
+      {"params": params, "router": router},
+      b["tokens"],
+      segment_ids=b["segment_ids"],
+      positions=b["positions"],
+    )
+    return h
+
+  def objective(params, router, batch, teacher_params, teacher_batch):
+    teacher = None
+    if teacher_batch is not None:
+      teacher = tuple(
+        jax.lax.stop_gradient(
+          (hidden(p, router, teacher_batch), transformer.output_head(model_cfg, p))
+        )
+        for p in teacher_params
+      )
+    return loss_fn(
+      hidden(params, router, batch),
+      transformer.output_head(model_cfg, params),
+      batch,
+      teacher,
+      teacher_batch,
+    )
+
+  @jax.jit
+  def update(params, opt_state, router, batch, teacher_params=None, teacher_batch=None):
+    (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(
+      params, router, batch, teacher_params, teacher_batch
+    )
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    metrics["grad_norm"] = optax.tree.norm(grads)
+    return optax.apply_updates(params, updates), opt_state, metrics
+
+  return update
+
+
+@functools.lru_cache(maxsize=4)
+def _rl_optimizer(model_cfg: ModelConfig, optim_cfg: ml_collections.FrozenConfigDict):
+  return _optimizer(optim_cfg, model_cfg)[0]
+
+
+def _empty_teacher_batch(rows: int, length: int, slots: int) -> dict[str, np.ndarray]:
+  """A teacher batch of padding rows only (all slot_mask 0): the SD term and its gradient are 0,
+  so steps without flagged turns run the same compiled update."""
+  i32 = lambda *s: np.zeros(s, np.int32)
+  return dict(
+    tokens=i32(rows, length),
+    targets=i32(rows, length),
+    positions=i32(rows, length),
+    segment_ids=i32(rows, length),
+    student_row=i32(rows),
+    target_turn=np.full((rows,), -1, np.int32),
+    dropped_tokens=i32(rows),
+    slot_student_pos=i32(rows, slots),
+    slot_teacher_pos=i32(rows, slots),
+    slot_target=i32(rows, slots),
+    slot_mask=np.zeros((rows, slots), np.float32),
+  )
+
+
+def episode_metrics(episodes) -> dict[str, float]:
+  """Task reward and the rate of calls to unavailable tools over a batch of episodes."""
+  states = [e.state for e in episodes]
+  calls = sum(s.calls for s in states)
+  return dict(
+    reward=float(np.mean([e.trajectory.reward for e in episodes])),
+    unavailable_rate=sum(s.unavailable_calls for s in states) / max(calls, 1),
+    calls_per_episode=calls / len(states),
+    model_turns_per_episode=float(np.mean([s.model_turns for s in states])),
+  )
+
+
+def make_policy(model_cfg: ModelConfig, rl_cfg, stop_id: int, pad_id: int):
+  """`policy(variables, prompts [B, P], prompt_lens [B], key) -> (tokens, logprobs, lengths)`."""
+
+  def policy(variables, prompts, prompt_lens, key):
+    out = sampler.sample(
+      model_cfg,
+      variables,
+      jnp.asarray(prompts),
+      jnp.asarray(prompt_lens),
+      key,
+      max_new_tokens=rl_cfg.max_new_tokens,
+      temperature=rl_cfg.temperature,
+      top_p=rl_cfg.top_p,
+      stop_ids=(stop_id,),
+      pad_id=pad_id,
+    )
+    return out.tokens, out.logprobs, out.lengths
+
+  return policy
+
+
+def train(config, init: dict) -> list[dict]:
+  """RL steps from `init` = {'params', 'router'}; returns one metrics dict per step."""
+  model_cfg, env, r = loop.model_config(config), make_env(config), config.rl
+  loss_cfg = config.loss
+  distill = loss_cfg.sd_coef > 0
+  tx = _rl_optimizer(model_cfg, ml_collections.FrozenConfigDict(r.optim))
+  update = make_update(model_cfg, ml_collections.FrozenConfigDict(loss_cfg), tx)
+  feedbacks = feedback_lib.make_feedback(r.feedback_kinds, r.feedback_options.to_dict())
+  policy = make_policy(model_cfg, r, env.vocab.eot_id, env.vocab.pad_id)
+  params, router = init["params"], init["router"]
+  opt_state = tx.init(params)
+  ema = teacher_weights.ema_init(params) if loss_cfg.teacher == "ema" else None
+  rng = np.random.default_rng([config.seed, 1])
+  key = jax.random.fold_in(jax.random.key(config.seed), 1)
+  rows = r.groups * r.group_size
+  group_ids = np.repeat(np.arange(r.groups), r.group_size)
+  history = []
+  for step in range(r.steps):
+    t0 = time.time()
+    tasks = [env.sample_task(rng) for _ in range(r.groups)]
+    episodes = run_episodes(
+      env,
+      [tasks[g] for g in group_ids],
+      group_ids,
+      functools.partial(policy, {"params": params, "router": router}),
+      jax.random.fold_in(key, step),
+      prompt_len=r.prompt_len,
+      pad_id=env.vocab.pad_id,
+    )
+    trajs = [e.trajectory for e in episodes]
+    batch = pack_batch(trajs, [r.seq_len], batch_size=rows, pad_id=env.vocab.pad_id)
+    advantages.check_groups(batch["group_index"], batch["valid"], rows)
+    targets = feedback_lib.distill_targets(feedbacks, env, episodes)
+    row = dict(step=step, **episode_metrics(episodes), flagged_turns=len(targets))
+    teacher_params = teacher_batch = None
+    if distill:
+      kept = targets[: r.teacher_rows]
+      row["flagged_turns_dropped"] = len(targets) - len(kept)
+      teacher_batch = (
+        build_teacher_batch(
+          trajs,
+          batch,
+          kept,
+          buckets=[r.teacher_seq_len],
+          turn_buckets=[r.max_new_tokens],
+          num_rows=r.teacher_rows,
+          pad_id=env.vocab.pad_id,
+        )
+        if kept
+        else _empty_teacher_batch(r.teacher_rows, r.teacher_seq_len, r.max_new_tokens)
+      )
+      teacher_params = teacher_weights.teacher_variables(
+        loss_cfg, params, ema=ema, initial=init["params"]
+      )
+    params, opt_state, metrics = update(
+      params, opt_state, router, batch, teacher_params, teacher_batch
+    )
+    if ema is not None:
+      ema = teacher_weights.ema_update(ema, params, loss_cfg.ema_rate)
+    row.update({k: float(v) for k, v in metrics.items()}, seconds=time.time() - t0)
+    history.append(row)
+    if (step + 1) % r.log_every == 0 or step == r.steps - 1:
+      logging.info(
+        "rl step %d reward %.3f unavailable %.3f loss %.4f",
+        step + 1,
+        row["reward"],
+        row["unavailable_rate"],
+        row["loss"],
+      )
+  return history

@@ -1,0 +1,72 @@
+"""RL with targeted text feedback on the tool-calling environment (`composer_jax.rl.train`).
+
+    python -m experiments.figures.text_feedback --workdir=workdir/text_feedback
+
+runs both arms for several seeds. Arms (`get_config(arg)`, i.e. `rl_tool_feedback.py:rl`):
+  'rl'  beta = 0: RL only (GRPO/DAPO clipped policy gradient on the task reward).
+  'sd'  beta > 0: RL + beta * SD, the self-distillation KL on the turns that called an
+        unavailable tool, teacher = the same model (EMA weights) with the reminder hint
+        'reminder: available <tools>' inserted just before that turn.
+Both arms share everything else: the warm-up, the seeds, the tasks, and the sample budget
+(`rl.groups` x `rl.group_size` episodes per step for `rl.steps` steps).
+"""
+
+import ml_collections
+
+from composer_jax.rl.config import rl_loss_config
+from experiments.configs import base
+
+ARMS = {"rl": 0.0, "sd": 1.0}
+
+
+def get_config(arg=None):
+  arm = arg or "sd"
+  if arm not in ARMS:
+    raise ValueError(f"arm {arm!r}; valid: {sorted(ARMS)}")
+  c = ml_collections.ConfigDict()
+  c.arm = arm
+  c.seed = 0
+  # The tiny preset with the environment's word vocabulary (34 words, padded to 64).
+  c.model = ml_collections.ConfigDict({"preset": "tiny", "overrides": {"vocab_size": 64}})
+  c.env = ml_collections.ConfigDict(
+    dict(min_tools=3, max_tools=6, max_required=3, max_model_turns=4, first_alias_prob=0.8)
+  )
+  optim = base.get_base_config().optim
+  c.warmup = ml_collections.ConfigDict(
+    dict(steps=200, batch_size=32, seq_len=64, hint_prob=0.5, log_every=50, router_bias_rate=1e-3)
+  )
+  c.warmup.optim = optim
+  c.warmup.optim.update(dict(total_steps=c.warmup.steps, warmup_steps=20))
+  c.rl = ml_collections.ConfigDict(
+    dict(
+      steps=60,
+      groups=8,
+      group_size=8,
+      seq_len=48,  # longest episode: 14 + 3 x (3 + 4) + 2 = 37 tokens
+      prompt_len=40,
+      teacher_seq_len=48,  # longest teacher stream: prefix 35 + hint 9 + turn 3
+      teacher_rows=32,
+      max_new_tokens=3,
+      temperature=1.0,
+      top_p=1.0,
+      feedback_kinds=("unavailable_tool",),
+      feedback_options={},
+      log_every=10,
+    )
+  )
+  c.rl.optim = base.get_base_config().optim
+  c.rl.optim.update(
+    dict(
+      name="adamw",
+      adam_lr=1e-3,
+      schedule="wsd",
+      warmup_steps=0,
+      wsd_decay_fraction=0.0,
+      total_steps=c.rl.steps,
+      grad_clip=1.0,
+    )
+  )
+  c.loss = rl_loss_config()
+  c.loss.sd_coef = ARMS[arm]
+  c.loss.vocab_chunk_size = 64
+  return c

@@ -1,0 +1,161 @@
+"""Figure: calls to unavailable tools and task reward vs RL steps, RL only vs RL + targeted SD.
+
+    python -m experiments.figures.text_feedback --workdir=workdir/text_feedback [--smoke]
+
+For each seed: one supervised warm-up (`composer_jax.rl.train.warmup`), then both arms of
+`experiments/configs/rl_tool_feedback.py` ('rl': beta = 0, 'sd': beta > 0) from the same warmed-up
+weights, with the same tasks, sampling keys and episodes per step. Writes to --workdir:
+  text_feedback.csv          one row per (arm, seed, RL step): every metric of the step;
+  text_feedback_summary.csv  per (arm, step): mean, std, min, max over seeds of the
+                             unavailable-tool call rate and the reward;
+  text_feedback.png          both curves per arm, mean over seeds with a min-max band;
+and prints, per arm, the last `--final_window` steps' mean (over seeds: mean ± std, [min, max]).
+--smoke shrinks every size so the whole pipeline runs in seconds (CI); its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+
+import numpy as np
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Output directory.", required=True)
+flags.DEFINE_bool("smoke", False, "Tiny sizes for CI: runs end to end in seconds.")
+flags.DEFINE_integer("seeds", 3, "Seeds per arm (each seed: its own warm-up, shared by arms).")
+flags.DEFINE_integer("final_window", 5, "Steps averaged for the printed final numbers.")
+
+ARMS = ("rl", "sd")
+LABELS = {"rl": "RL only (β = 0)", "sd": "RL + targeted SD (β = 1)"}
+CURVES = (("unavailable_rate", "calls to unavailable tools"), ("reward", "task reward"))
+SMOKE = {
+  "warmup": dict(steps=2, batch_size=4, log_every=1),
+  "rl": dict(steps=2, groups=2, group_size=2, teacher_rows=4, log_every=1),
+}
+
+
+def arm_config(arm: str, seed: int, smoke: bool):
+  from experiments.configs import rl_tool_feedback
+
+  c = rl_tool_feedback.get_config(arm)
+  c.seed = seed
+  if smoke:
+    for section, fields in SMOKE.items():
+      c[section].update(fields)
+    c.warmup.optim.update(dict(total_steps=c.warmup.steps, warmup_steps=1))
+    c.rl.optim.total_steps = c.rl.steps
+  return c
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+  """Per (arm, step): mean/std/min/max over seeds of each curve."""
+  out = []
+  for arm in ARMS:
+    steps = sorted({r["step"] for r in rows if r["arm"] == arm})
+    for step in steps:
+      row = dict(arm=arm, step=step)
+      for key, _ in CURVES:
+        v = np.array([r[key] for r in rows if r["arm"] == arm and r["step"] == step])
+        row.update(
+          {
+            f"{key}_{s}": float(f(v))
+            for s, f in (("mean", np.mean), ("std", np.std), ("min", np.min), ("max", np.max))
+          }
+        )
+      row["seeds"] = len(v)
+      out.append(row)
+  return out
+
+
+def final_numbers(rows: list[dict], window: int) -> dict:
+  """{arm: {curve: (mean, std, min, max) over seeds of the last `window` steps' mean}}."""
+  out = {}
+  for arm in ARMS:
+    seeds = sorted({r["seed"] for r in rows if r["arm"] == arm})
+    last = max(r["step"] for r in rows if r["arm"] == arm)
+    out[arm] = {}
+    for key, _ in CURVES:
+      per_seed = np.array(
+        [
+          np.mean(
+            [
+              r[key]
+              for r in rows
+              if r["arm"] == arm and r["seed"] == s and r["step"] > last - window
+            ]
+          )
+          for s in seeds
+        ]
+      )
+      out[arm][key] = (per_seed.mean(), per_seed.std(), per_seed.min(), per_seed.max())
+  return out
+
+
+def _write_csv(path: str, rows: list[dict]) -> None:
+  fields = list(dict.fromkeys(k for r in rows for k in r))
+  with open(path, "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=fields)
+    w.writeheader()
+    w.writerows(rows)
+
+
+def _plot(path: str, summary: list[dict], title: str) -> None:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+  for ax, (key, label) in zip(axes, CURVES, strict=True):
+    for arm in ARMS:
+      s = [r for r in summary if r["arm"] == arm]
+      x = [r["step"] for r in s]
+      ax.plot(x, [r[f"{key}_mean"] for r in s], label=LABELS[arm])
+      ax.fill_between(x, [r[f"{key}_min"] for r in s], [r[f"{key}_max"] for r in s], alpha=0.2)
+    ax.set(xlabel="RL step", ylabel=label, ylim=(0, 1))
+    ax.legend(fontsize=8)
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+
+
+def main(argv):
+  del argv
+  from composer_jax.rl import train as rl_train
+
+  os.makedirs(FLAGS.workdir, exist_ok=True)
+  t0 = time.time()
+  rows = []
+  for seed in range(FLAGS.seeds):
+    init, ce = rl_train.warmup(arm_config(ARMS[0], seed, FLAGS.smoke))
+    logging.info("seed %d: warm-up CE %.4f (%.0f s)", seed, ce, time.time() - t0)
+    for arm in ARMS:
+      for r in rl_train.train(arm_config(arm, seed, FLAGS.smoke), init):
+        rows.append(dict(arm=arm, seed=seed, warmup_ce=ce, **r))
+      logging.info("seed %d arm %s done (%.0f s)", seed, arm, time.time() - t0)
+  summary = summarize(rows)
+  _write_csv(os.path.join(FLAGS.workdir, "text_feedback.csv"), rows)
+  _write_csv(os.path.join(FLAGS.workdir, "text_feedback_summary.csv"), summary)
+  c = arm_config("sd", 0, FLAGS.smoke)
+  _plot(
+    os.path.join(FLAGS.workdir, "text_feedback.png"),
+    summary,
+    f"tool-calling env, tiny model, {FLAGS.seeds} seeds (mean, min-max band), "
+    f"{c.rl.groups}x{c.rl.group_size} episodes/step",
+  )
+  for arm, curves in final_numbers(rows, FLAGS.final_window).items():
+    print(
+      f"{arm}: "
+      + "; ".join(
+        f"{key} {m:.3f} ± {s:.3f} [{lo:.3f}, {hi:.3f}]" for key, (m, s, lo, hi) in curves.items()
+      )
+      + f" (last {FLAGS.final_window} steps, over {FLAGS.seeds} seeds)"
+    )
+  print(f"wrote {FLAGS.workdir} in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+  app.run(main)
