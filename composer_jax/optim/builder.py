@@ -8,6 +8,12 @@
 This is Moonlight's recipe (Liu et al., arXiv:2502.16982): with 'consistent_rms'
 scaling the Muon group can use AdamW-like LR and weight decay.
 `optim_cfg.name == 'adamw'` puts every parameter in the AdamW group (ablation).
+
+Given the parameters' shardings on a multi-device mesh, the Muon group is the
+sharded Muon (`sharded_muon.sharded_scale_by_muon`: whole-matrix Newton–Schulz via
+grouped all-to-alls, no collective inside the iterations); on one device (or
+without shardings) it is the per-leaf `muon.scale_by_muon`. Both compute the same
+update.
 """
 
 from typing import Any
@@ -17,7 +23,7 @@ import jax.numpy as jnp
 import optax
 
 from composer_jax.model import axes as axes_lib
-from composer_jax.optim import muon, schedules
+from composer_jax.optim import muon, schedules, sharded_muon
 
 MUON, ADAMW = "muon", "adamw"
 OPTIMIZERS = (MUON, ADAMW)
@@ -43,7 +49,13 @@ def _adamw(optim_cfg, logical_axes_tree: Any) -> optax.GradientTransformation:
                      mask=decay_mask)
 
 
-def build_optimizer(optim_cfg, logical_axes_tree: Any) -> optax.GradientTransformation:
+def _spans_devices(param_shardings: Any) -> bool:
+  """True if any parameter sharding lives on more than one device."""
+  return any(len(s.device_set) > 1 for s in jax.tree.leaves(param_shardings))
+
+
+def build_optimizer(optim_cfg, logical_axes_tree: Any,
+                    param_shardings: Any = None) -> optax.GradientTransformation:
   """Full optimizer for a parameter tree.
 
   Args:
@@ -53,6 +65,9 @@ def build_optimizer(optim_cfg, logical_axes_tree: Any) -> optax.GradientTransfor
       muon_scale, grad_clip).
     logical_axes_tree: logical axes of the TRAINABLE tree, i.e.
       `transformer.logical_axes(cfg)['params']` (leaves: tuples of names).
+    param_shardings: optional tree of NamedSharding like `logical_axes_tree`
+      (`composer_jax.parallel.rules.param_shardings`); when it spans several
+      devices, Muon runs sharded (module doc) and updates keep these shardings.
 
   Returns:
     optax GradientTransformation over trees shaped like `logical_axes_tree`.
@@ -60,10 +75,15 @@ def build_optimizer(optim_cfg, logical_axes_tree: Any) -> optax.GradientTransfor
   labels = param_labels(optim_cfg, logical_axes_tree)
   adamw = _adamw(optim_cfg, logical_axes_tree)
   if optim_cfg.name == MUON:
+    kwargs = dict(momentum=optim_cfg.momentum, nesterov=optim_cfg.nesterov,
+                  ns_coeffs=optim_cfg.ns_coeffs, ns_steps=optim_cfg.ns_steps,
+                  scale_mode=optim_cfg.muon_scale)
+    if param_shardings is not None and _spans_devices(param_shardings):
+      direction = sharded_muon.sharded_scale_by_muon(logical_axes_tree, param_shardings, **kwargs)
+    else:
+      direction = muon.scale_by_muon(logical_axes_tree, **kwargs)
     muon_group = optax.chain(
-        muon.scale_by_muon(logical_axes_tree, momentum=optim_cfg.momentum,
-                           nesterov=optim_cfg.nesterov, ns_coeffs=optim_cfg.ns_coeffs,
-                           ns_steps=optim_cfg.ns_steps, scale_mode=optim_cfg.muon_scale),
+        direction,
         optax.add_decayed_weights(optim_cfg.weight_decay),
         optax.scale_by_learning_rate(schedules.make_schedule(optim_cfg, optim_cfg.lr)))
     tx = optax.partition({MUON: muon_group, ADAMW: adamw}, labels)

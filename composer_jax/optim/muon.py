@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from composer_jax.model import axes as axes_lib
@@ -124,6 +125,38 @@ def momentum_step(updates: optax.Updates, state: MuonState, beta: float,
   return m_hat, MuonState(count=count, mu=mu)
 
 
+def checked_table(scale_mode: str, ns_coeffs: newton_schulz.Coeffs,
+                  ns_steps: int) -> np.ndarray:
+  """The static NS coefficient table [ns_steps, 3]; raises early on a bad mode or table."""
+  if scale_mode not in SCALE_MODES:
+    raise ValueError(f"Unknown Muon update scale mode {scale_mode!r}; valid: {SCALE_MODES}")
+  return newton_schulz.coefficient_schedule(ns_coeffs, ns_steps)
+
+
+def scaled_direction(o: jax.Array, shape: Sequence[int], names: tuple[str, ...], mode: str,
+                     dtype) -> jax.Array:
+  """U_t = s(fan_in, fan_out) · O_t in the update dtype (O_t rounded to it first)."""
+  return (update_scale(shape, names, mode) * o.astype(dtype)).astype(dtype)
+
+
+def muon_transform(directions: Callable[[optax.Updates], optax.Updates], momentum: float,
+                   nesterov: bool) -> optax.GradientTransformation:
+  """Momentum (`momentum_step`) followed by `directions(N_t) -> U_t` on the whole tree.
+
+  The one Muon skeleton: `scale_by_muon` orthogonalizes leaf by leaf, the sharded
+  Muon (`composer_jax.optim.sharded_muon`) by shape groups across the tree.
+  """
+  def init_fn(params):
+    return MuonState(count=jnp.zeros([], jnp.int32), mu=optax.tree.zeros_like(params))
+
+  def update_fn(updates, state, params=None):
+    del params
+    m_hat, state = momentum_step(updates, state, momentum, nesterov)
+    return directions(m_hat), state
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
 def scale_by_muon(logical_axes: Any, *, momentum: float = 0.95, nesterov: bool = True,
                   ns_coeffs: newton_schulz.Coeffs = "quintic", ns_steps: int = 5,
                   scale_mode: str = "consistent_rms",
@@ -142,21 +175,12 @@ def scale_by_muon(logical_axes: Any, *, momentum: float = 0.95, nesterov: bool =
   Returns:
     An optax GradientTransformation with state `MuonState`.
   """
-  if scale_mode not in SCALE_MODES:
-    raise ValueError(f"Unknown Muon update scale mode {scale_mode!r}; valid: {SCALE_MODES}")
-  table = newton_schulz.coefficient_schedule(ns_coeffs, ns_steps)  # fail fast on bad input
-
-  def init_fn(params):
-    return MuonState(count=jnp.zeros([], jnp.int32), mu=optax.tree.zeros_like(params))
+  table = checked_table(scale_mode, ns_coeffs, ns_steps)
 
   def direction(m_hat, names):
     mats, restore = to_matrices(m_hat, names)
-    o = newton_schulz.orthogonalize(mats, table, len(table), eps)
-    return (update_scale(m_hat.shape, names, scale_mode) * restore(o)).astype(m_hat.dtype)
+    o = restore(newton_schulz.orthogonalize(mats, table, len(table), eps))
+    return scaled_direction(o, m_hat.shape, names, scale_mode, m_hat.dtype)
 
-  def update_fn(updates, state, params=None):
-    del params
-    m_hat, state = momentum_step(updates, state, momentum, nesterov)
-    return map_muon_leaves(direction, m_hat, logical_axes), state
-
-  return optax.GradientTransformation(init_fn, update_fn)
+  return muon_transform(lambda m_hat: map_muon_leaves(direction, m_hat, logical_axes),
+                        momentum, nesterov)

@@ -42,7 +42,7 @@ from composer_jax.model import axes as axes_lib
 from composer_jax.optim import muon, newton_schulz
 
 
-class _Leaf(NamedTuple):
+class Leaf(NamedTuple):
   index: int  # position in the flat list of Muon leaves
   names: tuple[str, ...]
   spec: PartitionSpec
@@ -50,10 +50,10 @@ class _Leaf(NamedTuple):
   dtype: Any  # Newton–Schulz compute dtype
 
 
-class _Group(NamedTuple):
+class Group(NamedTuple):
   """Leaves whose local blocks concatenate: same matrix shape and matrix sharding."""
 
-  leaves: tuple[_Leaf, ...]
+  leaves: tuple[Leaf, ...]
   row_axes: tuple[str, ...]  # mesh axes sharding fan_in (in spec order)
   col_axes: tuple[str, ...]  # mesh axes sharding fan_out
 
@@ -65,22 +65,22 @@ def _dim_axes(spec: PartitionSpec, dim: int, mesh) -> tuple[str, ...]:
   return tuple(a for a in axes if mesh.shape[a] > 1)
 
 
-def plan_groups(leaves: list[_Leaf], mesh) -> list[_Group]:
+def plan_groups(leaves: list[Leaf], mesh) -> list[Group]:
   """Groups Muon leaves of one mesh by (dtype, fan_in, fan_out, row axes, column axes)."""
-  groups: dict[Any, list[_Leaf]] = defaultdict(list)
+  groups: dict[Any, list[Leaf]] = defaultdict(list)
   for leaf in leaves:
     _, (r, o) = axes_lib.muon_dims(leaf.names)
     key = (leaf.dtype, leaf.shape[r], leaf.shape[o], _dim_axes(leaf.spec, r, mesh),
            _dim_axes(leaf.spec, o, mesh))
     groups[key].append(leaf)
-  return [_Group(tuple(ls), k[3], k[4]) for k, ls in groups.items()]
+  return [Group(tuple(ls), k[3], k[4]) for k, ls in groups.items()]
 
 
 def _size(mesh, axes: tuple[str, ...]) -> int:
   return math.prod(mesh.shape[a] for a in axes)
 
 
-def _all_to_all(x, group: _Group):
+def _all_to_all(x, group: Group):
   """Block i of axis 0 goes to device i of the group's axes; axis 0 then indexes sources.
 
   Sent as [k, -1]: XLA:CPU rejects an all-to-all whose operand is a transpose with
@@ -91,7 +91,7 @@ def _all_to_all(x, group: _Group):
   return flat.reshape(x.shape)
 
 
-def _gather_matrices(x, a: int, c: int, group: _Group):
+def _gather_matrices(x, a: int, c: int, group: Group):
   """all_to_all: [k*b, m/a, n/c] matrix-sharded -> [b, m, n] whole (k = a*c)."""
   k, (bk, ml, nl) = a * c, x.shape
   x = _all_to_all(x.reshape(k, bk // k, ml, nl), group)  # axis 0: source block (i, j)
@@ -99,7 +99,7 @@ def _gather_matrices(x, a: int, c: int, group: _Group):
   return x.reshape(bk // k, a * ml, c * nl)
 
 
-def _scatter_matrices(y, a: int, c: int, group: _Group):
+def _scatter_matrices(y, a: int, c: int, group: Group):
   """Inverse of `_gather_matrices`: [b, m, n] -> [k*b, m/a, n/c]."""
   b, m, n = y.shape
   y = y.reshape(b, a, m // a, c, n // c).transpose(1, 3, 0, 2, 4)
@@ -107,7 +107,7 @@ def _scatter_matrices(y, a: int, c: int, group: _Group):
   return y.reshape(a * c * b, m // a, n // c)
 
 
-def orthogonalize_sharded(xs: list[jax.Array], leaves: list[_Leaf], mesh, table, eps):
+def orthogonalize_sharded(xs: list[jax.Array], leaves: list[Leaf], mesh, table, eps):
   """NS of every matrix of every leaf (global arrays sharded on `mesh` as `leaf.spec`).
 
   Returns arrays in `newton_schulz.compute_dtype` with the same shapes and shardings.
@@ -149,6 +149,27 @@ def orthogonalize_sharded(xs: list[jax.Array], leaves: list[_Leaf], mesh, table,
   return list(jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=specs)(*xs))
 
 
+def muon_leaves(tree: Any, logical_axes: Any, shardings: Any) -> dict[Any, list[Leaf]]:
+  """{mesh: [Leaf]} for the array leaves of `tree` (MaskedNode leaves are skipped).
+
+  `logical_axes` and `shardings` are trees like the params (full trees are fine for a
+  tree masked by `optax.partition`). `Leaf.index` is the position among
+  `jax.tree.flatten(tree)` leaves, MaskedNodes counted.
+  """
+  flat, treedef = jax.tree.flatten(tree, is_leaf=lambda x: isinstance(x, optax.MaskedNode))
+  names = treedef.flatten_up_to(logical_axes)
+  shards = treedef.flatten_up_to(shardings)
+  by_mesh = defaultdict(list)
+  for i, (x, n, s) in enumerate(zip(flat, names, shards)):
+    if isinstance(x, optax.MaskedNode):
+      continue
+    if not isinstance(s, NamedSharding):
+      raise ValueError(f"sharded Muon needs a NamedSharding per leaf, got {s!r} for {n}")
+    by_mesh[s.mesh].append(Leaf(i, tuple(n), s.spec, tuple(x.shape),
+                                 newton_schulz.compute_dtype(x.dtype)))
+  return dict(by_mesh)
+
+
 def sharded_scale_by_muon(logical_axes: Any, shardings: Any, *, momentum: float = 0.95,
                           nesterov: bool = True, ns_coeffs: newton_schulz.Coeffs = "quintic",
                           ns_steps: int = 5, scale_mode: str = "consistent_rms",
@@ -167,35 +188,17 @@ def sharded_scale_by_muon(logical_axes: Any, shardings: Any, *, momentum: float 
   Returns:
     GradientTransformation with state `muon.MuonState`; updates keep `shardings`.
   """
-  if scale_mode not in muon.SCALE_MODES:
-    raise ValueError(f"Unknown Muon update scale mode {scale_mode!r}; valid: {muon.SCALE_MODES}")
-  table = newton_schulz.coefficient_schedule(ns_coeffs, ns_steps)
+  table = muon.checked_table(scale_mode, ns_coeffs, ns_steps)
 
-  def init_fn(params):
-    return muon.MuonState(count=jnp.zeros([], jnp.int32), mu=optax.tree.zeros_like(params))
-
-  def update_fn(updates, state, params=None):
-    del params
-    m_hat, state = muon.momentum_step(updates, state, momentum, nesterov)
+  def directions(m_hat):
     flat, treedef = jax.tree.flatten(m_hat, is_leaf=lambda x: isinstance(x, optax.MaskedNode))
-    names = treedef.flatten_up_to(logical_axes)
     shards = treedef.flatten_up_to(shardings)
-    by_mesh = defaultdict(list)
-    for i, (x, n, s) in enumerate(zip(flat, names, shards)):
-      if isinstance(x, optax.MaskedNode):
-        continue
-      if not isinstance(s, NamedSharding):
-        raise ValueError(f"sharded Muon needs a NamedSharding per leaf, got {s!r} for {n}")
-      by_mesh[s.mesh].append(_Leaf(i, tuple(n), s.spec, tuple(x.shape),
-                                   newton_schulz.compute_dtype(x.dtype)))
     out = list(flat)
-    for mesh, leaves in by_mesh.items():
+    for mesh, leaves in muon_leaves(m_hat, logical_axes, shardings).items():
       ys = orthogonalize_sharded([flat[leaf.index] for leaf in leaves], leaves, mesh, table, eps)
       for leaf, y in zip(leaves, ys):
-        # Round to the update dtype before scaling, as scale_by_muon does.
-        dtype = flat[leaf.index].dtype
-        y = (muon.update_scale(leaf.shape, leaf.names, scale_mode) * y.astype(dtype)).astype(dtype)
+        y = muon.scaled_direction(y, leaf.shape, leaf.names, scale_mode, flat[leaf.index].dtype)
         out[leaf.index] = jax.lax.with_sharding_constraint(y, shards[leaf.index])
-    return treedef.unflatten(out), state
+    return treedef.unflatten(out)
 
-  return optax.GradientTransformation(init_fn, update_fn)
+  return muon.muon_transform(directions, momentum, nesterov)

@@ -20,6 +20,7 @@ from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 from composer_jax.optim import build_optimizer, make_schedule, param_labels
 from composer_jax.parallel import context_mesh
+from composer_jax.parallel import rules as rules_lib
 from composer_jax.parallel.mesh import DualMesh
 from composer_jax.train import placement
 from composer_jax.train import step as step_lib
@@ -56,7 +57,10 @@ def _build(config, model_cfg: ModelConfig) -> Programs:
   t = config.train
   dm = placement.build_mesh(config.mesh)
   axes = transformer.logical_axes(model_cfg)["params"]
-  optimizer = build_optimizer(config.optim, axes)
+  # Param shardings first: on a multi-device mesh the optimizer runs the sharded Muon on them.
+  param_shapes = jax.eval_shape(lambda: transformer.init(model_cfg, jax.random.key(0)))["params"]
+  optimizer = build_optimizer(
+      config.optim, axes, rules_lib.param_shardings(axes, dm, config.rules, shapes=param_shapes))
   abstract = abstract_state(model_cfg, optimizer, jax.ShapeDtypeStruct((2,), "uint32"))
   shardings = placement.state_shardings(abstract, axes, dm, config.rules)
   target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),

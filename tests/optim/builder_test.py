@@ -11,6 +11,9 @@ from optax import contrib
 
 from composer_jax.model import axes as axes_lib
 from composer_jax.optim import builder, muon
+from composer_jax.parallel import rules
+from composer_jax.parallel.mesh import make_meshes
+from experiments.configs import layouts
 
 # A miniature of SPEC.md's parameter tree: (shape, logical axes) per leaf.
 LEAVES = {
@@ -104,6 +107,23 @@ def test_groups_match_optax_muon_and_adamw():
                                 custom_message=f"muon step {step}")
     chex.assert_trees_all_close({k: g[k] for k in wa}, wa, atol=1e-9, rtol=1e-6,
                                 custom_message=f"adamw step {step}")
+
+
+def test_sharded_params_use_sharded_muon_with_the_same_updates():
+  """With multi-device shardings the Muon group is the all-to-all Muon; same updates."""
+  layout = layouts.get_config("fsdp")
+  shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s[0], jnp.float32), LEAVES,
+                        is_leaf=_is_spec)
+  shardings = rules.param_shardings(AXES, make_meshes(layout.mesh), layout.rules, shapes=shapes)
+  cfg, params, grads_seq = _cfg(), _tree(0), [_tree(s) for s in (1, 2)]
+  tx = builder.build_optimizer(cfg, AXES, shardings)
+  assert "all_to_all" in jax.jit(tx.update).lower(grads_seq[0], tx.init(params), params).as_text()
+  got = _run(tx, [jax.device_put(g, shardings) for g in grads_seq],
+             jax.device_put(params, shardings))
+  want = _run(builder.build_optimizer(cfg, AXES), grads_seq, params)
+  chex.assert_trees_all_close(got, want, atol=1e-5 * 0.02 * 0.8, rtol=0)
+  for u, s in zip(jax.tree.leaves(got[-1]), jax.tree.leaves(shardings)):
+    assert u.sharding.is_equivalent_to(s, u.ndim)
 
 
 def test_adamw_ablation_and_global_norm_clipping():
