@@ -9,6 +9,11 @@ resumes from its newest checkpoint. Every config field can be overridden with
 `--config.<section>.<field>=<value>`. Bad input (unknown config file or field, bad value,
 a workdir holding another model's checkpoint, an empty data path) exits with a one-line
 error.
+
+Multi-process runs: every process runs this command with the same config and workdir (on a
+filesystem all processes share) plus `--coordinator=HOST:PORT --num_processes=N
+--process_id=I`, or none of these under SLURM `srun` or on a TPU VM, where they are detected
+(`composer_jax.parallel.distributed`). The launchers in `launch/` do this.
 """
 
 import glob
@@ -18,6 +23,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from composer_jax.parallel import distributed
 from composer_jax.train import loop
 
 
@@ -38,11 +44,35 @@ _CONFIG = _define_config_flag()
 _WORKDIR = flags.DEFINE_string("workdir", None,
                                "Run directory: checkpoints, metrics.jsonl, tensorboard/. "
                                "Default: workdir/<config file name>.")
+_COORDINATOR = flags.DEFINE_string(
+  "coordinator", None, "Multi-process: HOST:PORT of process 0's coordinator service."
+)
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-process: process count.")
+_PROCESS_ID = flags.DEFINE_integer(
+  "process_id", None, "Multi-process: this process's index in [0, num_processes)."
+)
+_LOCAL_DEVICE_IDS = flags.DEFINE_string(
+  "local_device_ids",
+  None,
+  "Multi-process: the accelerators this process uses, e.g. "
+  "0,1,2,3 (default: all, or SLURM's choice).",
+)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  try:  # Before anything touches a JAX backend.
+    distributed.initialize(
+      distributed.Settings(
+        coordinator=_COORDINATOR.value,
+        num_processes=_NUM_PROCESSES.value,
+        process_id=_PROCESS_ID.value,
+        local_device_ids=distributed.parse_device_ids(_LOCAL_DEVICE_IDS.value),
+      )
+    )
+  except ValueError as e:
+    sys.exit(f"error: {e}")
   path = config_flags.get_config_filename(flags.FLAGS["config"])
   try:
     config = _CONFIG.value

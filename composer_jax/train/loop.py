@@ -52,12 +52,14 @@ def validate(config) -> None:
 
 
 class _StopFlag:
-  """Set by SIGTERM (preemption); checked once per step. Installs only in the main thread."""
+  """Set by SIGTERM (preemption); checked once per step. Installs only in the main thread of
+  a single-process run: with several processes, JAX's preemption service takes SIGTERM and
+  `Checkpointer.reached_preemption` stops every process at the same step."""
 
   def __init__(self):
     self.event = threading.Event()
     self._previous = None
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread() and jax.process_count() == 1:
       self._previous = signal.signal(signal.SIGTERM, lambda *_: self.event.set())
 
   def restore(self):
@@ -142,7 +144,8 @@ def train(config, workdir: str) -> list[dict]:
     return []
 
   evaluate = _Evaluator(config, progs)
-  writer = MetricsWriter(workdir, t.steps, step)
+  # Metrics are global (every process computes the same values): process 0 writes them.
+  writer = MetricsWriter(workdir, t.steps, step) if jax.process_index() == 0 else None
   stop = _StopFlag()
   tokens_per_step = t.batch_size * t.seq_len
   run_config = config.to_dict()
@@ -171,7 +174,8 @@ def train(config, workdir: str) -> list[dict]:
         record["eval_loss"] = evaluate(state)
       if record:
         record = {"step": step, "tokens": step * tokens_per_step, **record}
-        writer.write(record)
+        if writer:
+          writer.write(record)
         records.append(record)
         # Eval and logging time stays out of the next tokens/s window.
         window_start, window_steps = time.perf_counter(), 0
@@ -184,7 +188,8 @@ def train(config, workdir: str) -> list[dict]:
         break
   finally:
     stop.restore()
-    writer.close()
+    if writer:
+      writer.close()
     ckpt.close()
   return records
 

@@ -35,6 +35,12 @@ def build_mesh(mesh_cfg) -> DualMesh:
   devices = jax.devices() if n is None else jax.devices()[:n]
   if n is not None and len(devices) < n:
     raise ValueError(f"mesh sizes {dict(mesh_cfg)} need {n} devices; {len(devices)} available")
+  if jax.process_count() > 1 and len(devices) != jax.device_count():
+    # Every process feeds its share of each batch to its own devices, so all must be in the mesh.
+    raise ValueError(f"mesh sizes {dict(mesh_cfg)} use {len(devices)} of the "
+                     f"{jax.device_count()} devices of this {jax.process_count()}-process run; "
+                     "a multi-process mesh must span every device (a size of -1 takes the rest, "
+                     "as in the named layouts, e.g. --config=experiments/configs/default.py:fsdp)")
   return make_meshes(mesh_cfg, devices)
 
 

@@ -1,0 +1,186 @@
+"""Multi-process JAX: `initialize(settings)` joins this process to a multi-host run.
+
+It must run before anything touches a JAX backend (`experiments.run` calls it first). Where
+the process layout comes from, first match wins (`resolve`):
+
+1. Explicit settings (`experiments.run` flags `--coordinator=HOST:PORT --num_processes=N
+   --process_id=I`, all three; `launch/local.py` passes them). `--num_processes=1` alone
+   forces a single process, skipping detection.
+2. SLURM: inside an `srun` step with SLURM_NTASKS > 1. JAX reads the coordinator (first node
+   of SLURM_STEP_NODELIST, a port derived from SLURM_JOB_ID), SLURM_NTASKS and SLURM_PROCID
+   itself, and gives each process the GPU numbered SLURM_LOCALID (one process per GPU). With
+   one task per node, every GPU of the node is given to its process instead
+   (SLURM_GPUS_ON_NODE of them), unless `--local_device_ids` says otherwise.
+3. TPU VM (libtpu installed and a Google PCI device present): `jax.distributed.initialize()`
+   with no arguments; JAX asks the VM metadata server for the worker list and its own index
+   (`launch/tpu_pod.sh` starts one process per worker).
+4. Otherwise a single process: nothing to do.
+
+`--local_device_ids=0,1` limits the accelerators a process uses (JAX sets the visible
+CUDA/ROCm devices); it only applies to multi-process runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.util
+import os
+from collections.abc import Mapping, Sequence
+
+import jax
+
+_SLURM_STEP_VARS = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID",
+                    "SLURM_LOCALID")  # What JAX's SLURM detection reads: set inside `srun`.
+_GOOGLE_PCI_VENDOR = "0x1ae0"
+_PCI_DEVICES = "/sys/bus/pci/devices"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The `experiments.run` flags; None = not given."""
+
+  coordinator: str | None = None
+  num_processes: int | None = None
+  process_id: int | None = None
+  local_device_ids: Sequence[int] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What `initialize` does.
+
+  Attributes:
+    source: 'explicit', 'slurm', 'tpu' or 'single' (no-op).
+    kwargs: arguments of `jax.distributed.initialize`; those left out JAX detects itself.
+  """
+
+  source: str
+  kwargs: dict
+
+
+def _env_int(environ: Mapping[str, str], name: str) -> int:
+  try:
+    return int(environ[name])
+  except ValueError:
+    raise ValueError(f"SLURM environment {name}={environ[name]!r} is not an integer") from None
+
+
+def _check_coordinator(address: str) -> None:
+  host, sep, port = address.rpartition(":")
+  if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+    raise ValueError(f"--coordinator={address!r} must be HOST:PORT with PORT in [1, 65535], "
+                     "e.g. 10.0.0.1:1234 (the address of process 0)")
+
+
+def parse_device_ids(text: str | None) -> tuple[int, ...] | None:
+  """`'0,1,2'` -> `(0, 1, 2)`; None -> None."""
+  if text is None:
+    return None
+  try:
+    return tuple(int(i) for i in text.split(","))
+  except ValueError:
+    raise ValueError(f"--local_device_ids={text!r} must be comma-separated device numbers, "
+                     "e.g. 0,1,2,3") from None
+
+
+def _check_ids(ids: Sequence[int]) -> None:
+  if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+    raise ValueError(f"--local_device_ids={','.join(map(str, ids))} must be distinct "
+                     "non-negative device numbers, e.g. 0,1,2,3")
+
+
+def _explicit(s: Settings) -> Plan:
+  given = {"--coordinator": s.coordinator, "--num_processes": s.num_processes,
+           "--process_id": s.process_id}
+  missing = [k for k, v in given.items() if v is None]
+  if missing:
+    shown = ", ".join(f"{k}={v}" for k, v in given.items() if v is not None)
+    raise ValueError(f"{' and '.join(missing)} missing (given: {shown}): a multi-process run "
+                     "needs all of --coordinator=HOST:PORT, --num_processes and --process_id, "
+                     "or none of them under SLURM (srun) or on a TPU VM")
+  _check_coordinator(s.coordinator)
+  if not 0 <= s.process_id < s.num_processes:
+    raise ValueError(f"--process_id={s.process_id} must be in [0, --num_processes="
+                     f"{s.num_processes})")
+  # 'deactivate': exactly what was asked, even inside a SLURM job.
+  return Plan("explicit", dict(coordinator_address=s.coordinator,
+                               num_processes=s.num_processes, process_id=s.process_id,
+                               local_device_ids=s.local_device_ids,
+                               cluster_detection_method="deactivate"))
+
+
+def _slurm(s: Settings, environ: Mapping[str, str]) -> Plan:
+  ntasks, procid = _env_int(environ, "SLURM_NTASKS"), _env_int(environ, "SLURM_PROCID")
+  if not 0 <= procid < ntasks:
+    raise ValueError(f"SLURM environment SLURM_PROCID={procid} must be in [0, SLURM_NTASKS="
+                     f"{ntasks})")
+  ids = s.local_device_ids
+  per_node = ("SLURM_STEP_NUM_NODES" in environ
+              and _env_int(environ, "SLURM_STEP_NUM_NODES") == ntasks)
+  if ids is None and per_node and "SLURM_GPUS_ON_NODE" in environ:
+    # JAX would give the process only GPU SLURM_LOCALID = 0; it drives the whole node.
+    ids = tuple(range(_env_int(environ, "SLURM_GPUS_ON_NODE")))
+  return Plan("slurm", {} if ids is None else {"local_device_ids": ids})
+
+
+def on_tpu_vm(pci_devices: str = _PCI_DEVICES) -> bool:
+  """libtpu is installed and the PCI bus has a Google device (TPU chips are Google's)."""
+  if importlib.util.find_spec("libtpu") is None:
+    return False
+  for path in glob.glob(os.path.join(pci_devices, "*", "vendor")):
+    with open(path) as f:
+      if f.read().strip() == _GOOGLE_PCI_VENDOR:
+        return True
+  return False
+
+
+def resolve(settings: Settings, environ: Mapping[str, str] | None = None,
+            tpu_vm: bool | None = None) -> Plan:
+  """The plan for `settings` in `environ` (default `os.environ`); see the module docstring.
+
+  Args:
+    settings: the explicit flags.
+    environ: environment variables (SLURM_* are read).
+    tpu_vm: whether this is a TPU VM; None = `on_tpu_vm()`.
+
+  Raises:
+    ValueError: inconsistent or partial settings, or a malformed SLURM environment.
+  """
+  environ = os.environ if environ is None else environ
+  s = settings
+  if s.num_processes is not None and s.num_processes < 1:
+    raise ValueError(f"--num_processes={s.num_processes} must be >= 1")
+  if s.local_device_ids is not None:
+    _check_ids(s.local_device_ids)
+  if s.num_processes == 1:
+    if s.process_id not in (None, 0):
+      raise ValueError(f"--process_id={s.process_id} must be 0 with --num_processes=1")
+    plan = Plan("single", {})
+  elif (s.coordinator, s.num_processes, s.process_id) != (None, None, None):
+    plan = _explicit(s)
+  elif all(v in environ for v in _SLURM_STEP_VARS) and _env_int(environ, "SLURM_NTASKS") > 1:
+    plan = _slurm(s, environ)
+  elif on_tpu_vm() if tpu_vm is None else tpu_vm:
+    plan = Plan("tpu", {} if s.local_device_ids is None else
+                {"local_device_ids": s.local_device_ids})
+  else:
+    plan = Plan("single", {})
+  if plan.source == "single" and s.local_device_ids is not None:
+    raise ValueError(f"--local_device_ids={','.join(map(str, s.local_device_ids))} applies to "
+                     "multi-process runs only; this is a single process")
+  return plan
+
+
+def initialize(settings: Settings = Settings()) -> Plan:
+  """Joins the multi-process run `resolve(settings)` describes (no-op for one process).
+
+  Must come before any JAX computation or device query. Returns the plan it followed.
+  """
+  plan = resolve(settings)
+  if plan.source != "single":
+    # Cross-process collectives on XLA:CPU (the local launcher, CPU clusters) go through
+    # gloo over TCP; it is the default in recent JAX, set here for older versions.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(**plan.kwargs)
+  return plan

@@ -1,0 +1,167 @@
+"""Multi-process runs: where the process layout comes from (against hand-written expected
+plans), and a 2-process x 4-device run through `launch/local.py` against 1 process x 8
+devices (the pytest process)."""
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+
+import jax
+import numpy as np
+import pytest
+
+from composer_jax.parallel import distributed
+from composer_jax.parallel.distributed import Plan, Settings
+from composer_jax.train import checkpointing, loop, placement, programs
+from experiments.configs import default
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+_SLURM = {"SLURM_JOB_ID": "77", "SLURM_STEP_NODELIST": "gpu[01-02]", "SLURM_NTASKS": "16",
+          "SLURM_PROCID": "5", "SLURM_LOCALID": "5", "SLURM_STEP_NUM_NODES": "2",
+          "SLURM_GPUS_ON_NODE": "8"}
+
+
+@pytest.mark.parametrize("settings,environ,tpu_vm,expected", [
+    (Settings(), {}, False, Plan("single", {})),
+    (Settings(coordinator="10.0.0.1:1234", num_processes=2, process_id=1), {}, False,
+     Plan("explicit", dict(coordinator_address="10.0.0.1:1234", num_processes=2, process_id=1,
+                           local_device_ids=None, cluster_detection_method="deactivate"))),
+    # Explicit settings win over SLURM; --num_processes=1 alone over everything.
+    (Settings(coordinator="h:1", num_processes=2, process_id=0, local_device_ids=(0, 1)),
+     _SLURM, True, Plan("explicit", dict(coordinator_address="h:1", num_processes=2,
+                                         process_id=0, local_device_ids=(0, 1),
+                                         cluster_detection_method="deactivate"))),
+    (Settings(num_processes=1), _SLURM, True, Plan("single", {})),
+    # One process per GPU: JAX reads the SLURM env and picks GPU SLURM_LOCALID itself.
+    (Settings(), _SLURM, False, Plan("slurm", {})),
+    # One process per node: it drives every GPU of its node.
+    (Settings(), {**_SLURM, "SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "0"},
+     False, Plan("slurm", {"local_device_ids": tuple(range(8))})),
+    (Settings(local_device_ids=(2, 3)), {**_SLURM, "SLURM_NTASKS": "2", "SLURM_PROCID": "1"},
+     False, Plan("slurm", {"local_device_ids": (2, 3)})),
+    # A one-task step, or SLURM outside srun (no step variables), is a single process.
+    (Settings(), {**_SLURM, "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}, False, Plan("single", {})),
+    (Settings(), {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "4"}, False, Plan("single", {})),
+    (Settings(), {}, True, Plan("tpu", {})),
+])
+def test_resolve(settings, environ, tpu_vm, expected):
+  assert distributed.resolve(settings, environ, tpu_vm=tpu_vm) == expected
+
+
+@pytest.mark.parametrize("settings,environ,message", [
+    (Settings(coordinator="h:1", num_processes=2, process_id=2), {},
+     "--process_id=2 must be in [0, --num_processes=2)"),
+    (Settings(num_processes=2, process_id=0), {},
+     "--coordinator missing (given: --num_processes=2, --process_id=0)"),
+    (Settings(coordinator="h:1"), {}, "--num_processes and --process_id missing"),
+    (Settings(coordinator="localhost", num_processes=2, process_id=0), {},
+     "--coordinator='localhost' must be HOST:PORT"),
+    (Settings(num_processes=0), {}, "--num_processes=0 must be >= 1"),
+    (Settings(num_processes=1, process_id=1), {}, "--process_id=1 must be 0 with"),
+    (Settings(local_device_ids=(0, 1)), {}, "--local_device_ids=0,1 applies to multi-process"),
+    (Settings(coordinator="h:1", num_processes=2, process_id=0, local_device_ids=(1, 1)), {},
+     "--local_device_ids=1,1 must be distinct"),
+    (Settings(), {**_SLURM, "SLURM_PROCID": "16"}, "SLURM_PROCID=16 must be in [0, SLURM_NTASKS=16)"),
+    (Settings(), {**_SLURM, "SLURM_NTASKS": "x"}, "SLURM_NTASKS='x' is not an integer"),
+])
+def test_bad_settings_are_one_line_errors(settings, environ, message):
+  with pytest.raises(ValueError, match=r"^[^\n]+$") as e:
+    distributed.resolve(settings, environ, tpu_vm=False)
+  assert message in str(e.value)
+
+
+def test_parse_device_ids():
+  assert distributed.parse_device_ids("0,2,3") == (0, 2, 3)
+  assert distributed.parse_device_ids(None) is None
+  with pytest.raises(ValueError, match="--local_device_ids='0,a' must be comma-separated"):
+    distributed.parse_device_ids("0,a")
+
+
+def test_tpu_vm_detection(tmp_path, monkeypatch):
+  """A TPU VM: libtpu installed and a Google (vendor 0x1ae0) device on the PCI bus."""
+  for name, vendor in (("0000:00:01.0", "0x8086"), ("0000:00:04.0", "0x1ae0")):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "vendor").write_text(vendor + "\n")
+  monkeypatch.setattr(distributed.importlib.util, "find_spec", lambda name: None)
+  assert not distributed.on_tpu_vm(str(tmp_path))
+  monkeypatch.setattr(distributed.importlib.util, "find_spec", lambda name: object())
+  assert distributed.on_tpu_vm(str(tmp_path))
+  (tmp_path / "0000:00:04.0" / "vendor").write_text("0x10de\n")
+  assert not distributed.on_tpu_vm(str(tmp_path))
+
+
+def test_multi_process_mesh_must_span_every_device(monkeypatch):
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  with pytest.raises(ValueError, match="use 1 of the 8 devices of this 2-process run"):
+    placement.build_mesh(default.get_config().mesh)
+
+
+# A few steps of the default config's model and optimizer, tiny batches, over all devices.
+_OVERRIDES = {"train.steps": 3, "optim.warmup_steps": 1, "train.batch_size": 8,
+              "train.seq_len": 32, "train.log_every": 1, "train.eval_every": 0,
+              "train.eval_batches": 1,
+              "data.paths": os.path.join(sysconfig.get_paths()["stdlib"], "asyncio"),
+              "data.validation_fraction": 0.2}
+_LAYOUT = "fsdp_ep"
+
+
+def _config():
+  c = default.get_config(_LAYOUT)
+  for key, value in _OVERRIDES.items():
+    section, field = key.split(".")
+    c[section][field] = value
+  return c
+
+
+def _final_params(workdir, config):
+  progs = programs.programs(config, loop.model_config(config))
+  ckpt = checkpointing.Checkpointer(workdir, keep=1)
+  try:
+    return jax.device_get(ckpt.restore(ckpt.latest_step(), progs.target).params)
+  finally:
+    ckpt.close()
+
+
+@pytest.mark.slow
+def test_two_processes_match_one(tmp_path):
+  """2 processes x 4 devices (launch/local.py) == 1 process x 8 devices: per-step losses, and
+  the final params that the processes' cooperative checkpoint holds."""
+  multi, single = str(tmp_path / "multi"), str(tmp_path / "single")
+  cmd = [sys.executable, "launch/local.py", "--num_processes=2", "--devices_per_process=4", "--",
+         f"--config=experiments/configs/default.py:{_LAYOUT}", f"--workdir={multi}",
+         *(f"--config.{k}={v}" for k, v in _OVERRIDES.items())]
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # Not pytest's 8 devices.
+  launcher = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+  # The reference compiles while the launched processes do.
+  config = _config()
+  reference = {r["step"]: r["loss"] for r in loop.train(config, single) if "loss" in r}
+  out, _ = launcher.communicate(timeout=1200)
+  assert launcher.returncode == 0, out[-5000:]
+
+  with open(os.path.join(multi, "metrics.jsonl")) as f:
+    records = [json.loads(line) for line in f]
+  assert [r["step"] for r in records] == [1, 2, 3]  # Written once, by process 0.
+  losses = {r["step"]: r["loss"] for r in records}
+  np.testing.assert_allclose([losses[s] for s in (1, 2, 3)],
+                             [reference[s] for s in (1, 2, 3)], rtol=1e-6)
+  # Both processes wrote their shards and their data-iterator positions.
+  step_dir = os.path.join(multi, "checkpoints", "3")
+  assert sorted(os.listdir(os.path.join(step_dir, "data"))) == [
+      "commit_success.txt", "process_0-of-2.json", "process_1-of-2.json"]
+  assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(os.path.join(step_dir, "state")))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               _final_params(multi, config), _final_params(single, config))
+
+
+def test_launcher_propagates_failure():
+  """Every process exits with the trainer's one-line error; the launcher returns its code."""
+  proc = subprocess.run(
+      [sys.executable, "launch/local.py", "--num_processes=2", "--devices_per_process=1", "--",
+       "--config.train.steps=0"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert "[process 1] error: train.steps=0 must be >= 1" in proc.stdout, proc.stdout
+  assert "process 0 exited with 1" in proc.stderr or "process 1 exited with 1" in proc.stderr
