@@ -28,10 +28,11 @@ Coefficient presets:
 
 Numerics: the iteration runs in float32 (float64 only for float64 input) and
 returns the input dtype. The
-Frobenius normalization first divides by the max-abs entry (so squaring cannot
-underflow or overflow in float32, as in LAPACK's nrm2) and then by the norm of the
-rescaled matrix, which is 0 or >= 1: the result is exactly scale invariant, and an
-all-zero matrix maps to zeros instead of NaN.
+Frobenius normalization is optax's x / sqrt(sum x^2) wherever that sum is a normal
+float; where it would underflow or overflow (|x| ~ 1e-20 or 1e20 in float32) it
+first divides by the max-abs entry, as LAPACK's nrm2 does. So the result is scale
+invariant to rounding at any scale, equals optax bit for bit at ordinary scales,
+and an all-zero matrix maps to zeros instead of NaN.
 
 The pieces (`coefficient_schedule`, `frobenius_normalize`, `newton_schulz_iterate`)
 are separate pure functions so a sharded Muon can reuse them around its own
@@ -109,17 +110,26 @@ def compute_dtype(dtype) -> jnp.dtype:
   return jnp.promote_types(dtype, jnp.float32)
 
 
+# Below this squared norm the plain sum of squares could lose precision to float32
+# underflow (terms < 1e-38 flush to zero), so the max-abs-rescaled path is used instead.
+_MIN_PLAIN_SUMSQ = 1e-20
+
+
 def frobenius_normalize(x: jax.Array, eps: float = 1e-7) -> jax.Array:
   """x / ||x||_F per trailing matrix of x [..., m, n] in `compute_dtype`, zero-safe.
 
-  Equals x / (||x||_F + eps · max|x|): `eps` only guards the all-zero matrix and
-  never breaks scale invariance, even for 1e-20-sized inputs.
+  Where sum x^2 is a normal float this is optax's x / sqrt(sum x^2) op for op;
+  otherwise x is divided by max|x| first and then by (norm + eps), so `eps` only
+  guards the all-zero matrix and never breaks scale invariance, even for
+  1e-20-sized inputs (module doc).
   """
   x = x.astype(compute_dtype(x.dtype))
+  sumsq = jnp.sum(jnp.square(x), axis=(-2, -1), keepdims=True)
   amax = jnp.max(jnp.abs(x), axis=(-2, -1), keepdims=True)
-  x = x / jnp.maximum(amax, jnp.finfo(x.dtype).tiny)
-  norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=(-2, -1), keepdims=True))
-  return x / (norm + eps)
+  y = x / jnp.maximum(amax, jnp.finfo(x.dtype).tiny)
+  rescaled = y / (jnp.sqrt(jnp.sum(jnp.square(y), axis=(-2, -1), keepdims=True)) + eps)
+  safe = jnp.isfinite(sumsq) & (sumsq >= _MIN_PLAIN_SUMSQ)
+  return jnp.where(safe, x / jnp.sqrt(sumsq), rescaled)
 
 
 def newton_schulz_iterate(x: jax.Array, table: np.ndarray) -> jax.Array:
@@ -161,8 +171,11 @@ def orthogonalize(x: jax.Array, coeffs: Coeffs = "quintic", steps: int = 5,
     raise ValueError(f"orthogonalize needs an array [..., m, n] of rank >= 2, got shape "
                      f"{x.shape}")
   table = coefficient_schedule(coeffs, steps)
+  # One flat batch axis [B, m, n] (B = 1 for a single matrix): the batched matmuls then
+  # equal optax's vmapped 2-D ones bit for bit.
+  y = x.reshape((-1,) + x.shape[-2:])
   tall = x.shape[-2] > x.shape[-1]
-  y = jnp.swapaxes(x, -1, -2) if tall else x
+  y = jnp.swapaxes(y, -1, -2) if tall else y
   y = newton_schulz_iterate(frobenius_normalize(y, eps), table)
   y = jnp.swapaxes(y, -1, -2) if tall else y
-  return y.astype(x.dtype)
+  return y.reshape(x.shape).astype(x.dtype)

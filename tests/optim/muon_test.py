@@ -39,15 +39,17 @@ def _optax_dims():
 
 @pytest.mark.parametrize("scale_mode,coeffs,nesterov,dtype", [
     ("consistent_rms", "quintic", True, "float64"), ("keller", "polar_express", False, "float64"),
-    ("consistent_rms", "quintic", True, "float32")])
+    ("consistent_rms", "quintic", True, "float32"), ("keller", "polar_express", False, "float32")])
 def test_matches_optax_contrib_muon_over_steps(scale_mode, coeffs, nesterov, dtype):
   """Three steps of (Muon direction + decoupled weight decay) · LR vs optax.
 
   Compared per unit of update scale (i.e. the orthogonalized momentum, entries
   <= ~0.7). Float64 shows the math is identical (1e-10). In float32 each side is
   itself ~1e-6 (quintic) / ~3e-6 (Polar Express, coefficients up to 23) away from
-  the float64 result — the matmul summation orders differ (optax vmaps 2-D
-  matmuls, we batch them) — so float32 is held to 2e-6 / 1e-5.
+  the float64 result, but the two run the same operations in the same order (one
+  flat batch of matrices like optax's vmap, x / sqrt(sum x^2)), so they agree to
+  1e-6 (measured on XLA:CPU: 0 for Polar Express/keller, 6e-8 for consistent_rms,
+  whose scale optax rounds to float32 before multiplying).
   """
   lr, wd, beta, steps = 0.5, 0.1, 0.9, 5
   table = newton_schulz.coefficient_schedule(coeffs, steps)
@@ -69,7 +71,7 @@ def test_matches_optax_contrib_muon_over_steps(scale_mode, coeffs, nesterov, dty
       ref_u, ref_state = ref_update(grads, ref_state, params)
       for k, (shape, names) in KINDS.items():
         scale = muon.update_scale(shape, names, scale_mode) * lr
-        atol = {"float64": 1e-10, "float32": 2e-6 if coeffs == "quintic" else 1e-5}[dtype]
+        atol = {"float64": 1e-10, "float32": 1e-6}[dtype]
         chex.assert_trees_all_close(u[k] / scale, ref_u[k] / scale, atol=atol, rtol=0,
                                     custom_message=f"{k} step {step}")
       params = optax.apply_updates(params, u)
