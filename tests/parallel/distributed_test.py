@@ -4,6 +4,7 @@ devices (the pytest process)."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -157,11 +158,77 @@ def test_two_processes_match_one(tmp_path):
                _final_params(multi, config), _final_params(single, config))
 
 
-def test_launcher_propagates_failure():
-  """Every process exits with the trainer's one-line error; the launcher returns its code."""
+def _one_line_errors(output: str) -> list[str]:
+  return sorted(line for line in output.splitlines() if "error: " in line)
+
+
+# Accepted with one process, refused with two: the error shows both processes joined one run.
+_NEEDS_ONE_PROCESS = "--config.train.batch_size=3"
+_TWO_PROCESS_ERROR = "error: train.batch_size=3 must be divisible by train.grad_accum=1 x process count 2"
+
+
+def test_local_launcher_joins_processes_and_propagates_failure():
   proc = subprocess.run(
       [sys.executable, "launch/local.py", "--num_processes=2", "--devices_per_process=1", "--",
-       "--config.train.steps=0"], cwd=REPO, capture_output=True, text=True, timeout=300)
+       _NEEDS_ONE_PROCESS], cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 1, proc.stdout + proc.stderr
-  assert "[process 1] error: train.steps=0 must be >= 1" in proc.stdout, proc.stdout
-  assert "process 0 exited with 1" in proc.stderr or "process 1 exited with 1" in proc.stderr
+  assert _one_line_errors(proc.stdout) == [f"[process {i}] {_TWO_PROCESS_ERROR}" for i in (0, 1)]
+  assert "exited with 1" in proc.stderr, proc.stderr
+
+
+_FAKE_SRUN = """#!/usr/bin/env bash
+# srun stand-in: runs the command once per task on this machine with the SLURM step variables.
+echo "$@" > "$(dirname "$0")/srun_args"
+while [[ $1 == --* ]]; do [[ $1 == --ntasks=* ]] && n=${1#--ntasks=}; shift; done
+for ((i = 0; i < n; i++)); do
+  SLURM_JOB_ID=77 SLURM_STEP_NODELIST=localhost SLURM_STEP_NUM_NODES=1 SLURM_NTASKS=$n \
+    SLURM_PROCID=$i SLURM_LOCALID=$i "$@" &
+done
+code=0; for ((i = 0; i < n; i++)); do wait -n || code=$?; done; exit $code
+"""
+
+
+def test_slurm_script_runs_one_process_per_gpu(tmp_path):
+  """launch/slurm.sbatch under a stand-in srun: the processes find each other from the SLURM
+  variables alone (JAX's SLURM detection, through `distributed.resolve`)."""
+  srun = tmp_path / "srun"
+  srun.write_text(_FAKE_SRUN)
+  srun.chmod(0o755)
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS" and not k.startswith("SLURM")}
+  env.update(PATH=f"{tmp_path}:{env['PATH']}", PYTHON=sys.executable, SLURM_SUBMIT_DIR=REPO,
+             SLURM_JOB_NUM_NODES="1", SLURM_GPUS_ON_NODE="2", JAX_PLATFORMS="cpu",
+             JAX_COORDINATOR_PORT=str(_free_port()))
+  script = os.path.join(REPO, "launch", "slurm.sbatch")  # Run from elsewhere: it cds itself.
+  proc = subprocess.run(["bash", script, _NEEDS_ONE_PROCESS], cwd=tmp_path, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert _one_line_errors(proc.stderr) == [_TWO_PROCESS_ERROR] * 2, proc.stderr
+  assert (tmp_path / "srun_args").read_text().split() == [
+      "--nodes=1", "--ntasks-per-node=2", "--ntasks=2", "--gpu-bind=none",
+      "--kill-on-bad-exit=1", sys.executable, "-m", "experiments.run", _NEEDS_ONE_PROCESS]
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def test_tpu_pod_script_commands(tmp_path):
+  """launch/tpu_pod.sh under a stand-in gcloud: copy + install on every worker, then the run
+  with its arguments quoted for the remote shell."""
+  gcloud = tmp_path / "gcloud"
+  gcloud.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> "$(dirname "$0")/calls"\n')
+  gcloud.chmod(0o755)
+  env = dict(os.environ, GCLOUD=str(gcloud), SETUP="1", REMOTE_DIR="cj")
+  proc = subprocess.run(["bash", "launch/tpu_pod.sh", "pod", "zone-a", "--config=a b.py",
+                         "--workdir=/mnt/w"], cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  scp, setup, run = (tmp_path / "calls").read_text().splitlines()
+  assert scp.startswith("compute tpus tpu-vm scp ") and scp.endswith(
+      " pod:composer_jax.tar.gz --zone=zone-a --worker=all")
+  assert setup.startswith("compute tpus tpu-vm ssh pod --zone=zone-a --worker=all --command=")
+  assert "cd cj && tar xzf ~/composer_jax.tar.gz" in setup and ".[tpu]" in setup
+  assert run == ("compute tpus tpu-vm ssh pod --zone=zone-a --worker=all --command=cd cj && "
+                 ".venv/bin/python -m experiments.run --config=a\\ b.py --workdir=/mnt/w ")
