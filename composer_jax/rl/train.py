@@ -47,10 +47,10 @@ from composer_jax.train.state import init_state
 
 def make_env(config) -> ToolEnv:
   vocab = Vocab()
-  if config.model.overrides.get("vocab_size", 0) < vocab.size:
+  model_vocab = loop.model_config(config).vocab_size
+  if model_vocab < vocab.size:
     raise ValueError(
-      f"model.overrides.vocab_size={config.model.overrides.get('vocab_size')} must be >= the "
-      f"environment vocabulary ({vocab.size} words)"
+      f"model vocab_size={model_vocab} must be >= the environment vocabulary ({vocab.size} words)"
     )
   return ToolEnv(vocab, **config.env.to_dict())
 

@@ -39,13 +39,13 @@ def get_config(arg=None):
   c.warmup.optim.update(dict(total_steps=c.warmup.steps, warmup_steps=20))
   c.rl = ml_collections.ConfigDict(
     dict(
-      steps=60,
-      groups=8,
-      group_size=8,
+      steps=80,
+      groups=16,
+      group_size=4,
       seq_len=48,  # longest episode: 14 + 3 x (3 + 4) + 2 = 37 tokens
       prompt_len=40,
       teacher_seq_len=48,  # longest teacher stream: prefix 35 + hint 9 + turn 3
-      teacher_rows=32,
+      teacher_rows=64,
       max_new_tokens=3,
       temperature=1.0,
       top_p=1.0,
@@ -58,7 +58,7 @@ def get_config(arg=None):
   c.rl.optim.update(
     dict(
       name="adamw",
-      adam_lr=1e-3,
+      adam_lr=3e-4,
       schedule="wsd",
       warmup_steps=0,
       wsd_decay_fraction=0.0,
@@ -69,4 +69,6 @@ def get_config(arg=None):
   c.loss = rl_loss_config()
   c.loss.sd_coef = ARMS[arm]
   c.loss.vocab_chunk_size = 64
+  # Distill the tool token and <eot>, not the `call` keyword the hint context always predicts.
+  c.loss.skip_first_tokens = 1
   return c

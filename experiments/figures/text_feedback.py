@@ -8,7 +8,8 @@ weights, with the same tasks, sampling keys and episodes per step. Writes to --w
   text_feedback.csv          one row per (arm, seed, RL step): every metric of the step;
   text_feedback_summary.csv  per (arm, step): mean, std, min, max over seeds of the
                              unavailable-tool call rate and the reward;
-  text_feedback.png          both curves per arm, mean over seeds with a min-max band;
+  text_feedback.png          both curves per arm: each seed's curve as a trailing --smooth-step
+                             moving average, then the mean over seeds with a min-max band;
 and prints, per arm, the last `--final_window` steps' mean (over seeds: mean ± std, [min, max]).
 --smoke shrinks every size so the whole pipeline runs in seconds (CI); its numbers mean nothing.
 """
@@ -26,7 +27,10 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 flags.DEFINE_bool("smoke", False, "Tiny sizes for CI: runs end to end in seconds.")
 flags.DEFINE_integer("seeds", 3, "Seeds per arm (each seed: its own warm-up, shared by arms).")
-flags.DEFINE_integer("final_window", 5, "Steps averaged for the printed final numbers.")
+flags.DEFINE_integer("final_window", 10, "Steps averaged for the printed final numbers.")
+flags.DEFINE_integer(
+  "smooth", 5, "Trailing moving average (steps) of each seed's curve in the plot."
+)
 
 ARMS = ("rl", "sd")
 LABELS = {"rl": "RL only (β = 0)", "sd": "RL + targeted SD (β = 1)"}
@@ -48,6 +52,20 @@ def arm_config(arm: str, seed: int, smoke: bool):
     c.warmup.optim.update(dict(total_steps=c.warmup.steps, warmup_steps=1))
     c.rl.optim.total_steps = c.rl.steps
   return c
+
+
+def smoothed(rows: list[dict], window: int) -> list[dict]:
+  """Each (arm, seed) curve replaced by its trailing `window`-step moving average."""
+  out = []
+  for arm in ARMS:
+    for seed in sorted({r["seed"] for r in rows if r["arm"] == arm}):
+      run = sorted(
+        (r for r in rows if (r["arm"], r["seed"]) == (arm, seed)), key=lambda r: r["step"]
+      )
+      for i, r in enumerate(run):
+        past = run[max(0, i - window + 1) : i + 1]
+        out.append(dict(r, **{k: float(np.mean([p[k] for p in past])) for k, _ in CURVES}))
+  return out
 
 
 def summarize(rows: list[dict]) -> list[dict]:

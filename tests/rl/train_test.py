@@ -3,6 +3,7 @@
 import jax
 import ml_collections
 import numpy as np
+import pytest
 
 from composer_jax.envs.tools.env import EpisodeState, ToolTask
 from composer_jax.model import transformer
@@ -86,3 +87,12 @@ def test_episode_metrics_by_hand():
   assert m == dict(
     reward=1 / 3, unavailable_rate=1 / 4, calls_per_episode=4 / 3, model_turns_per_episode=7 / 3
   )
+
+
+def test_model_vocab_must_hold_the_env_words():
+  config = rl_tool_feedback.get_config("rl")
+  config.model.overrides["vocab_size"] = 16
+  with pytest.raises(ValueError, match="vocab_size=16 must be >= the environment vocabulary"):
+    train.make_env(config)
+  with pytest.raises(ValueError, match="arm 'beta'"):
+    rl_tool_feedback.get_config("beta")

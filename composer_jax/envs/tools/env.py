@@ -99,7 +99,8 @@ class ToolEnv:
   def parse(self, tokens: Sequence[int]) -> tuple[str, str | None]:
     """A model turn -> ('call', tool) | ('answer', None) | ('bad_format', None)."""
     t, eot = [int(i) for i in tokens], self.vocab.eot_id
-    if len(t) == 3 and t[0] == self._call and t[2] == eot:
+    # The model's vocabulary may be larger than the environment's: unknown ids are bad format.
+    if len(t) == 3 and t[0] == self._call and t[2] == eot and 0 <= t[1] < self.vocab.size:
       tool = self.vocab.words[t[1]]
       if tool in TOOL_CAPABILITY:
         return "call", tool

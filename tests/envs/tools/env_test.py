@@ -59,6 +59,8 @@ def test_bad_format_and_finished_episode():
   state, _, replies = _play(env, TASK, ["call call <eot>"])
   assert replies == ["error bad_format <eot>"] and state.calls == 0
   assert env.parse(VOCAB.encode("call forecast")) == ("bad_format", None)  # no <eot>
+  call, eot = VOCAB.encode("call <eot>")
+  assert env.parse([call, VOCAB.size + 5, eot]) == ("bad_format", None)  # id past the env words
   state, reply = env.step(state, VOCAB.encode("call mail <eot>"))
   assert state.done and reply == [] and env.reward(state) == 0.0
   with pytest.raises(ValueError, match="finished episode"):
