@@ -68,7 +68,7 @@ def reference():
   return state0, jax.device_get(new_state), metrics
 
 
-@pytest.mark.slow  # ~15 s of CPU per layout (one compile of the sharded train step)
+@pytest.mark.slow  # 12-25 s of CPU per layout (one compile of the sharded train step)
 @pytest.mark.parametrize("layout", sorted(layouts.LAYOUTS))
 def test_train_step_matches_single_device(reference, layout):
   state0, want, want_metrics = reference
