@@ -36,9 +36,10 @@ one flat batch of matrices (optax vmaps); the tests match it to 1e-10 in float64
 and to 1e-6 of the update scale in float32 (measured: <= 6e-8). Differences:
 our Frobenius normalization stays scale invariant for tiny or huge gradients
 (optax adds eps=1e-8 to the norm, which shrinks updates of tiny gradients), and
-coefficients are static config rather than optimizer state. The un-corrected form of Keller Jordan and
-Moonlight (N_t = β M_t + (1-β) G_t) differs only in the relative weight of M_t
-and G_t during the first ~1/(1-β) steps, since NS discards the overall scale.
+coefficients are static config rather than optimizer state. The un-corrected
+form of Keller Jordan and Moonlight (N_t = β M_t + (1-β) G_t) differs only in
+the relative weight of M_t and G_t during the first ~1/(1-β) steps, since NS
+discards the overall scale.
 """
 
 import math
