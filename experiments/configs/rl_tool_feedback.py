@@ -33,7 +33,7 @@ def get_config(arg=None):
   )
   optim = base.get_base_config().optim
   c.warmup = ml_collections.ConfigDict(
-    dict(steps=200, batch_size=32, seq_len=64, hint_prob=0.5, log_every=50, router_bias_rate=1e-3)
+    dict(steps=400, batch_size=32, seq_len=64, hint_prob=0.5, log_every=50, router_bias_rate=1e-3)
   )
   c.warmup.optim = optim
   c.warmup.optim.update(dict(total_steps=c.warmup.steps, warmup_steps=20))
@@ -71,4 +71,7 @@ def get_config(arg=None):
   c.loss.vocab_chunk_size = 64
   # Distill the tool token and <eot>, not the `call` keyword the hint context always predicts.
   c.loss.skip_first_tokens = 1
+  # RL never shows the hint, so reading it fades from the live/EMA weights; the warmed-up
+  # weights keep it.
+  c.loss.teacher = "frozen"
   return c

@@ -12,6 +12,7 @@ weights, with the same tasks, sampling keys and episodes per step. Writes to --w
                              moving average, then the mean over seeds with a min-max band;
 and prints, per arm, the last `--final_window` steps' mean (over seeds: mean ± std, [min, max]).
 --smoke shrinks every size so the whole pipeline runs in seconds (CI); its numbers mean nothing.
+--replot redraws the summary, PNG and numbers from an existing text_feedback.csv.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 flags.DEFINE_bool("smoke", False, "Tiny sizes for CI: runs end to end in seconds.")
 flags.DEFINE_integer("seeds", 3, "Seeds per arm (each seed: its own warm-up, shared by arms).")
+flags.DEFINE_bool("replot", False, "Only redraw the summary and PNG from --workdir's CSV.")
 flags.DEFINE_integer("final_window", 10, "Steps averaged for the printed final numbers.")
 flags.DEFINE_integer(
   "smooth", 5, "Trailing moving average (steps) of each seed's curve in the plot."
@@ -140,11 +142,46 @@ def _plot(path: str, summary: list[dict], title: str) -> None:
   fig.savefig(path, dpi=120)
 
 
+def _read_csv(path: str) -> list[dict]:
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  number = lambda v: float(v) if v not in ("", None) else float("nan")
+  return [
+    {k: v if k == "arm" else int(v) if k in ("seed", "step") else number(v) for k, v in r.items()}
+    for r in rows
+  ]
+
+
+def write_outputs(workdir: str, rows: list[dict], smoke: bool) -> None:
+  """Summary CSV, PNG and the printed final numbers from the per-step rows."""
+  seeds = len({r["seed"] for r in rows})
+  _write_csv(os.path.join(workdir, "text_feedback_summary.csv"), summarize(rows))
+  c = arm_config("sd", 0, smoke)
+  _plot(
+    os.path.join(workdir, "text_feedback.png"),
+    summarize(smoothed(rows, FLAGS.smooth)),
+    f"tool-calling env, tiny model, {c.rl.groups}x{c.rl.group_size} episodes/step; "
+    f"{FLAGS.smooth}-step moving average per seed; mean and min-max over {seeds} seeds",
+  )
+  for arm, curves in final_numbers(rows, FLAGS.final_window).items():
+    print(
+      f"{arm}: "
+      + "; ".join(
+        f"{key} {m:.3f} ± {s:.3f} [{lo:.3f}, {hi:.3f}]" for key, (m, s, lo, hi) in curves.items()
+      )
+      + f" (mean of the last {FLAGS.final_window} steps; mean ± std [min, max] over {seeds} seeds)"
+    )
+
+
 def main(argv):
   del argv
+  os.makedirs(FLAGS.workdir, exist_ok=True)
+  path = os.path.join(FLAGS.workdir, "text_feedback.csv")
+  if FLAGS.replot:
+    write_outputs(FLAGS.workdir, _read_csv(path), FLAGS.smoke)
+    return
   from composer_jax.rl import train as rl_train
 
-  os.makedirs(FLAGS.workdir, exist_ok=True)
   t0 = time.time()
   rows = []
   for seed in range(FLAGS.seeds):
@@ -154,24 +191,8 @@ def main(argv):
       for r in rl_train.train(arm_config(arm, seed, FLAGS.smoke), init):
         rows.append(dict(arm=arm, seed=seed, warmup_ce=ce, **r))
       logging.info("seed %d arm %s done (%.0f s)", seed, arm, time.time() - t0)
-  summary = summarize(rows)
-  _write_csv(os.path.join(FLAGS.workdir, "text_feedback.csv"), rows)
-  _write_csv(os.path.join(FLAGS.workdir, "text_feedback_summary.csv"), summary)
-  c = arm_config("sd", 0, FLAGS.smoke)
-  _plot(
-    os.path.join(FLAGS.workdir, "text_feedback.png"),
-    summary,
-    f"tool-calling env, tiny model, {FLAGS.seeds} seeds (mean, min-max band), "
-    f"{c.rl.groups}x{c.rl.group_size} episodes/step",
-  )
-  for arm, curves in final_numbers(rows, FLAGS.final_window).items():
-    print(
-      f"{arm}: "
-      + "; ".join(
-        f"{key} {m:.3f} ± {s:.3f} [{lo:.3f}, {hi:.3f}]" for key, (m, s, lo, hi) in curves.items()
-      )
-      + f" (last {FLAGS.final_window} steps, over {FLAGS.seeds} seeds)"
-    )
+  _write_csv(path, rows)
+  write_outputs(FLAGS.workdir, rows, FLAGS.smoke)
   print(f"wrote {FLAGS.workdir} in {time.time() - t0:.0f} s")
 
 
