@@ -12,8 +12,8 @@ Both arms share everything else: the warm-up, the seeds, the tasks, and the samp
 
 Measured (3 seeds x 2 arms, 2 shared CPU cores): 8 min 51 s wall, 457 s user CPU. Mean of the
 last 10 of 80 RL steps, mean ± std over seeds: unavailable-tool call rate 0.320 ± 0.058 (rl) vs
-0.331 ± 0.047 (sd), reward 0.648 ± 0.051 vs 0.619 ± 0.027 (from 0.37-0.41 and 0.51-0.66 at the
-start): at this size the SD term gives no measurable gain over RL alone.
+0.331 ± 0.047 (sd), reward 0.648 ± 0.051 vs 0.619 ± 0.027 (first 10 steps, per seed: 0.31-0.41
+and 0.51-0.68): at this size the SD term gives no measurable gain over RL alone.
 """
 
 import ml_collections
