@@ -97,10 +97,9 @@ def make_train_step(model_cfg: ModelConfig, optimizer: optax.GradientTransformat
                      "balance_loss": aux["balance_loss"]}
 
     lm = model_cfg.num_moe_layers
-    e = model_cfg.n_routed_experts if lm else 0
     zero = jnp.zeros((), jnp.float32)
     init = (jax.tree.map(jnp.zeros_like, state.params), zero, zero, zero, zero,
-            jnp.zeros((lm, e), jnp.float32))
+            jnp.zeros((lm, model_cfg.n_routed_experts), jnp.float32))
     (grads, loss_sum, ce_sum, z_sum, n_sum, counts), per_micro = jax.lax.scan(
         accumulate, init, batch)
     n_tot = jnp.maximum(n_sum, 1.0)
