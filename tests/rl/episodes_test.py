@@ -7,6 +7,7 @@ import pytest
 from composer_jax.envs.tools.env import ToolEnv, ToolTask
 from composer_jax.envs.tools.vocab import TOOLS, Vocab
 from composer_jax.rl.episodes import run_episodes
+from tests.rl import episode_checks
 
 VOCAB = Vocab()
 ENV = ToolEnv(VOCAB, max_model_turns=4)
@@ -44,14 +45,8 @@ def _run(seed, key, calls=None):
 def test_same_seed_same_episodes_other_key_differs():
   a, b = _run(0, jax.random.key(3)), _run(0, jax.random.key(3))
   c = _run(0, jax.random.key(4))
-  for x, y in zip(a, b, strict=True):
-    np.testing.assert_array_equal(x.trajectory.tokens, y.trajectory.tokens)
-    assert x.trajectory.reward == y.trajectory.reward and x.state == y.state
-  assert any(
-    len(x.trajectory.tokens) != len(z.trajectory.tokens)
-    or (x.trajectory.tokens != z.trajectory.tokens).any()
-    for x, z in zip(a, c, strict=True)
-  )
+  episode_checks.assert_same_episodes(a, b)
+  episode_checks.assert_some_episode_differs(a, c)
 
 
 def test_trajectories_keep_sampled_ids_and_replay_the_env():

@@ -13,6 +13,7 @@ from composer_jax.rl.episodes import Episode, run_episodes
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
 from composer_jax.train import loop
 from experiments.configs import rl_tool_feedback
+from tests.rl import episode_checks
 
 
 def test_sampled_episodes_are_deterministic_given_a_seed():
@@ -34,15 +35,8 @@ def test_sampled_episodes_are_deterministic_given_a_seed():
     )
 
   a, b, c = play(0, 1), play(0, 1), play(0, 2)
-  for x, y in zip(a, b, strict=True):
-    np.testing.assert_array_equal(x.trajectory.tokens, y.trajectory.tokens)
-    np.testing.assert_array_equal(x.trajectory.sampler_logprobs, y.trajectory.sampler_logprobs)
-    assert x.trajectory.reward == y.trajectory.reward and x.state == y.state
-  assert any(
-    len(x.trajectory.tokens) != len(z.trajectory.tokens)
-    or (x.trajectory.tokens != z.trajectory.tokens).any()
-    for x, z in zip(a, c, strict=True)
-  )
+  episode_checks.assert_same_episodes(a, b)
+  episode_checks.assert_some_episode_differs(a, c)
   # Sampled log-probs are of the tokens kept: log-probs of model tokens are < 0, others 0.
   t = a[0].trajectory
   assert (t.sampler_logprobs[t.model_mask] < 0).all() and (
