@@ -31,7 +31,9 @@ FP8_QUANTIZATION_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_sch
 INDEX_FILE = "model.safetensors.index.json"
 
 
-def _quantized(entry: names.Entry) -> bool:
+def fp8_quantized(entry: names.Entry) -> bool:
+  """Whether the fp8 export (and the DeepSeek-V3 / Kimi-K2 releases) store `entry` as block
+  fp8 + `weight_scale_inv`: decoder Linear weights except the router."""
   return (entry.base.startswith("model.layers.") and entry.suffix == "weight"
           and len(entry.hf_shape) == 2 and not entry.base.endswith("mlp.gate"))
 
@@ -60,7 +62,7 @@ def export_hf(cfg: ModelConfig, get: Callable[[names.Path], np.ndarray], out_dir
       x = entry.to_hf(np.asarray(leaf[entry.index], np.float32))
       if entry.suffix == "e_score_correction_bias":
         tensors = {entry.name: x.astype(np.float32)}
-      elif fp8 and _quantized(entry):
+      elif fp8 and fp8_quantized(entry):
         q, scale_inv = quant.quantize_fp8_block(x)
         tensors = {entry.name: q, entry.name + "_scale_inv": scale_inv}
       else:

@@ -1,7 +1,10 @@
 """ModelConfig validation and preset parameter counts."""
 
+import math
+
 import pytest
 
+from composer_jax.hf import names, quant, writer
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig, RopeScaling, get_preset
 
@@ -37,6 +40,21 @@ def test_param_counts_near_public_numbers(name, total, active, tol):
   got_total, got_active = transformer.param_counts(get_preset(name))
   assert got_total == pytest.approx(total, rel=tol)
   assert got_active == pytest.approx(active, rel=tol)
+
+
+def test_kimi_k2_count_matches_the_released_checkpoint():
+  """Hugging Face counts 1026.5B elements in moonshotai/Kimi-K2-Instruct's safetensors (block
+  fp8 weights + their float32 `weight_scale_inv`); the "1.04T" of Kimi's report is not what
+  the released weights hold. Counted here from our HF tensor list, independent of
+  `param_counts`, which must agree on the weights alone."""
+  cfg = get_preset("kimi_k2")
+  entries = names.entries(cfg)
+  weights = sum(math.prod(e.hf_shape) for e in entries)
+  bo, bi = quant.FP8_BLOCK
+  scales = sum(math.ceil(e.hf_shape[0] / bo) * math.ceil(e.hf_shape[1] / bi)
+               for e in entries if writer.fp8_quantized(e))
+  assert weights == transformer.param_counts(cfg)[0] + cfg.num_moe_layers * cfg.n_routed_experts
+  assert round((weights + scales) / 1e8) == 10265
 
 
 @pytest.mark.parametrize("overrides,match", [
