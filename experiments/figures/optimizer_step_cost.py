@@ -1,4 +1,4 @@
-"""Projected sharded-Muon optimizer step time for Kimi K2 (1.04T) on N GPUs.
+"""Projected sharded-Muon optimizer step time for Kimi K2 (1.03T parameters) on N GPUs.
 
     python -m experiments.figures.optimizer_step_cost --out /tmp/optimizer_step_cost
 
