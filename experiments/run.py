@@ -6,9 +6,10 @@
 
 `--workdir` defaults to `workdir/<config file name>`; running again with the same workdir
 resumes from its newest checkpoint. Every config field can be overridden with
-`--config.<section>.<field>=<value>`. Bad input (unknown config file or field, bad value,
-a workdir holding another model's checkpoint, an empty data path) exits with a one-line
-error.
+`--config.<section>.<field>=<value>`. Configs with an `rl` section (`rl_tool_feedback.py`)
+run `composer_jax.rl.run` (warm-up, then RL), the others the supervised `train.loop`. Bad
+input (unknown config file or field, bad value, a workdir holding another model's
+checkpoint, an empty data path) exits with a one-line error.
 
 Multi-process runs: every process runs this command with the same config and workdir (on a
 filesystem all processes share) plus `--coordinator=HOST:PORT --num_processes=N
@@ -24,6 +25,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from composer_jax.parallel import distributed
+from composer_jax.rl import run as rl_run
 from composer_jax.train import loop
 
 
@@ -87,7 +89,10 @@ def main(argv):
   name = os.path.splitext(os.path.basename(path))[0]
   workdir = _WORKDIR.value or os.path.join("workdir", name)
   try:
-    loop.train(config, workdir)
+    if "rl" in config:  # RL configs (warm-up + RL sections), e.g. rl_tool_feedback.py
+      rl_run.run(config, workdir)
+    else:
+      loop.train(config, workdir)
   except (ValueError, FileNotFoundError, loop.NonFiniteLossError) as e:
     sys.exit(f"error: {e}")
 

@@ -19,8 +19,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -196,8 +199,34 @@ def make_policy(model_cfg: ModelConfig, rl_cfg, stop_id: int, pad_id: int):
   return policy
 
 
-def train(config, init: dict) -> list[dict]:
-  """RL steps from `init` = {'params', 'router'}; returns one metrics dict per step."""
+@dataclasses.dataclass
+class RLState:
+  """What an RL run carries from one step to the next, i.e. what a checkpoint holds.
+
+  `step` counts finished RL steps; `ema` is the EMA teacher (None unless `loss.teacher` is
+  'ema'); `rng` draws the tasks (the sampling keys are `fold_in(key(seed), step)`).
+  """
+
+  step: int
+  params: Any
+  opt_state: Any
+  ema: Any
+  rng: np.random.Generator
+
+
+def initial_state(config, init: dict) -> RLState:
+  """Step 0 from the warmed-up `init` = {'params', 'router'}."""
+  tx = _rl_optimizer(loop.model_config(config), ml_collections.FrozenConfigDict(config.rl.optim))
+  params = init["params"]
+  ema = teacher_weights.ema_init(params) if config.loss.teacher == "ema" else None
+  return RLState(0, params, tx.init(params), ema, np.random.default_rng([config.seed, 1]))
+
+
+def rl_steps(config, init: dict, state: RLState | None = None
+             ) -> Iterator[tuple[dict, RLState]]:
+  """RL steps from `state` (default `initial_state`) up to `config.rl.steps`; yields each
+  step's metrics row and the state after it. `init` (the warmed-up variables) gives the
+  router bias, fixed during RL, and the 'initial' teacher."""
   model_cfg, env, r = loop.model_config(config), make_env(config), config.rl
   loss_cfg = config.loss
   distill = loss_cfg.sd_coef > 0
@@ -205,15 +234,13 @@ def train(config, init: dict) -> list[dict]:
   update = make_update(model_cfg, ml_collections.FrozenConfigDict(loss_cfg), tx)
   feedbacks = feedback_lib.make_feedback(r.feedback_kinds, r.feedback_options.to_dict())
   policy = make_policy(model_cfg, r, env.vocab.eot_id, env.vocab.pad_id)
-  params, router = init["params"], init["router"]
-  opt_state = tx.init(params)
-  ema = teacher_weights.ema_init(params) if loss_cfg.teacher == "ema" else None
-  rng = np.random.default_rng([config.seed, 1])
+  state = state or initial_state(config, init)
+  params, opt_state, ema, rng = state.params, state.opt_state, state.ema, state.rng
+  router = init["router"]
   key = jax.random.fold_in(jax.random.key(config.seed), 1)
   rows = r.groups * r.group_size
   group_ids = np.repeat(np.arange(r.groups), r.group_size)
-  history = []
-  for step in range(r.steps):
+  for step in range(state.step, r.steps):
     t0 = time.time()
     tasks = [env.sample_task(rng) for _ in range(r.groups)]
     episodes = run_episodes(
@@ -256,13 +283,16 @@ def train(config, init: dict) -> list[dict]:
     if ema is not None:
       ema = teacher_weights.ema_update(ema, params, loss_cfg.ema_rate)
     row.update({k: float(v) for k, v in metrics.items()}, seconds=time.time() - t0)
-    history.append(row)
-    if (step + 1) % r.log_every == 0 or step == r.steps - 1:
-      logging.info(
-        "rl step %d reward %.3f unavailable %.3f loss %.4f",
-        step + 1,
-        row["reward"],
-        row["unavailable_rate"],
-        row["loss"],
-      )
-  return history
+    yield row, RLState(step + 1, params, opt_state, ema, rng)
+
+
+def train(config, init: dict) -> list[dict]:
+  """All RL steps from the warmed-up `init` = {'params', 'router'}, in memory (no
+  checkpoints: `rl.run` is the resumable driver); returns one metrics dict per step."""
+  rows = []
+  for row, state in rl_steps(config, init):
+    rows.append(row)
+    if state.step % config.rl.log_every == 0 or state.step == config.rl.steps:
+      logging.info("rl step %d reward %.3f unavailable %.3f loss %.4f", state.step,
+                   row["reward"], row["unavailable_rate"], row["loss"])
+  return rows

@@ -51,7 +51,7 @@ def validate(config) -> None:
     raise ValueError(f"train.eval_every={t.eval_every} must be >= 0 (0 = only at the end)")
 
 
-class _StopFlag:
+class StopFlag:
   """Set by SIGTERM (preemption); checked once per step. Installs only in the main thread of
   a single-process run: with several processes, JAX's preemption service takes SIGTERM and
   `Checkpointer.reached_preemption` stops every process at the same step."""
@@ -146,7 +146,7 @@ def train(config, workdir: str) -> list[dict]:
   evaluate = _Evaluator(config, progs)
   # Metrics are global (every process computes the same values): process 0 writes them.
   writer = MetricsWriter(workdir, t.steps, step) if jax.process_index() == 0 else None
-  stop = _StopFlag()
+  stop = StopFlag()
   tokens_per_step = t.batch_size * t.seq_len
   run_config = config.to_dict()
   records, window_start, window_steps = [], time.perf_counter(), 0

@@ -20,7 +20,8 @@ _BAR = 20  # characters of the progress bar
 # Keys shown on the console line, with their format; everything goes to the files.
 _CONSOLE = (("loss", "loss {:.4f}"), ("eval_loss", "eval_loss {:.4f}"),
             ("grad_norm", "gnorm {:.3f}"), ("lr", "lr {:.2e}"),
-            ("moe/load_max_over_mean", "load {:.2f}"), ("tokens_per_s", "{:,.0f} tok/s"))
+            ("moe/load_max_over_mean", "load {:.2f}"), ("tokens_per_s", "{:,.0f} tok/s"),
+            ("reward", "reward {:.3f}"), ("unavailable_rate", "unavailable {:.3f}"))
 
 
 class _DropLibraryInfo(py_logging.Filter):
@@ -72,15 +73,17 @@ class MetricsWriter:
     self._start_time = time.time()
     self._anchor = None  # (step, time) of the first record
 
-  def write(self, record: dict) -> None:
-    """`record`: {'step': int, 'tokens': int, name: float, ...}."""
+  def write(self, record: dict, console: bool = True) -> None:
+    """`record`: {'step': int, 'tokens': int, name: float, ...}; every record goes to the
+    files, and to the console unless `console` is False."""
     self._jsonl.write(json.dumps(record) + "\n")
     self._jsonl.flush()
     for k, v in record.items():
       if k != "step":
         self._tb.add_scalar(k, v, record["step"])
     self._tb.flush()
-    logging.info(self._console_line(record))
+    if console:
+      logging.info(self._console_line(record))
 
   def _console_line(self, record: dict) -> str:
     step, now = record["step"], time.time()

@@ -1,5 +1,10 @@
 """RL with targeted text feedback on the tool-calling environment (`composer_jax.rl.train`).
 
+    python -m experiments.run --config=experiments/configs/rl_tool_feedback.py:sd
+
+runs one arm in `workdir/rl_tool_feedback` (warm-up, then RL with metrics, checkpoints and
+resume: `composer_jax.rl.run`);
+
     python -m experiments.figures.text_feedback --workdir=workdir/text_feedback
 
 runs both arms for several seeds. Arms (`get_config(arg)`, i.e. `rl_tool_feedback.py:rl`):
@@ -57,6 +62,8 @@ def get_config(arg=None):
       feedback_kinds=("unavailable_tool",),
       feedback_options={},
       log_every=10,
+      ckpt_every=20,  # checkpoints (`composer_jax.rl.run`): every 20 steps, at the end, SIGTERM
+      keep=2,
     )
   )
   c.rl.optim = base.get_base_config().optim
