@@ -37,15 +37,18 @@ def make_schedule(optim_cfg, peak: float) -> optax.Schedule:
   if not 0.0 <= ratio <= 1.0:
     raise ValueError(f"min_lr_ratio must be in [0, 1], got {ratio}")
   floor = ratio * peak
-  warm = optax.linear_schedule(0.0, peak, warmup)
+  # (schedule, first step); zero-length pieces are left out (optax warns about them).
+  pieces = [(optax.linear_schedule(0.0, peak, warmup), 0)] if warmup else []
   if kind == "cosine":
-    decay = optax.cosine_decay_schedule(peak, total - warmup, alpha=ratio)
-    return optax.join_schedules([warm, decay], [warmup])
-  fraction = optim_cfg.wsd_decay_fraction
-  decay_steps = round(fraction * total)
-  if not 0.0 <= fraction <= 1.0 or warmup + decay_steps > total:
-    raise ValueError(f"wsd_decay_fraction={fraction} must be in [0, 1] with warmup_steps="
-                     f"{warmup} + decay steps {decay_steps} <= total_steps={total}")
-  stable = optax.constant_schedule(peak)
-  decay = optax.linear_schedule(peak, floor, decay_steps)
-  return optax.join_schedules([warm, stable, decay], [warmup, total - decay_steps])
+    pieces.append((optax.cosine_decay_schedule(peak, total - warmup, alpha=ratio), warmup))
+  else:
+    fraction = optim_cfg.wsd_decay_fraction
+    decay_steps = round(fraction * total)
+    if not 0.0 <= fraction <= 1.0 or warmup + decay_steps > total:
+      raise ValueError(f"wsd_decay_fraction={fraction} must be in [0, 1] with warmup_steps="
+                       f"{warmup} + decay steps {decay_steps} <= total_steps={total}")
+    pieces.append((optax.constant_schedule(peak), warmup))
+    if decay_steps:
+      pieces.append((optax.linear_schedule(peak, floor, decay_steps), total - decay_steps))
+  schedules, starts = zip(*pieces, strict=True)
+  return optax.join_schedules(list(schedules), list(starts[1:]))

@@ -2,7 +2,10 @@
 
     warmup(config)          supervised steps on scripted episodes (`envs.tools.warmup`): the
                             tool-call format, and reading the reminder hint when it is there.
-    train(config, init)     RL steps from the warmed-up `init` variables:
+    rl_steps(config, init, state)
+                            RL steps from the warmed-up `init` variables (and `state`, an
+                            `RLState`, when resuming), yielding each step's metrics and state;
+                            `train` runs them all in memory, `rl.run` with checkpoints:
       1. sample `groups` tasks, each played `group_size` times (GRPO groups) by the sampler
          (`rl.sampler`, temperature/top-p from the config) through `rl.episodes.run_episodes`;
       2. pack the trajectories (`rl.trajectory.pack_batch`, one static length);

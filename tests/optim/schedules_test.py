@@ -1,5 +1,6 @@
 """LR schedules vs hand-computed values."""
 
+import logging
 import math
 
 import ml_collections
@@ -38,6 +39,14 @@ def test_no_warmup_starts_at_peak():
   assert float(sched(0)) == pytest.approx(PEAK)
   assert float(sched(50)) == pytest.approx(FLOOR + (PEAK - FLOOR) * 0.5 * (1 + math.cos(
       math.pi * 50 / 110)), rel=1e-6)
+
+
+def test_wsd_without_warmup_or_decay_is_constant(caplog):
+  caplog.set_level(logging.INFO)
+  sched = schedules.make_schedule(_cfg(schedule="wsd", warmup_steps=0, wsd_decay_fraction=0.0),
+                                  PEAK)
+  np.testing.assert_array_equal([float(sched(t)) for t in (0, 1, 109, 110, 500)], [PEAK] * 5)
+  assert "non-positive" not in caplog.text  # no zero-length optax pieces
 
 
 @pytest.mark.parametrize("overrides,match", [
