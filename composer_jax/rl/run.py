@@ -15,7 +15,9 @@ Both are written atomically by orbax, so an interrupted save leaves the previous
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 
 import jax
@@ -41,6 +43,8 @@ def validate(config) -> None:
 
 # What the warm-up depends on besides the model: a saved warm-up is reused only if they match.
 _WARMUP_KEYS = ("seed", "env", "warmup")
+# Settings that decide the tree of a checkpointed RL state (optimizer state; EMA weights or not).
+_STATE_KEYS = (("rl", "optim", "name"), ("loss", "teacher"))
 
 
 def _manager(directory: str, items: tuple[str, ...], keep: int | None = None):
@@ -87,7 +91,12 @@ def _arrays(state: rl_train.RLState) -> dict:
 
 
 def _restore(mngr, step: int, config, init: dict, workdir: str) -> rl_train.RLState:
-  _check_model(mngr, step, config, f"--workdir {workdir}")
+  saved = _check_model(mngr, step, config, f"--workdir {workdir}")
+  for path in _STATE_KEYS:
+    was, now = (functools.reduce(operator.getitem, path, c) for c in (saved, config))
+    if was != now:
+      raise ValueError(f"--workdir {workdir} holds an RL checkpoint made with {'.'.join(path)}="
+                       f"{was!r}, this config has {now!r}; use a fresh --workdir or the saved value")
   fresh = rl_train.initial_state(config, init)
   target = jax.tree.map(ocp.utils.to_shape_dtype_struct, _arrays(fresh))
   restored = mngr.restore(step, args=ocp.args.Composite(

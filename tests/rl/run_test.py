@@ -67,12 +67,16 @@ def test_sigterm_saves_the_current_step(full_run, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_checkpoint_of_another_model_or_warmup_is_rejected(full_run):
+def test_checkpoint_of_another_model_warmup_or_teacher_is_rejected(full_run):
   with pytest.raises(ValueError, match=r"different model config: num_layers \(checkpoint 3"):
     rl_run.run(_config(num_layers=2), full_run[0])
   config = _config()
   config.warmup.hint_prob = 0.25
   with pytest.raises(ValueError, match="warmup was made with other warmup settings"):
+    rl_run.run(config, full_run[0])
+  config = _config()
+  config.loss.teacher = "frozen"
+  with pytest.raises(ValueError, match="made with loss.teacher='ema', this config has 'frozen'"):
     rl_run.run(config, full_run[0])
 
 
