@@ -229,7 +229,7 @@ def rl_steps(config, init: dict, state: RLState | None = None
              ) -> Iterator[tuple[dict, RLState]]:
   """RL steps from `state` (default `initial_state`) up to `config.rl.steps`; yields each
   step's metrics row and the state after it. `init` (the warmed-up variables) gives the
-  router bias, fixed during RL, and the 'initial' teacher."""
+  router bias, fixed during RL, and the weights of the 'frozen' teacher."""
   model_cfg, env, r = loop.model_config(config), make_env(config), config.rl
   loss_cfg = config.loss
   distill = loss_cfg.sd_coef > 0
