@@ -96,7 +96,8 @@ def _restore(mngr, step: int, config, init: dict, workdir: str) -> rl_train.RLSt
     was, now = (functools.reduce(operator.getitem, path, c) for c in (saved, config))
     if was != now:
       raise ValueError(f"--workdir {workdir} holds an RL checkpoint made with {'.'.join(path)}="
-                       f"{was!r}, this config has {now!r}; use a fresh --workdir or the saved value")
+                       f"{was!r}, this config has {now!r}; use a fresh --workdir or the saved "
+                       "value")
   fresh = rl_train.initial_state(config, init)
   target = jax.tree.map(ocp.utils.to_shape_dtype_struct, _arrays(fresh))
   restored = mngr.restore(step, args=ocp.args.Composite(

@@ -100,7 +100,8 @@ def warmup(config) -> tuple[dict, float]:
 
 @functools.lru_cache(maxsize=4)
 def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTransformation):
-  """Cached per (model, loss config, optimizer): jitted `update(params, opt_state, router, batch, teacher_params, teacher_batch)` ->
+  """Cached per (model, loss config, optimizer): jitted
+  `update(params, opt_state, router, batch, teacher_params, teacher_batch)` ->
   (params, opt_state, metrics). `teacher_params` = `teacher_weights.teacher_variables(...)`
   (a tuple of param trees) and `teacher_batch` from `build_teacher_batch`, or both None (RL only).
   """

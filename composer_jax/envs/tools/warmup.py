@@ -2,12 +2,13 @@
 
 The scripted agent calls the required capabilities in task order and then answers. Before each
 first attempt at a capability, with probability `hint_prob`, the reminder hint for it
-(`ToolEnv.hint(task, tool)`, the offered alias) is inserted as an environment turn right before the call, exactly where the
-self-distillation teacher puts it, and the call then uses the offered alias. Without the hint the
-agent picks one of the capability's two aliases uniformly at random (ignoring the tool list and
-`first_alias_prob`) and, after the `not_found` error, retries with the other one. So the warmed-up model knows
-the format, reads the hint when it is there, and ignores the tool list otherwise: the gap that RL
-and targeted self-distillation have to close.
+(`ToolEnv.hint(task, tool)`, the offered alias) is inserted as an environment turn right before
+the call, exactly where the self-distillation teacher puts it, and the call then uses the
+offered alias. Without the hint the agent picks one of the capability's two aliases uniformly at
+random (ignoring the tool list and `first_alias_prob`) and, after the `not_found` error, retries
+with the other one. So the warmed-up model knows the format, reads the hint when it is there,
+and ignores the tool list otherwise: the gap that RL and targeted self-distillation have to
+close.
 """
 
 from __future__ import annotations
