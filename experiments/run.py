@@ -6,8 +6,9 @@
 
 `--workdir` defaults to `workdir/<config file name>`; running again with the same workdir
 resumes from its newest checkpoint. Every config field can be overridden with
-`--config.<section>.<field>=<value>`. Configs with an `rl` section (`rl_tool_feedback.py`)
-run `composer_jax.rl.run` (warm-up, then RL), the others the supervised `train.loop`. Bad
+`--config.<section>.<field>=<value>`. `config.program` picks what runs (`PROGRAMS`): 'lm'
+the supervised `train.loop`, 'rl' the RL program of the environment named by `config.env.name`
+(`RL_PROGRAMS`; e.g. `rl_tool_feedback.py`: warm-up, then RL through `composer_jax.rl.run`). Bad
 input (unknown config file or field, bad value, a workdir holding another model's
 checkpoint, an empty data path) exits with a one-line error.
 
@@ -25,8 +26,20 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from composer_jax.parallel import distributed
-from composer_jax.rl import run as rl_run
 from composer_jax.train import loop
+from experiments.tool_feedback import program as tool_feedback
+
+# RL experiment programs, by environment name (`config.env.name`).
+RL_PROGRAMS = {"tools": tool_feedback.run}
+
+
+def _rl(config, workdir: str):
+  if config.env.name not in RL_PROGRAMS:
+    raise ValueError(f"env.name={config.env.name!r}; valid: {sorted(RL_PROGRAMS)}")
+  return RL_PROGRAMS[config.env.name](config, workdir)
+
+
+PROGRAMS = {"lm": loop.train, "rl": _rl}
 
 
 def _define_config_flag():
@@ -89,10 +102,9 @@ def main(argv):
   name = os.path.splitext(os.path.basename(path))[0]
   workdir = _WORKDIR.value or os.path.join("workdir", name)
   try:
-    if "rl" in config:  # RL configs (warm-up + RL sections), e.g. rl_tool_feedback.py
-      rl_run.run(config, workdir)
-    else:
-      loop.train(config, workdir)
+    if config.program not in PROGRAMS:
+      raise ValueError(f"program={config.program!r}; valid: {sorted(PROGRAMS)}")
+    PROGRAMS[config.program](config, workdir)
   except (ValueError, FileNotFoundError, loop.NonFiniteLossError) as e:
     sys.exit(f"error: {e}")
 

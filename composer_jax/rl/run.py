@@ -1,22 +1,21 @@
-"""An RL run in a workdir: `run(config, workdir)`, what `experiments.run` calls for RL configs.
+"""An RL run in a workdir: `run(config, workdir, env, init)`.
 
-Warm-up once, then RL steps (`rl.train.rl_steps`) with the same guarantees as the supervised
-loop: metrics to the console, `metrics.jsonl` and TensorBoard (`train.metrics`); orbax
-checkpoints every `rl.ckpt_every` steps, at the end and on SIGTERM; a run started again in the
-same workdir resumes bit-for-bit from its newest checkpoint. Layout:
+RL steps (`rl.train.rl_steps`) on an environment (`rl.env.Env`) from initial variables, with
+the same guarantees as the supervised loop: metrics to the console, `metrics.jsonl` and
+TensorBoard (`train.metrics`); orbax checkpoints every `rl.ckpt_every` steps, at the end and on
+SIGTERM; a run started again in the same workdir resumes bit-for-bit from its newest
+checkpoint. Layout:
 
-    <workdir>/warmup/<steps>/{variables,config}   {'params', 'router'} after the warm-up
     <workdir>/checkpoints/<step>/{state,rng,config}
         state: params, optimizer state, EMA teacher (if any); rng: the task generator's
         bit-generator state (JSON); config: model config + run config (JSON).
 
-Both are written atomically by orbax, so an interrupted save leaves the previous one intact.
+Written atomically by orbax, so an interrupted save leaves the previous one intact.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import operator
 import os
 
@@ -26,23 +25,21 @@ from absl import logging
 
 from composer_jax.model.config import ModelConfig
 from composer_jax.rl import train as rl_train
+from composer_jax.rl.env import Env
 from composer_jax.train import checkpointing, loop
 from composer_jax.train.metrics import MetricsWriter, quiet_library_logs
 
 
 def validate(config) -> None:
   """One-line ValueErrors for RL run settings that cannot work."""
-  for section, names in (("warmup", ("steps", "batch_size", "seq_len", "log_every")),
-                         ("rl", ("steps", "groups", "group_size", "seq_len", "log_every",
-                                 "ckpt_every", "keep"))):
+  for section, names in (("rl", ("steps", "groups", "group_size", "seq_len", "log_every",
+                                 "ckpt_every", "keep")),):
     for name in names:
       value = config[section][name]
       if value < 1:
         raise ValueError(f"{section}.{name}={value} must be >= 1")
 
 
-# What the warm-up depends on besides the model: a saved warm-up is reused only if they match.
-_WARMUP_KEYS = ("seed", "env", "warmup")
 # Settings that decide the tree of a checkpointed RL state (optimizer state; EMA weights or not).
 _STATE_KEYS = (("rl", "optim", "name"), ("loss", "teacher"))
 
@@ -62,27 +59,6 @@ def _check_model(mngr, step: int, config, where: str) -> dict:
   checkpointing.check_same_model(ModelConfig.from_dict(saved["model"]),
                                  loop.model_config(config), where)
   return saved["run"]
-
-
-def warmed_up(config, workdir: str) -> dict:
-  """{'params', 'router'} after the supervised warm-up: restored from `<workdir>/warmup`
-  when there, else computed (`rl.train.warmup`) and saved there."""
-  with _manager(os.path.join(workdir, "warmup"), ("variables",)) as mngr:
-    step = mngr.latest_step()
-    if step is not None:
-      saved = _check_model(mngr, step, config, f"{workdir}/warmup")
-      current = json.loads(json.dumps(config.to_dict()))  # tuples -> lists, as saved
-      changed = [k for k in _WARMUP_KEYS if saved[k] != current[k]]
-      if changed:
-        raise ValueError(f"{workdir}/warmup was made with other {', '.join(changed)} settings "
-                         f"than this config; use a fresh --workdir or the saved settings")
-      logging.info("Warm-up restored from %s/%d", mngr.directory, step)
-      return mngr.restore(step, args=ocp.args.Composite(
-          variables=ocp.args.StandardRestore()))["variables"]
-    variables, _ = rl_train.warmup(config)
-    mngr.save(config.warmup.steps, args=ocp.args.Composite(
-        variables=ocp.args.StandardSave(variables), config=ocp.args.JsonSave(_config_json(config))))
-    return variables
 
 
 def _arrays(state: rl_train.RLState) -> dict:
@@ -109,9 +85,10 @@ def _restore(mngr, step: int, config, init: dict, workdir: str) -> rl_train.RLSt
                           fresh.rng)
 
 
-def run(config, workdir: str) -> list[dict]:
-  """Warm-up (or its checkpoint), then RL up to `rl.steps` in `workdir`; returns the metric
-  records written by this call (one per RL step; `step` counts finished steps).
+def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
+  """RL on `env` from `init` = {'params', 'router'} (or from the newest checkpoint) up to
+  `rl.steps` in `workdir`; returns the metric records written by this call (one per RL step;
+  `step` counts finished steps).
 
   Raises:
     ValueError: bad config, or `workdir` holds checkpoints of a different model.
@@ -119,7 +96,6 @@ def run(config, workdir: str) -> list[dict]:
   validate(config)
   quiet_library_logs()
   r = config.rl
-  init = warmed_up(config, workdir)
   mngr = _manager(os.path.join(workdir, "checkpoints"), ("state", "rng"), keep=r.keep)
   latest = mngr.latest_step()
   resumed = _restore(mngr, latest, config, init, workdir) if latest is not None else None
@@ -127,7 +103,7 @@ def run(config, workdir: str) -> list[dict]:
   stop = loop.StopFlag()
   config_json, records = _config_json(config), []
   try:
-    for row, state in rl_train.rl_steps(config, init, resumed):
+    for row, state in rl_train.rl_steps(config, env, init, resumed):
       record = {**row, "step": state.step}
       writer.write(record, console=state.step % r.log_every == 0 or state.step == r.steps)
       records.append(record)

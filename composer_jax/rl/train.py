@@ -1,15 +1,14 @@
-"""RL with targeted text feedback on the tool-calling environment: warm-up, then RL (+ SD).
+"""RL with targeted text feedback on any environment (`rl.env.Env`): the RL program.
 
-    warmup(config)          supervised steps on scripted episodes (`envs.tools.warmup`): the
-                            tool-call format, and reading the reminder hint when it is there.
-    rl_steps(config, init, state)
-                            RL steps from the warmed-up `init` variables (and `state`, an
-                            `RLState`, when resuming), yielding each step's metrics and state;
-                            `train` runs them all in memory, `rl.run` with checkpoints:
+    rl_steps(config, env, init, state)
+                            RL steps from the `init` variables (e.g. after a supervised
+                            warm-up; and `state`, an `RLState`, when resuming), yielding each
+                            step's metrics and state; `train` runs them all in memory,
+                            `rl.run` with checkpoints:
       1. sample `groups` tasks, each played `group_size` times (GRPO groups) by the sampler
          (`rl.sampler`, temperature/top-p from the config) through `rl.episodes.run_episodes`;
       2. pack the trajectories (`rl.trajectory.pack_batch`, one static length);
-      3. feedback kinds (`envs.tools.feedback`) flag faulty model turns and write their hints;
+      3. the environment's feedback (`Env.feedback`) flags faulty model turns with their hints;
          with sd_coef > 0 they become the teacher batch (`rl.teacher.build_teacher_batch`,
          a fixed number of rows: extra targets beyond `teacher_rows` are dropped and counted);
       4. one jitted update: loss = RL + sd_coef * SD (`rl.losses.make_loss_fn`), teacher
@@ -35,67 +34,20 @@ import numpy as np
 import optax
 from absl import logging
 
-from composer_jax.envs.tools import feedback as feedback_lib
-from composer_jax.envs.tools.env import ToolEnv
-from composer_jax.envs.tools.vocab import Vocab
-from composer_jax.envs.tools.warmup import warmup_batch
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
-from composer_jax.optim import build_optimizer, make_schedule, param_labels
+from composer_jax.optim import build_optimizer
 from composer_jax.rl import advantages, losses, sampler, teacher_weights
+from composer_jax.rl.env import Env, distill_targets
 from composer_jax.rl.episodes import run_episodes
 from composer_jax.rl.teacher import build_teacher_batch
 from composer_jax.rl.trajectory import pack_batch
 from composer_jax.train import loop
-from composer_jax.train import step as step_lib
-from composer_jax.train.state import init_state
-
-
-def make_env(config) -> ToolEnv:
-  vocab = Vocab()
-  model_vocab = loop.model_config(config).vocab_size
-  if model_vocab < vocab.size:
-    raise ValueError(
-      f"model vocab_size={model_vocab} must be >= the environment vocabulary ({vocab.size} words)"
-    )
-  return ToolEnv(vocab, **config.env.to_dict())
 
 
 def _optimizer(optim_cfg, model_cfg: ModelConfig):
   axes = transformer.logical_axes(model_cfg)["params"]
   return build_optimizer(optim_cfg, axes), axes
-
-
-@functools.lru_cache(maxsize=4)
-def _warmup_step(model_cfg: ModelConfig, warmup_cfg: ml_collections.FrozenConfigDict):
-  """(optimizer, jitted train step), cached so that every seed of a sweep compiles once."""
-  tx, axes = _optimizer(warmup_cfg.optim, model_cfg)
-  step = step_lib.make_train_step(
-    model_cfg,
-    tx,
-    make_schedule(warmup_cfg.optim, warmup_cfg.optim.lr),
-    param_labels(warmup_cfg.optim, axes),
-    loss_chunk=model_cfg.vocab_size,
-    z_loss=0.0,
-    router_bias_rate=warmup_cfg.router_bias_rate,
-  )
-  return tx, jax.jit(step, donate_argnums=0)
-
-
-def warmup(config) -> tuple[dict, float]:
-  """Supervised warm-up from a random init; returns ({'params', 'router'}, last step's CE)."""
-  model_cfg, env, w = loop.model_config(config), make_env(config), config.warmup
-  tx, step = _warmup_step(model_cfg, ml_collections.FrozenConfigDict(w))
-  state = init_state(model_cfg, tx, jax.random.key(config.seed))
-  rng = np.random.default_rng([config.seed, 0])
-  ce = float("nan")
-  for i in range(w.steps):
-    batch = warmup_batch(env, rng, w.batch_size, w.seq_len, w.hint_prob)
-    state, metrics = step(state, {k: v[None] for k, v in batch.items()})
-    if i == w.steps - 1 or (i + 1) % w.log_every == 0:
-      ce = float(metrics["ce"])
-      logging.info("warmup step %d ce %.4f", i + 1, ce)
-  return {"params": state.params, "router": state.router}, ce
 
 
 @functools.lru_cache(maxsize=4)
@@ -170,19 +122,7 @@ def _empty_teacher_batch(rows: int, length: int, slots: int) -> dict[str, np.nda
   )
 
 
-def episode_metrics(episodes) -> dict[str, float]:
-  """Task reward and the rate of calls to unavailable tools over a batch of episodes."""
-  states = [e.state for e in episodes]
-  calls = sum(s.calls for s in states)
-  return dict(
-    reward=float(np.mean([e.trajectory.reward for e in episodes])),
-    unavailable_rate=sum(s.unavailable_calls for s in states) / max(calls, 1),
-    calls_per_episode=calls / len(states),
-    model_turns_per_episode=float(np.mean([s.model_turns for s in states])),
-  )
-
-
-def make_policy(model_cfg: ModelConfig, rl_cfg, stop_id: int, pad_id: int):
+def make_policy(model_cfg: ModelConfig, rl_cfg, stop_ids: tuple[int, ...], pad_id: int):
   """`policy(variables, prompts [B, P], prompt_lens [B], key) -> (tokens, logprobs, lengths)`."""
 
   def policy(variables, prompts, prompt_lens, key):
@@ -195,7 +135,7 @@ def make_policy(model_cfg: ModelConfig, rl_cfg, stop_id: int, pad_id: int):
       max_new_tokens=rl_cfg.max_new_tokens,
       temperature=rl_cfg.temperature,
       top_p=rl_cfg.top_p,
-      stop_ids=(stop_id,),
+      stop_ids=tuple(stop_ids),
       pad_id=pad_id,
     )
     return out.tokens, out.logprobs, out.lengths
@@ -226,18 +166,17 @@ def initial_state(config, init: dict) -> RLState:
   return RLState(0, params, tx.init(params), ema, np.random.default_rng([config.seed, 1]))
 
 
-def rl_steps(config, init: dict, state: RLState | None = None
+def rl_steps(config, env: Env, init: dict, state: RLState | None = None
              ) -> Iterator[tuple[dict, RLState]]:
-  """RL steps from `state` (default `initial_state`) up to `config.rl.steps`; yields each
-  step's metrics row and the state after it. `init` (the warmed-up variables) gives the
-  router bias, fixed during RL, and the weights of the 'frozen' teacher."""
-  model_cfg, env, r = loop.model_config(config), make_env(config), config.rl
+  """RL steps on `env` from `state` (default `initial_state`) up to `config.rl.steps`; yields
+  each step's metrics row and the state after it. `init` (e.g. the warmed-up variables) gives
+  the router bias, fixed during RL, and the weights of the 'frozen' teacher."""
+  model_cfg, r = loop.model_config(config), config.rl
   loss_cfg = config.loss
   distill = loss_cfg.sd_coef > 0
   tx = _rl_optimizer(model_cfg, ml_collections.FrozenConfigDict(r.optim))
   update = make_update(model_cfg, ml_collections.FrozenConfigDict(loss_cfg), tx)
-  feedbacks = feedback_lib.make_feedback(r.feedback_kinds, r.feedback_options.to_dict())
-  policy = make_policy(model_cfg, r, env.vocab.eot_id, env.vocab.pad_id)
+  policy = make_policy(model_cfg, r, env.stop_ids, env.pad_id)
   state = state or initial_state(config, init)
   params, opt_state, ema, rng = state.params, state.opt_state, state.ema, state.rng
   router = init["router"]
@@ -254,13 +193,13 @@ def rl_steps(config, init: dict, state: RLState | None = None
       functools.partial(policy, {"params": params, "router": router}),
       jax.random.fold_in(key, step),
       prompt_len=r.prompt_len,
-      pad_id=env.vocab.pad_id,
+      pad_id=env.pad_id,
     )
     trajs = [e.trajectory for e in episodes]
-    batch = pack_batch(trajs, [r.seq_len], batch_size=rows, pad_id=env.vocab.pad_id)
+    batch = pack_batch(trajs, [r.seq_len], batch_size=rows, pad_id=env.pad_id)
     advantages.check_groups(batch["group_index"], batch["valid"], rows)
-    targets = feedback_lib.distill_targets(feedbacks, env, episodes)
-    row = dict(step=step, **episode_metrics(episodes), flagged_turns=len(targets))
+    targets = distill_targets(env, episodes)
+    row = dict(step=step, **env.episode_metrics(episodes), flagged_turns=len(targets))
     teacher_params = teacher_batch = None
     if distill:
       kept = targets[: r.teacher_rows]
@@ -273,7 +212,7 @@ def rl_steps(config, init: dict, state: RLState | None = None
           buckets=[r.teacher_seq_len],
           turn_buckets=[r.max_new_tokens],
           num_rows=r.teacher_rows,
-          pad_id=env.vocab.pad_id,
+          pad_id=env.pad_id,
         )
         if kept
         else _empty_teacher_batch(r.teacher_rows, r.teacher_seq_len, r.max_new_tokens)
@@ -290,11 +229,11 @@ def rl_steps(config, init: dict, state: RLState | None = None
     yield row, RLState(step + 1, params, opt_state, ema, rng)
 
 
-def train(config, init: dict) -> list[dict]:
-  """All RL steps from the warmed-up `init` = {'params', 'router'}, in memory (no
-  checkpoints: `rl.run` is the resumable driver); returns one metrics dict per step."""
+def train(config, env: Env, init: dict) -> list[dict]:
+  """All RL steps on `env` from `init` = {'params', 'router'}, in memory (no checkpoints:
+  `rl.run` is the resumable driver); returns one metrics dict per step."""
   rows = []
-  for row, state in rl_steps(config, init):
+  for row, state in rl_steps(config, env, init):
     rows.append(row)
     if state.step % config.rl.log_every == 0 or state.step == config.rl.steps:
       logging.info("rl step %d reward %.3f unavailable %.3f loss %.4f", state.step,

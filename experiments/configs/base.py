@@ -1,6 +1,8 @@
 """The run-config schema shared by every experiment config (`get_base_config`).
 
-Sections (all `ml_collections.ConfigDict`, every field overridable as `--config.a.b=v`):
+`program` picks what `experiments.run` runs: 'lm' (supervised, `train.loop`) or 'rl' (an RL
+program, see `rl_tool_feedback.py`). Sections (all `ml_collections.ConfigDict`, every field
+overridable as `--config.a.b=v`):
 
 * `model`: `preset` (a name in `composer_jax.model.config.PRESETS`) and `overrides`, a dict
   of `ModelConfig` fields applied on top (only fields present in the config file can be
@@ -40,6 +42,7 @@ def set_layout(config: ml_collections.ConfigDict, name: str) -> None:
 def get_base_config() -> ml_collections.ConfigDict:
   """Defaults for every field; experiment configs change what they need."""
   c = ml_collections.ConfigDict()
+  c.program = "lm"
   c.model = ml_collections.ConfigDict({"preset": "tiny", "overrides": {}})
   c.train = ml_collections.ConfigDict({
       "steps": 300, "batch_size": 16, "seq_len": 128, "grad_accum": 1,

@@ -34,12 +34,13 @@ def get_config(arg=None):
   if arm not in ARMS:
     raise ValueError(f"arm {arm!r}; valid: {sorted(ARMS)}")
   c = ml_collections.ConfigDict()
+  c.program = "rl"
   c.arm = arm
   c.seed = 0
   # The tiny preset with the environment's word vocabulary (34 words, padded to 64).
   c.model = ml_collections.ConfigDict({"preset": "tiny", "overrides": {"vocab_size": 64}})
   c.env = ml_collections.ConfigDict(
-    dict(min_tools=3, max_tools=6, max_required=3, max_model_turns=4, first_alias_prob=0.8)
+    dict(name="tools", min_tools=3, max_tools=6, max_required=3, max_model_turns=4, first_alias_prob=0.8)
   )
   optim = base.get_base_config().optim
   c.warmup = ml_collections.ConfigDict(

@@ -2,9 +2,9 @@
 
     python -m experiments.figures.text_feedback --workdir=workdir/text_feedback [--smoke]
 
-For each seed: one supervised warm-up (`composer_jax.rl.train.warmup`), then both arms of
-`experiments/configs/rl_tool_feedback.py` ('rl': beta = 0, 'sd': beta > 0) from the same warmed-up
-weights, with the same tasks, sampling keys and episodes per step. Writes to --workdir:
+For each seed: one supervised warm-up (`experiments.tool_feedback.program.warmup`), then both
+arms of `experiments/configs/rl_tool_feedback.py` ('rl': beta = 0, 'sd': beta > 0) from the same
+warmed-up weights, with the same tasks, sampling keys and episodes per step. Writes to --workdir:
   text_feedback.csv          one row per (arm, seed, RL step): every metric of the step;
   text_feedback_summary.csv  per (arm, step): mean, std, min, max over seeds of the
                              unavailable-tool call rate and the reward;
@@ -181,14 +181,16 @@ def main(argv):
     write_outputs(FLAGS.workdir, _read_csv(path), FLAGS.smoke)
     return
   from composer_jax.rl import train as rl_train
+  from experiments.tool_feedback import program
 
   t0 = time.time()
   rows = []
   for seed in range(FLAGS.seeds):
-    init, ce = rl_train.warmup(arm_config(ARMS[0], seed, FLAGS.smoke))
+    init, ce = program.warmup(arm_config(ARMS[0], seed, FLAGS.smoke))
     logging.info("seed %d: warm-up CE %.4f (%.0f s)", seed, ce, time.time() - t0)
     for arm in ARMS:
-      for r in rl_train.train(arm_config(arm, seed, FLAGS.smoke), init):
+      config = arm_config(arm, seed, FLAGS.smoke)
+      for r in rl_train.train(config, program.make_env(config), init):
         rows.append(dict(arm=arm, seed=seed, warmup_ce=ce, **r))
       logging.info("seed %d arm %s done (%.0f s)", seed, arm, time.time() - t0)
   _write_csv(path, rows)

@@ -6,11 +6,10 @@ import sys
 
 import pytest
 
-from composer_jax.rl import run as rl_run
-from composer_jax.rl import train as rl_train
 from composer_jax.train import loop
 from composer_jax.train.metrics import read_metrics
 from experiments.configs import rl_tool_feedback
+from experiments.tool_feedback import program
 
 STEPS = 4
 
@@ -31,7 +30,7 @@ def _comparable(records):
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("rl_full"))
-  return workdir, rl_run.run(_config(), workdir)
+  return workdir, program.run(_config(), workdir)
 
 
 @pytest.mark.slow
@@ -42,9 +41,9 @@ def test_resume_is_bit_exact_and_reuses_the_warmup(full_run, tmp_path, monkeypat
   assert sorted(os.listdir(os.path.join(full_dir, "checkpoints"))) == ["2", "4"]
 
   workdir = str(tmp_path)
-  first = rl_run.run(_config(steps=2), workdir)
-  monkeypatch.setattr(rl_train, "warmup", lambda _: pytest.fail("warm-up was recomputed"))
-  second = rl_run.run(_config(), workdir)
+  first = program.run(_config(steps=2), workdir)
+  monkeypatch.setattr(program, "warmup", lambda _: pytest.fail("warm-up was recomputed"))
+  second = program.run(_config(), workdir)
   assert [r["step"] for r in first + second] == [1, 2, 3, 4]
   # Same sampled episodes (rewards), losses and gradient norms at every step: float equality.
   assert _comparable(first + second) == _comparable(full)
@@ -58,26 +57,26 @@ def test_sigterm_saves_the_current_step(full_run, tmp_path, monkeypatch):
       self.event.set()
 
   monkeypatch.setattr(loop, "StopFlag", Signalled)
-  records = rl_run.run(_config(), str(tmp_path))
+  records = program.run(_config(), str(tmp_path))
   assert [r["step"] for r in records] == [1]  # stopped after the first step...
   assert os.listdir(tmp_path / "checkpoints") == ["1"]  # ...which was saved (not a periodic one)
   monkeypatch.undo()
-  rest = rl_run.run(_config(), str(tmp_path))
+  rest = program.run(_config(), str(tmp_path))
   assert _comparable(records + rest) == _comparable(full_run[1])
 
 
 @pytest.mark.slow
 def test_checkpoint_of_another_model_warmup_or_teacher_is_rejected(full_run):
   with pytest.raises(ValueError, match=r"different model config: num_layers \(checkpoint 3"):
-    rl_run.run(_config(num_layers=2), full_run[0])
+    program.run(_config(num_layers=2), full_run[0])
   config = _config()
   config.warmup.hint_prob = 0.25
   with pytest.raises(ValueError, match="warmup was made with other warmup settings"):
-    rl_run.run(config, full_run[0])
+    program.run(config, full_run[0])
   config = _config()
   config.loss.teacher = "frozen"
   with pytest.raises(ValueError, match="made with loss.teacher='ema', this config has 'frozen'"):
-    rl_run.run(config, full_run[0])
+    program.run(config, full_run[0])
 
 
 def test_bad_settings_exit_with_one_line_from_the_cli(tmp_path):

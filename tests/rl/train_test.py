@@ -13,14 +13,15 @@ from composer_jax.rl.episodes import Episode, run_episodes
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
 from composer_jax.train import loop
 from experiments.configs import rl_tool_feedback
+from experiments.tool_feedback import program
 from tests.rl import episode_checks
 
 
 def test_sampled_episodes_are_deterministic_given_a_seed():
   config = rl_tool_feedback.get_config("sd")
-  model_cfg, env = loop.model_config(config), train.make_env(config)
+  model_cfg, env = loop.model_config(config), program.make_env(config)
   variables = transformer.init(model_cfg, jax.random.key(0))
-  policy = train.make_policy(model_cfg, config.rl, env.vocab.eot_id, env.vocab.pad_id)
+  policy = train.make_policy(model_cfg, config.rl, env.stop_ids, env.pad_id)
 
   def play(task_seed, key):
     rng = np.random.default_rng(task_seed)
@@ -77,7 +78,7 @@ def test_episode_metrics_by_hand():
     Episode(Trajectory.from_turns([Turn([1, 2]), Turn([3], [-1.0])], r, 0), s, task)
     for s, r in zip(states, rewards, strict=True)
   ]
-  m = train.episode_metrics(episodes)
+  m = program.make_env(rl_tool_feedback.get_config("sd")).episode_metrics(episodes)
   assert m == dict(
     reward=1 / 3, unavailable_rate=1 / 4, calls_per_episode=4 / 3, model_turns_per_episode=7 / 3
   )
@@ -87,6 +88,6 @@ def test_model_vocab_must_hold_the_env_words():
   config = rl_tool_feedback.get_config("rl")
   config.model.overrides["vocab_size"] = 16
   with pytest.raises(ValueError, match="vocab_size=16 must be >= the environment vocabulary"):
-    train.make_env(config)
+    program.make_env(config)
   with pytest.raises(ValueError, match="arm 'beta'"):
     rl_tool_feedback.get_config("beta")

@@ -2,7 +2,8 @@
 
   vocab     word-level vocabulary (tools in alias pairs that serve one capability)
   env       ToolEnv: random tool subset + task per episode, tool-not-found errors, task reward
-  feedback  feedback kinds (unavailable tool, over-long message) -> rl.teacher.DistillTarget
+  feedback  feedback kinds (unavailable tool, over-long message): flagged turns and their hints
   warmup    scripted episodes for the supervised format warm-up
-The episode runner is `composer_jax.rl.episodes`; the training program `composer_jax.rl.train`.
+`ToolEnv` implements `composer_jax.rl.env.Env`; the episode runner is `composer_jax.rl.episodes`,
+the experiment program `experiments/tool_feedback`.
 """

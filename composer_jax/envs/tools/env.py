@@ -20,6 +20,10 @@ The episode ends at `answer` or after `max_model_turns` model turns. Reward (tas
 1 if the model answered after obtaining every required capability, else 0. A call to an
 unavailable tool costs a turn, so it lowers the reward only when the turn budget runs out: the
 reward says that something went wrong, not where.
+
+`ToolEnv` implements the RL environment protocol `composer_jax.rl.env.Env`: besides tasks,
+turns and rewards it flags faulty model turns with the feedback kinds it was built with
+(`feedback.py`) and reports episode metrics (reward, unavailable-call rate, calls and turns).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from composer_jax.envs.tools import feedback as feedback_lib
 from composer_jax.envs.tools import vocab as vocab_lib
 
 TOOL_CAPABILITY = {t: c for c, pair in vocab_lib.CAPABILITIES.items() for t in pair}
@@ -56,7 +61,11 @@ class EpisodeState:
 
 
 class ToolEnv:
-  """Tasks, replies and rewards of the tool-calling environment (see module docstring)."""
+  """Tasks, replies, rewards and feedback of the tool-calling environment (module docstring).
+
+  `feedback_kinds` / `feedback_options`: the kinds of `feedback.FEEDBACK_KINDS` that
+  `feedback(episode)` runs, and their options.
+  """
 
   def __init__(
     self,
@@ -67,6 +76,8 @@ class ToolEnv:
     max_required: int = 3,
     max_model_turns: int = 4,
     first_alias_prob: float = 0.5,
+    feedback_kinds: Sequence[str] = ("unavailable_tool",),
+    feedback_options: dict[str, dict] | None = None,
   ):
     n = len(vocab_lib.CAPABILITIES)
     if not 1 <= min_tools <= max_tools <= n:
@@ -82,6 +93,8 @@ class ToolEnv:
     self.min_tools, self.max_tools = min_tools, max_tools
     self.max_required, self.max_model_turns = max_required, max_model_turns
     self._call, self._answer = vocab.encode("call answer")
+    self._feedbacks = feedback_lib.make_feedback(feedback_kinds, feedback_options)
+    self.pad_id, self.stop_ids = vocab.pad_id, (vocab.eot_id,)
 
   def sample_task(self, rng: np.random.Generator) -> ToolTask:
     caps = list(vocab_lib.CAPABILITIES)
@@ -143,3 +156,18 @@ class ToolEnv:
         raise ValueError(f"unknown tool {tool!r}; valid: {sorted(TOOL_CAPABILITY)}")
       tools = [t for t in tools if TOOL_CAPABILITY[t] == TOOL_CAPABILITY[tool]]
     return self.vocab.encode(["reminder:", "available", *tools, "<eot>"])
+
+  def feedback(self, episode) -> list[tuple[int, list[int]]]:
+    """(turn index, hint ids) of each model turn flagged by this environment's feedback kinds."""
+    return feedback_lib.flag_turns(self._feedbacks, self, episode)
+
+  def episode_metrics(self, episodes) -> dict[str, float]:
+    """Task reward and the rate of calls to unavailable tools over a batch of episodes."""
+    states = [e.state for e in episodes]
+    calls = sum(s.calls for s in states)
+    return dict(
+      reward=float(np.mean([e.trajectory.reward for e in episodes])),
+      unavailable_rate=sum(s.unavailable_calls for s in states) / max(calls, 1),
+      calls_per_episode=calls / len(states),
+      model_turns_per_episode=float(np.mean([s.model_turns for s in states])),
+    )

@@ -2,9 +2,10 @@
 
 A feedback kind is a function `(env, episode) -> [(turn index, hint ids), ...]`. Kinds are looked
 up by name in `FEEDBACK_KINDS` (a factory taking the kind's options), so a new kind (a style rule,
-a banned phrase) plugs in by adding one entry. `distill_targets` runs the chosen kinds over a
-batch of episodes and returns `rl.teacher.DistillTarget`s; when several kinds flag the same turn,
-their hints are concatenated in the order the kinds were given, so each turn gets one teacher row.
+a banned phrase) plugs in by adding one entry. `flag_turns` runs the chosen kinds over one
+episode (what `ToolEnv.feedback` returns to the RL program); when several kinds flag the same
+turn, their hints are concatenated in the order the kinds were given, so each turn gets one
+teacher row.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from composer_jax.rl.episodes import Episode
-from composer_jax.rl.teacher import DistillTarget
 
 Feedback = Callable[[object, Episode], list[tuple[int, list[int]]]]
 
@@ -74,15 +74,10 @@ def make_feedback(kinds: Sequence[str], options: dict[str, dict] | None = None) 
   return [FEEDBACK_KINDS[k](**options.get(k, {})) for k in kinds]
 
 
-def distill_targets(
-  feedbacks: Sequence[Feedback], env, episodes: Sequence[Episode]
-) -> list[DistillTarget]:
-  """One DistillTarget per flagged (episode, turn); `trajectory_index` = position in `episodes`."""
-  targets = []
-  for i, episode in enumerate(episodes):
-    hints: dict[int, list[int]] = {}
-    for feedback in feedbacks:
-      for k, hint in feedback(env, episode):
-        hints.setdefault(k, []).extend(hint)
-    targets.extend(DistillTarget(i, k, tuple(hints[k])) for k in sorted(hints))
-  return targets
+def flag_turns(feedbacks: Sequence[Feedback], env, episode: Episode) -> list[tuple[int, list[int]]]:
+  """(turn index, hint ids) per flagged model turn of `episode`, in turn order."""
+  hints: dict[int, list[int]] = {}
+  for feedback in feedbacks:
+    for k, hint in feedback(env, episode):
+      hints.setdefault(k, []).extend(hint)
+  return [(k, hints[k]) for k in sorted(hints)]

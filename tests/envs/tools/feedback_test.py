@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from composer_jax.envs.tools.env import ToolEnv, ToolTask
-from composer_jax.envs.tools.feedback import distill_targets, make_feedback
+from composer_jax.envs.tools.feedback import make_feedback
 from composer_jax.envs.tools.vocab import Vocab
+from composer_jax.rl import env as rl_env
 from composer_jax.rl.episodes import Episode
 from composer_jax.rl.teacher import build_teacher_batch
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
@@ -13,6 +14,13 @@ from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
 VOCAB = Vocab()
 ENV = ToolEnv(VOCAB, max_model_turns=5)
 TASK = ToolTask(available=("forecast", "mail", "lookup"), required=("temperature",))
+
+
+def distill_targets(kinds, options, episodes):
+  """The RL program's targets (`rl.env.distill_targets`) of a ToolEnv with these kinds."""
+  env = ToolEnv(VOCAB, max_model_turns=5, feedback_kinds=kinds, feedback_options=options)
+  assert isinstance(env, rl_env.Env)
+  return rl_env.distill_targets(env, episodes)
 
 
 def _episode(model_turns, task=TASK):
@@ -41,34 +49,26 @@ SHORT = "reminder: keep messages short <eot>"
 
 
 def test_unavailable_tool_targets():
-  targets = distill_targets(make_feedback(["unavailable_tool"]), ENV, EPISODES)
+  targets = distill_targets(["unavailable_tool"], None, EPISODES)
   got = [(t.trajectory_index, t.turn, " ".join(VOCAB.decode(t.hint))) for t in targets]
   assert got == [(0, 1, HINT), (1, 5, HINT_FACT)]
-  every = distill_targets(
-    make_feedback(["unavailable_tool"], {"unavailable_tool": {"all_tools": True}}), ENV, EPISODES
-  )
+  every = distill_targets(["unavailable_tool"], {"unavailable_tool": {"all_tools": True}},
+                          EPISODES)
   assert {" ".join(VOCAB.decode(t.hint)) for t in every} == {
     "reminder: available forecast mail lookup <eot>"
   }
 
 
 def test_second_kind_and_merged_hints():
-  feedbacks = make_feedback(
-    ["unavailable_tool", "overlong_message"], {"overlong_message": {"max_tokens": 3}}
-  )
   got = [
     (t.trajectory_index, t.turn, " ".join(VOCAB.decode(t.hint)))
-    for t in distill_targets(feedbacks, ENV, EPISODES)
+    for t in distill_targets(["unavailable_tool", "overlong_message"],
+                             {"overlong_message": {"max_tokens": 3}}, EPISODES)
   ]
   assert got == [(0, 1, HINT), (1, 3, SHORT), (1, 5, HINT_FACT)]
   # The same turn flagged by two kinds gets one teacher row, hints in the order of the kinds.
-  both = distill_targets(
-    make_feedback(
-      ["overlong_message", "unavailable_tool"], {"overlong_message": {"max_tokens": 2}}
-    ),
-    ENV,
-    EPISODES[:1],
-  )
+  both = distill_targets(["overlong_message", "unavailable_tool"],
+                         {"overlong_message": {"max_tokens": 2}}, EPISODES[:1])
   assert [(t.turn, " ".join(VOCAB.decode(t.hint))) for t in both] == [
     (1, f"{SHORT} {HINT}"),
     (3, SHORT),
@@ -78,7 +78,7 @@ def test_second_kind_and_merged_hints():
 def test_targets_point_at_model_turns_that_align():
   trajs = [e.trajectory for e in EPISODES]
   student = pack_batch(trajs, [48], pad_id=VOCAB.pad_id)
-  targets = distill_targets(make_feedback(["unavailable_tool"]), ENV, EPISODES)
+  targets = distill_targets(["unavailable_tool"], None, EPISODES)
   # build_teacher_batch runs check_alignment: it raises unless student and teacher slots hold
   # the same sampled tokens.
   tb = build_teacher_batch(trajs, student, targets, buckets=[48], turn_buckets=[4], num_rows=4)

@@ -1,0 +1,96 @@
+"""Layering: no library module imports a higher layer, and no modules import each other in a cycle.
+
+Imports are read with `ast` from the source (every `import` / `from ... import`, including
+those inside functions), so the check needs no import of the code itself.
+"""
+
+import ast
+import functools
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Package -> the packages (top-level under composer_jax, or `experiments`) it must not import.
+FORBIDDEN = {
+  **{p: ("train", "rl", "envs", "experiments") for p in ("model", "optim", "parallel", "data")},
+  "train": ("rl", "envs", "experiments"),
+  "rl": ("envs", "experiments"),
+  "envs": ("experiments",),
+  **{p: ("experiments",) for p in ("hf", "tools")},
+}
+
+
+@functools.cache
+def _modules():
+  """{dotted module name: path} of every composer_jax module."""
+  out = {}
+  for dirpath, _, files in os.walk(os.path.join(ROOT, "composer_jax")):
+    for f in files:
+      if f.endswith(".py"):
+        rel = os.path.relpath(os.path.join(dirpath, f), ROOT)[:-3].replace(os.sep, ".")
+        out[rel.removesuffix(".__init__")] = os.path.join(dirpath, f)
+  return out
+
+
+def _imports(module: str, path: str) -> set[str]:
+  """Absolute names of the modules `path` imports (relative imports resolved)."""
+  names = set()
+  package = module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
+  for node in ast.walk(ast.parse(open(path).read(), path)):
+    if isinstance(node, ast.Import):
+      names.update(a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+      # `from pkg import mod` imports the module pkg.mod; `from mod import name` the module.
+      subs = {f"{base}.{a.name}" for a in node.names}
+      names.update(subs if subs <= set(_modules()) else {base} | subs)
+  return names
+
+
+def _layer(name: str) -> str | None:
+  """'rl' for composer_jax.rl.*, 'experiments' for experiments.*, else None."""
+  parts = name.split(".")
+  if parts[0] == "experiments":
+    return "experiments"
+  return parts[1] if parts[0] == "composer_jax" and len(parts) > 1 else None
+
+
+def test_no_library_module_imports_a_higher_layer():
+  bad = []
+  for module, path in sorted(_modules().items()):
+    forbidden = FORBIDDEN.get(_layer(module), ())
+    bad += [f"{module} imports {n}" for n in sorted(_imports(module, path))
+            if _layer(n) in forbidden]
+  assert not bad, bad
+
+
+def test_modules_have_no_import_cycles():
+  # Edges between composer_jax modules (`from composer_jax.rl import losses` names the module
+  # composer_jax.rl.losses), then a depth-first search for a back edge.
+  modules = _modules()
+  graph = {m: sorted({n for n in _imports(m, p) if n in modules and n != m})
+           for m, p in modules.items()}
+  state, cycles = {}, []
+
+  def visit(node, stack):
+    state[node] = "open"
+    for nxt in graph[node]:
+      if state.get(nxt) == "open":
+        cycles.append(stack[stack.index(nxt):] + [nxt])
+      elif nxt not in state:
+        visit(nxt, stack + [nxt])
+    state[node] = "done"
+
+  for node in sorted(graph):
+    if node not in state:
+      visit(node, [node])
+  assert not cycles, cycles
+
+
+def test_the_check_sees_a_violation(tmp_path):
+  # The parser resolves relative imports: `from ..envs import tools` inside composer_jax/rl.
+  path = tmp_path / "x.py"
+  path.write_text("from ..envs import tools\nimport composer_jax.experiments_not\n")
+  assert "composer_jax.envs.tools" in _imports("composer_jax.rl.x", str(path))
+  assert _layer("composer_jax.envs.tools") in FORBIDDEN["rl"]
