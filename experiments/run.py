@@ -9,8 +9,10 @@ resumes from its newest checkpoint. Every config field can be overridden with
 `--config.<section>.<field>=<value>`. `config.program` picks what runs (`PROGRAMS`): 'lm'
 the supervised `train.loop`, 'rl' the RL program of the environment named by `config.env.name`
 (`RL_PROGRAMS`; e.g. `rl_tool_feedback.py`: warm-up, then RL through `composer_jax.rl.run`). Bad
-input (unknown config file or field, bad value, a workdir holding another model's
-checkpoint, an empty data path) exits with a one-line error.
+input (unknown, broken or non-run config file, unknown field, bad value, a workdir holding
+another model's checkpoint, a workdir that is a file or read-only, an empty data path) exits
+with a one-line error. A running job holds `<workdir>/.lock` (`train.workdir_lock`): a second
+run on the same workdir stops with one line naming the holder.
 
 Multi-process runs: every process runs this command with the same config and workdir (on a
 filesystem all processes share) plus `--coordinator=HOST:PORT --num_processes=N
@@ -22,11 +24,12 @@ import glob
 import os
 import sys
 
+import jax
 from absl import app, flags
 from ml_collections import config_flags
 
 from composer_jax.parallel import distributed
-from composer_jax.train import loop
+from composer_jax.train import loop, workdir_lock
 from experiments.tool_feedback import program as tool_feedback
 
 # RL experiment programs, by environment name (`config.env.name`).
@@ -41,18 +44,75 @@ def _rl(config, workdir: str):
 
 PROGRAMS = {"lm": loop.train, "rl": _rl}
 
+_CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
+_NOT_RUN_CONFIGS = ("__init__.py", "base.py", "layouts.py")  # Not runnable on their own.
+
+
+def _run_configs() -> str:
+  names = sorted(map(os.path.basename, glob.glob(os.path.join(_CONFIG_DIR, "*.py"))))
+  return ("configs in experiments/configs/: "
+          + ", ".join(n for n in names if n not in _NOT_RUN_CONFIGS))
+
+
+def _config_arg(argv) -> str:
+  """The `--config` value on the command line (`FILE.py[:ARG]`), else the default file."""
+  for a in argv:
+    if a.startswith(("--config=", "-config=")):
+      return a.split("=", 1)[1]
+  return os.path.relpath(os.path.join(_CONFIG_DIR, "default.py"))
+
+
+def _config_error(argv, e: BaseException) -> str:
+  """One line for a config that does not load or an override that does not apply."""
+  arg = _config_arg(argv)
+  path = arg.split(":", 1)[0]
+  overrides = " ".join(a for a in argv[1:] if a.startswith("--config."))
+  if isinstance(e, (AttributeError, KeyError)):  # An override naming a missing field.
+    cause = e.__context__ if isinstance(e.__context__, KeyError) else e
+    field, _, hint = str(cause.args[0]).partition("\n")
+    if os.path.isfile(path):
+      return f"unknown config field {field} in {overrides}. {hint}".rstrip()
+  if not os.path.isfile(path):
+    return f"cannot load config file {arg!r}: no such file; {_run_configs()}"
+  if isinstance(e, SyntaxError):
+    return f"cannot load config file {arg!r}: SyntaxError: {e.msg} (line {e.lineno})"
+  # Errors raised in get_config arrive as a traceback text: its last line is the error.
+  lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+  return f"cannot load config file {arg!r}: {lines[-1] if lines else type(e).__name__}"
+
 
 def _define_config_flag():
   try:
-    default = os.path.join(os.path.dirname(__file__), "configs", "default.py")
-    return config_flags.DEFINE_config_file("config", default,
+    return config_flags.DEFINE_config_file("config", os.path.join(_CONFIG_DIR, "default.py"),
                                            "Experiment config file (Python, get_config()).",
                                            lock_config=True)
   except (AttributeError, KeyError) as e:  # An override naming a field that does not exist.
-    overrides = " ".join(a for a in sys.argv[1:] if a.startswith("--config."))
-    cause = e.__context__ if isinstance(e.__context__, KeyError) else e
-    field, _, hint = str(cause.args[0]).partition("\n")
-    sys.exit(f"error: unknown config field {field} in {overrides}. {hint}".rstrip())
+    sys.exit(f"error: {_config_error(sys.argv, e)}")
+
+
+def _parse_flags(argv):
+  """absl flag parsing; a config that fails to load or override exits with one line."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    if not str(e).startswith("flag --config="):  # Other flags, and bad override values.
+      sys.exit(f"error: {str(e).strip().splitlines()[0]}")
+    sys.exit(f"error: {_config_error(argv, e)}")
+  except Exception as e:  # Any failure inside the config file's code.
+    sys.exit(f"error: {_config_error(argv, e)}")
+
+
+def _load_config(argv):
+  """The run config, loaded (lazily loaded configs fail here, not deep in the trainer)."""
+  try:
+    config = _CONFIG.value
+    keys = config.keys()
+  except Exception as e:  # As above: a lazily loaded config fails here.
+    sys.exit(f"error: {_config_error(argv, e)}")
+  if "program" not in keys:
+    sys.exit(f"error: {_config_arg(argv)!r} is not a run config (it sets no `program`, one of "
+             f"{sorted(PROGRAMS)}); {_run_configs()}")
+  return config
 
 
 _CONFIG = _define_config_flag()
@@ -88,26 +148,23 @@ def main(argv):
     )
   except ValueError as e:
     sys.exit(f"error: {e}")
+  config = _load_config(sys.argv)
   path = config_flags.get_config_filename(flags.FLAGS["config"])
-  try:
-    config = _CONFIG.value
-    config.keys()  # The config file is loaded lazily: fail here, not deep in the trainer.
-  except OSError as e:
-    reason = "no such file" if not os.path.isfile(path) else str(e).strip().splitlines()[-1]
-    available = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "configs", "*.py")))
-    names = [n for n in map(os.path.basename, available)
-             if n not in ("__init__.py", "base.py", "layouts.py")]  # Not runnable on their own.
-    sys.exit(f"error: cannot load config file {path!r}: {reason}; configs in "
-             f"experiments/configs/: {', '.join(names)}")
   name = os.path.splitext(os.path.basename(path))[0]
   workdir = _WORKDIR.value or os.path.join("workdir", name)
   try:
-    if config.program not in PROGRAMS:
-      raise ValueError(f"program={config.program!r}; valid: {sorted(PROGRAMS)}")
-    PROGRAMS[config.program](config, workdir)
-  except (ValueError, FileNotFoundError, loop.NonFiniteLossError) as e:
+    # One job per workdir; multi-process runs share it, so process 0 holds the lock.
+    lock = workdir_lock.acquire(workdir) if jax.process_index() == 0 else None
+    try:
+      if config.program not in PROGRAMS:
+        raise ValueError(f"program={config.program!r}; valid: {sorted(PROGRAMS)}")
+      PROGRAMS[config.program](config, workdir)
+    finally:
+      if lock:
+        workdir_lock.release(lock)
+  except (ValueError, OSError, workdir_lock.WorkdirLockedError, loop.NonFiniteLossError) as e:
     sys.exit(f"error: {e}")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

@@ -14,7 +14,6 @@ import os
 import time
 
 from absl import logging
-from tensorboardX import SummaryWriter
 
 _BAR = 20  # characters of the progress bar
 # Keys shown on the console line, with their format; everything goes to the files.
@@ -67,6 +66,8 @@ class MetricsWriter:
   def __init__(self, workdir: str, total_steps: int, start_step: int):
     os.makedirs(workdir, exist_ok=True)
     self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+    from tensorboardX import SummaryWriter  # Imports torch (~1.5 s): only when writing.
+
     self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
     self._total = total_steps
     self._start_step = start_step

@@ -1,6 +1,8 @@
 """`python -m experiments.run` turns bad input into one clear line on stderr and exit code 1."""
 
+import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -14,9 +16,28 @@ from composer_jax.train import checkpointing
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
-def _run(*args):
-  proc = subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=REPO,
-                        capture_output=True, text=True, timeout=300)
+# Runs experiments.run with every write under a path (argv[1]) failing as on a read-only
+# mount (tests run as root, for whom chmod does not stop writes).
+_READ_ONLY = """
+import builtins, os, runpy, sys
+root = sys.argv.pop(1)
+def _guard(real, is_write):
+  def f(path, *a, **k):
+    if is_write(a, k) and os.path.abspath(str(path)).startswith(root):
+      raise PermissionError(13, "Permission denied", str(path))
+    return real(path, *a, **k)
+  return f
+builtins.open = _guard(builtins.open,
+                       lambda a, k: any(c in (a[0] if a else k.get("mode", "r")) for c in "wax+"))
+os.mkdir = _guard(os.mkdir, lambda a, k: True)
+runpy.run_module("experiments.run", run_name="__main__", alter_sys=True)
+"""
+
+
+def _run(*args, read_only=None):
+  cmd = ["-c", _READ_ONLY, read_only] if read_only else ["-m", "experiments.run"]
+  proc = subprocess.run([sys.executable, *cmd, *args], cwd=REPO, capture_output=True,
+                        text=True, timeout=300)
   return proc.returncode, proc.stderr.strip().splitlines()[-1], proc.stderr
 
 
@@ -29,11 +50,22 @@ def _workdir_of_other_model(path) -> str:
   return str(path)
 
 
+_CONFIGS = "configs in experiments/configs/: default.py, kimi_k2_continued.py, "
+
+
 @pytest.mark.parametrize("case", ["unknown_field", "unknown_config", "bad_value", "empty_data",
-                                  "other_model"])
+                                  "other_model", "syntax_error", "missing_with_override",
+                                  "not_a_run_config", "bad_config_arg", "bad_override_value",
+                                  "workdir_is_file", "locked"])
 def test_bad_input_is_one_line_error(case, tmp_path):
   empty = tmp_path / "empty"
   empty.mkdir()
+  (tmp_path / "syntax.py").write_text("def get_config(:\n")
+  (tmp_path / "file").write_text("")
+  locked = tmp_path / "locked"
+  locked.mkdir()
+  # The holder is this test process: alive, on this host.
+  (locked / ".lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
   args, expected = {
       "unknown_field": (["--config.train.stepz=1"],
                         "unknown config field 'stepz' in --config.train.stepz=1. Did you mean "
@@ -45,13 +77,49 @@ def test_bad_input_is_one_line_error(case, tmp_path):
       "empty_data": ([f"--config.data.paths={empty}"], "has no"),
       "other_model": ([f"--workdir={_workdir_of_other_model(tmp_path / 'w')}"],
                       "different model config: hidden_size (checkpoint 32, config 64)"),
+      "syntax_error": ([f"--config={tmp_path}/syntax.py"],
+                       f"cannot load config file '{tmp_path}/syntax.py': SyntaxError: invalid "
+                       "syntax (line 1)"),
+      "missing_with_override": (["--config=nope.py", "--config.train.steps=3"],
+                                f"cannot load config file 'nope.py': no such file; {_CONFIGS}"),
+      "not_a_run_config": (["--config=experiments/configs/layouts.py"],
+                           "'experiments/configs/layouts.py' is not a run config (it sets no "
+                           f"`program`, one of ['lm', 'rl']); {_CONFIGS}"),
+      "bad_config_arg": (["--config=experiments/configs/rl_tool_feedback.py:bad"],
+                         "'experiments/configs/rl_tool_feedback.py:bad': ValueError: arm "
+                         "'bad'; valid: ['rl', 'sd']"),
+      "bad_override_value": (["--config.train.steps=abc"],
+                             "flag --config.train.steps=abc: invalid literal for int()"),
+      "workdir_is_file": ([f"--workdir={tmp_path / 'file'}"],
+                          f"--workdir {tmp_path / 'file'}: cannot write there: it is a regular "
+                          "file, not a directory"),
+      "locked": ([f"--workdir={locked}"],
+                 f"--workdir {locked} is in use by pid {os.getpid()} on host "
+                 f"'{socket.gethostname()}'"),
   }[case]
-  if case != "other_model":
+  if not any(a.startswith("--workdir") for a in args):
     args.append(f"--workdir={tmp_path / 'work'}")
   rc, last, stderr = _run(*args)
   assert rc == 1, stderr
   assert last.startswith("error: ") and expected in last, stderr
   assert "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("holds_checkpoints", [False, True])
+def test_read_only_workdir_is_one_line_error(holds_checkpoints, tmp_path):
+  workdir = str(tmp_path / "w")
+  if holds_checkpoints:
+    _workdir_of_other_model(workdir)
+  rc, last, stderr = _run(f"--workdir={workdir}", read_only=str(tmp_path))
+  assert rc == 1, stderr
+  assert last == (f"error: --workdir {workdir}: cannot write there: Permission denied "
+                  "(PermissionError); pass a writable directory (new, or holding this run's "
+                  "checkpoints)"), stderr
+  assert "Traceback" not in stderr, stderr
+  if holds_checkpoints:  # Nothing already written is lost.
+    ckpt = checkpointing.Checkpointer(workdir, keep=1)
+    assert ckpt.all_steps() == [1]
+    ckpt.close()
 
 
 def test_dry_run_prints_memory_plan():
