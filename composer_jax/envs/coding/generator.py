@@ -1,45 +1,60 @@
-"""Task generator: map tests, delete a feature, validate (SWE-smith style, stricter), package.
+"""Task generator: map tests, break the project (delete a feature or inject a bug), validate.
 
-Validation of a deletion (N = validation_runs re-runs of the whole suite on fresh copies):
-  FAIL_TO_PASS = passed in every baseline run and did not pass in any post-deletion run;
-  PASS_TO_PASS = passed in every baseline run and in every post-deletion run;
+Two synthesis methods share one validation:
+  deletion  a tested feature removed with libcst (deletion.py); the statement gives its stubs;
+  bug       one mutation of covered code (bug_injection.py); the statement describes the failing
+            behaviour (failing test names and their failure messages), never the change.
+Validation of a change (N = validation_runs re-runs of the whole suite on fresh copies):
+  FAIL_TO_PASS = passed in every baseline run and did not pass in any post-change run;
+  PASS_TO_PASS = passed in every baseline run and in every post-change run;
   anything else that passed before is flaky and dropped. A task is kept only if both lists are
-  non-empty, every FAIL_TO_PASS test is explained (the coverage map says it exercised a deleted
-  feature, or its file names a deleted symbol), FAIL_TO_PASS is at most max_f2p_fraction of the
-  suite, the visible workspace passes the leak scan, and (verify) the gold patch grades 1.0 and
-  the empty patch 0.0. Everything is deterministic given the seed.
+  non-empty, some FAIL_TO_PASS test is direct (the coverage map says it executed the changed
+  code; the others are collateral: they fail through an import of a deleted name), every
+  FAIL_TO_PASS test is explained (direct, or its file names a deleted symbol), FAIL_TO_PASS is at
+  most max_f2p_fraction of the suite, the visible workspace passes the leak scan, and (verify)
+  the gold patch grades 1.0 and the empty patch 0.0. Everything is deterministic given the seed.
+The baseline and coverage map are computed once per project and, with `cache`, reused across
+runs (keyed by the sdist and dependency hashes and the generator version).
 """
 
 import dataclasses
 import hashlib
+import json
 import random
 import re
 import shutil
 from pathlib import Path
 
 from composer_jax.envs.coding import (
+  bug_injection,
   deletion,
+  difficulty,
   grader,
   hiding,
   project,
   runner,
   sandbox,
   scrub,
+  sources,
   testmap,
 )
 from composer_jax.envs.coding.sources import Source
 from composer_jax.envs.coding.task import Task, unified_diff
 
-VERSION = "1"
+VERSION = "2"
+METHODS = ("deletion", "bug")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
   seed: int = 0
-  max_tasks: int = 8
-  max_attempts: int = 30
+  max_tasks: int = 8  # per project, shared evenly by `methods` (a method short of its share
+  # leaves the rest to the next)
+  max_attempts: int = 30  # per method
+  methods: tuple[str, ...] = ("deletion",)
   n_features: int = 1  # > 1: harder variants deleting related features of one module
   kinds: tuple[str, ...] = ("function", "class", "method", "module")
+  bug_kinds: tuple[str, ...] = bug_injection.KINDS
   baseline_runs: int = 2  # in addition to the coverage-mapping run
   validation_runs: int = 2
   max_tests_per_feature: int = 80  # "few others": features many tests use are skipped
@@ -51,34 +66,65 @@ class Config:
 class Generator:
   """Generates tasks from one source project (prepare() runs the baseline once)."""
 
-  def __init__(self, source: Source, work: Path, cfg: Config = Config()):
-    self.source, self.work, self.cfg = source, Path(work), cfg
+  def __init__(self, source: Source, work: Path, cfg: Config = Config(), cache: Path | None = None):
+    self.check_methods(cfg.methods)
+    self.source, self.work, self.cfg, self.cache = source, Path(work), cfg, cache
     self.orig = source.path
+    self.deps = sources.runtime_files(source.runtime)
     self.log: list[str] = []
+
+  @staticmethod
+  def check_methods(methods) -> None:
+    bad = sorted(set(methods) - set(METHODS))
+    if bad or not methods:
+      raise ValueError(f"synthesis methods {list(methods)}: valid ones are {list(METHODS)}")
 
   def _run(self, tree: Path, tag: str) -> runner.SuiteRun:
     """Runs the whole suite on a throwaway copy (tests may write into their tree)."""
     copy = self.work / f"run-{tag}"
     shutil.copytree(tree, copy)
     try:
+      sources.install_runtime(self.source.runtime, copy)
       return runner.run_suite(copy, limits=self.cfg.limits)
     finally:
       shutil.rmtree(copy, ignore_errors=True)
+
+  def _cache_key(self) -> str:
+    blob = (self.source.as_dict(), VERSION, self.cfg.baseline_runs, self.cfg.limits.as_dict())
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
   def prepare(self) -> None:
     """Baseline + coverage map. Raises ValueError for no tests or failing tests."""
     name = f"{self.source.name} {self.source.version}"
     # The sandbox's import path is the workspace + the runner's private site: a project that
     # shares a top-level name with the runner (pytest, pluggy, ...) would stay importable.
-    tops = {project.module_name(f).split(".")[0] for f in project.source_files(self.orig)}
+    files = project.source_files(self.orig)
+    tops = {project.module_name(f).split(".")[0] for f in files}
     if not tops:
       raise ValueError(f"source {name} has no importable package or module")
     clash = tops & set(runner.RUNTIME_MODULES)
     if clash:
       raise ValueError(f"source {name}: package {sorted(clash)} is part of the test runner")
+    self.project = deletion.Project(self.orig)
+    path = self.cache / f"{self.source.name}-{self._cache_key()}.json" if self.cache else None
+    if path is not None and path.exists():
+      blob = json.loads(path.read_text())
+      self.map = testmap.TestMap.from_json(blob["map"])
+      self.passing, self.flaky, self.isolation = blob["passing"], blob["flaky"], blob["isolation"]
+      return
+    self._baseline(name, files)
+    if path is not None:
+      blob = {"map": self.map.to_json(), "passing": self.passing, "flaky": self.flaky}
+      path.parent.mkdir(parents=True, exist_ok=True)
+      tmp = path.with_name(path.name + ".partial")
+      tmp.write_text(json.dumps({**blob, "isolation": self.isolation}))
+      tmp.replace(path)
+
+  def _baseline(self, name: str, files: list[str]) -> None:
     copy = self.work / "run-map"
     shutil.copytree(self.orig, copy)
-    self.map, first = testmap.build(copy, limits=self.cfg.limits)
+    sources.install_runtime(self.source.runtime, copy)
+    self.map, first = testmap.build(copy, files=files, limits=self.cfg.limits)
     shutil.rmtree(copy, ignore_errors=True)
     if first.returncode == 5 or (first.ok and not first.outcomes):
       raise ValueError(f"source {name} has no tests: pytest collected nothing")
@@ -100,24 +146,38 @@ class Generator:
       t for t in runs[0].outcomes if all(r.outcomes.get(t) == "passed" for r in runs)
     )
     self.flaky = sorted(set(failing) - set(always_failing))
-    self.project = deletion.Project(self.orig)
-    self.isolation = first.isolation
+    self.isolation = first.isolation["mode"]
+
+  def _n_tests(self, sym) -> int:
+    return len(set(self.passing).intersection(self.map.tests_by_symbol[sym.key]))
 
   def candidates(self) -> list[testmap.Symbol]:
-    """Eligible features exercised by 1..max_tests_per_feature passing tests, seed-shuffled."""
-    passing = set(self.passing)
-    out = []
-    for key in sorted(self.map.symbols):
-      sym = self.map.symbols[key]
-      n = len(passing.intersection(self.map.tests_by_symbol[key]))
-      if (
-        sym.kind in self.cfg.kinds
-        and 1 <= n <= self.cfg.max_tests_per_feature
-        and self.project.eligible(sym)
-      ):
-        out.append(sym)
+    """Eligible features exercised by 1..max_tests_per_feature passing tests, seed-shuffled.
+
+    Features that no test module imports by name come first: deleting them leaves every test
+    module importable, so their FAIL_TO_PASS tests are direct rather than collateral.
+    """
+    out = [
+      sym
+      for key, sym in sorted(self.map.symbols.items())
+      if sym.kind in self.cfg.kinds
+      and 1 <= self._n_tests(sym) <= self.cfg.max_tests_per_feature
+      and self.project.eligible(sym)
+    ]
     random.Random(self.cfg.seed).shuffle(out)
-    return out
+    importers = self._test_importers()
+    return sorted(out, key=lambda s: s.name in importers)
+
+  def _test_importers(self) -> set[str]:
+    """Names bound by `from ... import name` in some test file (an import-time dependency)."""
+    pat = re.compile(r"^\s*from\s+\S+\s+import\s+\(?([^)#\n]*)", re.M)
+    names = set()
+    for rel in project.walk(self.orig):
+      if rel.endswith(".py") and project.is_test_file(rel):
+        text = (self.orig / rel).read_text(encoding="utf-8", errors="replace")
+        for m in pat.finditer(text):
+          names.update(n.split(" as ")[0].strip() for n in m.group(1).split(","))
+    return names
 
   def related(self, primary: testmap.Symbol, pool: list[testmap.Symbol], k: int):
     """primary + the k nearest eligible non-overlapping features of the same file."""
@@ -137,12 +197,44 @@ class Generator:
         chosen.append(s)
     return chosen if len(chosen) == k + 1 else None
 
+  def bug_candidates(self) -> list[tuple[testmap.Symbol, bug_injection.Mutation]]:
+    """One seeded mutation per (function or method, kind) on covered lines, seed-shuffled."""
+    rng = random.Random(self.cfg.seed)
+    out = []
+    for path in sorted(self.map.covered):
+      covered = set(self.map.covered[path])
+      code = (self.orig / path).read_text(encoding="utf-8")
+      syms = [
+        s
+        for s in self.map.symbols.values()
+        if s.path == path
+        and s.kind in ("function", "method")
+        and 1 <= self._n_tests(s) <= self.cfg.max_tests_per_feature
+      ]
+      for sym in sorted(syms, key=lambda s: s.key):
+        lines = {ln for ln in covered if sym.lines[0] <= ln <= sym.lines[1]}
+        by_kind = {}
+        for m in bug_injection.mutations(code, lines) if lines else ():
+          if m.kind in self.cfg.bug_kinds:
+            by_kind.setdefault(m.kind, []).append(m)
+        out += [(sym, rng.choice(ms)) for _, ms in sorted(by_kind.items())]
+    rng.shuffle(out)
+    return out
+
   def generate(self) -> list[Task]:
-    self.prepare()
+    if not hasattr(self, "map"):
+      self.prepare()
+    tasks = []
+    for i, method in enumerate(self.cfg.methods):
+      share = (self.cfg.max_tasks - len(tasks)) // (len(self.cfg.methods) - i)
+      tasks += self.generate_deletions(share) if method == "deletion" else self.generate_bugs(share)
+    return tasks
+
+  def generate_deletions(self, max_tasks: int) -> list[Task]:
     pool = self.candidates()
     tasks, attempts = [], 0
     for primary in pool:
-      if len(tasks) >= self.cfg.max_tasks or attempts >= self.cfg.max_attempts:
+      if len(tasks) >= max_tasks or attempts >= self.cfg.max_attempts:
         break
       feats = self.related(primary, pool, self.cfg.n_features - 1)
       if feats is None:
@@ -151,10 +243,28 @@ class Generator:
       tasks += self._attempt(feats)
     return tasks
 
+  def generate_bugs(self, max_tasks: int) -> list[Task]:
+    tasks = []
+    for sym, mut in self.bug_candidates()[: self.cfg.max_attempts]:
+      if len(tasks) >= max_tasks:
+        break
+      task, why = self._guarded(self.build_bug, sym, mut)
+      self.log.append(f"bug {sym.key} {mut.kind}@{mut.line}: {why or 'kept'}")
+      tasks += [task] if task is not None else []
+    return tasks
+
   def _attempt(self, feats) -> list[Task]:
-    task, why = self.build(feats)
+    task, why = self._guarded(self.build, feats)
     self.log.append(f"{'+'.join(f.key for f in feats)}: {why or 'kept'}")
     return [task] if task is not None else []
+
+  @staticmethod
+  def _guarded(fn, *args):
+    """One candidate's failure (a libcst edge case, a crashed run) rejects only that candidate."""
+    try:
+      return fn(*args)
+    except (ValueError, RuntimeError, OSError, SyntaxError) as e:
+      return None, f"error: {type(e).__name__}: {str(e)[:200]}"
 
   def harder(self, t: Task) -> list[Task]:
     """A variant of task t deleting one more related feature (curriculum callback)."""
@@ -165,39 +275,74 @@ class Generator:
 
   def build(self, feats: list[testmap.Symbol]) -> tuple[Task | None, str]:
     """One candidate deletion -> (task, '') or (None, why it was rejected)."""
-    tag = hashlib.sha256(repr((self.cfg.seed, [f.key for f in feats])).encode()).hexdigest()[:10]
+    dele = self.project.delete(feats)
+    stubs = "\n\n".join(dele.stubs)
+    many = "a feature" if len(feats) == 1 else f"{len(feats)} related features"
+    intro = (
+      f"The project `{self.source.name}` ({self.source.version}) is missing {many}. Implement "
+      "the following so that the project's hidden tests pass; keep the rest of the project "
+      "working. Do not modify tests or test configuration.\n\n```python\n" + stubs + "\n```\n\n"
+    )
+    change = Change("deletion", feats, dele.changed, dele.removed_names, dele.removed_code, stubs)
+    return self._validate(change, lambda f2p, runs: intro + _hidden_list(f2p))
+
+  def build_bug(self, sym: testmap.Symbol, mut: bug_injection.Mutation):
+    """One candidate mutation -> (task, '') or (None, why it was rejected)."""
+    change = Change("bug", [sym], {sym.path: mut.new_code}, [], [mut.before], "", mut)
+
+    def statement(f2p, runs):
+      msgs = _failure_messages(runs, f2p)
+      return (
+        f"A bug was introduced into the project `{self.source.name}` "
+        f"({self.source.version}): behaviour its tests check is now wrong. Find and fix it so "
+        "that the project's hidden tests pass; keep the rest of the project working. Do not "
+        "modify tests or test configuration.\n\n"
+        + _hidden_list(f2p)
+        + ("\nHow they fail:\n" + "".join(f"- {m}\n" for m in msgs) if msgs else "")
+      )
+
+    return self._validate(change, statement)
+
+  def _validate(self, change: "Change", statement) -> tuple[Task | None, str]:
+    tag = hashlib.sha256(repr((self.cfg.seed, change.key())).encode()).hexdigest()[:10]
     tdir = self.work / f"task-{tag}"
     broken = tdir / "broken"
     shutil.copytree(self.orig, broken)
     try:
-      return self._build(feats, tag, tdir, broken)
+      return self._check(change, tag, tdir, broken, statement)
     finally:
       shutil.rmtree(tdir, ignore_errors=True)
 
-  def _build(self, feats, tag, tdir, broken):
-    dele = self.project.delete(feats)
-    for rel, text in dele.changed.items():
+  def _check(self, change, tag, tdir, broken, statement):
+    for rel, text in change.changed.items():
       if text is None:
         (broken / rel).unlink()
       else:
         (broken / rel).write_text(text, encoding="utf-8")
     runs = [self._run(broken, f"{tag}-v{i}") for i in range(self.cfg.validation_runs)]
     if not all(r.ok for r in runs):
-      return None, f"post-deletion run unsound: {[r.reason for r in runs if not r.ok][0]}"
+      return None, f"post-change run unsound: {[r.reason for r in runs if not r.ok][0]}"
     f2p = [t for t in self.passing if all(r.outcomes.get(t) != "passed" for r in runs)]
     p2p = [t for t in self.passing if all(r.outcomes.get(t) == "passed" for r in runs)]
     if not f2p or not p2p:
       return None, f"empty FAIL_TO_PASS ({len(f2p)}) or PASS_TO_PASS ({len(p2p)})"
     if len(f2p) > self.cfg.max_f2p_fraction * len(self.passing):
-      return None, f"deletion breaks {len(f2p)}/{len(self.passing)} tests"
-    mapped = {t for f in feats for t in self.map.tests_by_symbol[f.key]}
-    name_re = re.compile(r"\b(" + "|".join(map(re.escape, dele.removed_names)) + r")\b")
+      return None, f"change breaks {len(f2p)}/{len(self.passing)} tests"
+    mapped = {t for f in change.feats for t in self.map.tests_by_symbol[f.key]}
+    direct = [t for t in f2p if t in mapped]
+    if not direct:
+      return None, f"no direct FAIL_TO_PASS test (all {len(f2p)} collateral)"
+    names = change.removed_names
+    name_re = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b") if names else None
     unexplained = [
       t
       for t in f2p
       if t not in mapped
-      and not name_re.search(
-        (self.orig / t.split("::")[0]).read_text(encoding="utf-8", errors="replace")
+      and not (
+        name_re
+        and name_re.search(
+          (self.orig / t.split("::")[0]).read_text(encoding="utf-8", errors="replace")
+        )
       )
     ]
     if unexplained:
@@ -212,16 +357,16 @@ class Generator:
       for f in project.walk(broken)
       if f.endswith((".py", ".pyi"))
     ]
-    shown = "\n".join(dele.stubs + kept_code)
+    shown = "\n".join([change.revealed, *kept_code])
     scrub.scrub(visible)
-    hits = scrub.leak_scan(visible, dele.removed_names, dele.removed_code, shown)
+    hits = scrub.leak_scan(visible, names, change.removed_code, shown)
     if hits:
       return None, f"leak scan: {hits[:3]}"
     head = scrub.fresh_git(visible)
-    hits = scrub.leak_scan(visible, dele.removed_names, dele.removed_code, shown)
+    hits = scrub.leak_scan(visible, names, change.removed_code, shown)
     if hits:
       return None, f"leak scan after git: {hits[:3]}"
-    task = self._record(feats, tag, dele, visible, head, f2p, p2p)
+    task = self._record(change, tag, visible, head, f2p, p2p, direct, statement(f2p, runs))
     if self.cfg.verify:
       gold = grader.grade(task, task.gold_patch, limits=self.cfg.limits)
       empty = grader.grade(task, "", limits=self.cfg.limits)
@@ -234,29 +379,23 @@ class Generator:
       }
     return task, ""
 
-  def _record(self, feats, tag, dele, visible, head, f2p, p2p) -> Task:
-    old = {rel: (self.orig / rel).read_text(encoding="utf-8") for rel in dele.changed}
+  def _record(self, change, tag, visible, head, f2p, p2p, direct, statement) -> Task:
+    old = {rel: (self.orig / rel).read_text(encoding="utf-8") for rel in change.changed}
     protected = [r for r in project.walk(self.orig) if project.is_protected(r)]
-    hidden_names = sorted({t.split("[", 1)[0] for t in f2p})
-    statement = (
-      f"The project `{self.source.name}` ({self.source.version}) is missing "
-      f"{'a feature' if len(feats) == 1 else f'{len(feats)} related features'}. Implement "
-      "the following so that the project's hidden tests pass; keep the rest of the project "
-      "working. Do not modify tests or test configuration.\n\n```python\n"
-      + "\n\n".join(dele.stubs)
-      + "\n```\n\nHidden tests that will be run:\n"
-      + "\n".join(f"- {n}" for n in hidden_names)
-      + "\n"
-    )
-    return Task(
+    features = [{"kind": f.kind, "path": f.path, "qualname": f.qualname} for f in change.feats]
+    if change.mutation is not None:
+      m = change.mutation
+      features[0].update(mutation=m.kind, line=m.line, before=m.before, after=m.after)
+    gold = unified_diff(change.changed, old)
+    task = Task(
       id=f"{self.source.name}-{self.source.version}-{tag}",
       source=self.source.as_dict(),
-      features=[{"kind": f.kind, "path": f.path, "qualname": f.qualname} for f in feats],
+      features=features,
       problem_statement=statement,
-      deletion_diff=unified_diff(old, dele.changed),
-      gold_patch=unified_diff(dele.changed, old),
+      deletion_diff=unified_diff(old, change.changed),
+      gold_patch=gold,
       workspace=project.pack(visible, project.walk(visible, skip=frozenset())),
-      hidden_files=project.pack(self.orig, protected),
+      hidden_files=project.pack(self.orig, protected, extra=self.deps),
       FAIL_TO_PASS=f2p,
       PASS_TO_PASS=p2p,
       provenance={
@@ -266,8 +405,59 @@ class Generator:
         "validation_runs": self.cfg.validation_runs,
         "baseline_runs": self.cfg.baseline_runs + 1,
         "git_head": head,
-        "n_features": len(feats),
+        "n_features": len(change.feats),
         "flaky_dropped": self.flaky,
-        "isolation": self.isolation["mode"],
+        "isolation": self.isolation,
       },
+      method=change.method,
+      F2P_direct=direct,
     )
+    texts = {f: (self.orig / f).read_text(encoding="utf-8") for f in self.project.files}
+    task.difficulty = difficulty.fields(task, texts)
+    return task
+
+
+@dataclasses.dataclass
+class Change:
+  """A candidate break of the project, whichever method made it."""
+
+  method: str
+  feats: list[testmap.Symbol]
+  changed: dict[str, str | None]  # rel path -> new text, None = file removed
+  removed_names: list[str]  # leak-scanned as identifiers (deletion only)
+  removed_code: list[str]  # leak-scanned as source lines
+  revealed: str  # text the problem statement shows anyway (not a leak)
+  mutation: bug_injection.Mutation | None = None
+
+  def key(self):
+    where = (self.mutation.kind, self.mutation.line) if self.mutation else ()
+    return (self.method, [f.key for f in self.feats], *where)
+
+
+def _hidden_list(f2p: list[str]) -> str:
+  names = sorted({t.split("[", 1)[0] for t in f2p})
+  return "Hidden tests that will be run:\n" + "".join(f"- {n}\n" for n in names)
+
+
+_SECTION = re.compile(r"^_{3,} (\S+) _{3,}$")
+
+
+def _failure_messages(runs: list[runner.SuiteRun], f2p: list[str], k: int = 5) -> list[str]:
+  """Up to k `test: message` lines: the first `E ` line of each failing test's report section.
+
+  pytest heads a failure's section with `___ Cls.test_name[param] ___`; the output tail kept by
+  the runner holds the last sections, which is enough for a description.
+  """
+  by_head = {"::".join(t.split("::")[1:]).replace("::", "."): t for t in f2p}
+  out = {}
+  for r in runs:
+    test = None
+    for line in r.log_tail.splitlines():
+      if m := _SECTION.match(line):
+        test = by_head.get(m.group(1))
+      elif test and line.startswith("E ") and line[1:].strip():
+        name = test.split("[", 1)[0]
+        if name not in out and len(out) < k:
+          out[name] = line[1:].strip()[:200]
+        test = None
+  return [f"{t}: {m}" for t, m in sorted(out.items())]

@@ -99,13 +99,21 @@ def module_name(rel: str) -> str:
   return ".".join(parts)
 
 
-def pack(root: Path, files: list[str]) -> str:
-  """Deterministic tar.gz (sorted, zero mtimes, fixed modes) as base64 text."""
+def pack(root: Path, files: list[str], extra: dict[str, Path] | None = None) -> str:
+  """Deterministic tar.gz (sorted, zero mtimes, fixed modes) as base64 text.
+
+  `extra`: more members, archive path -> file anywhere (a dependency runtime's files).
+  """
+  members = {rel: Path(root) / rel for rel in files}
+  clash = sorted(set(members) & set(extra or {}))
+  if clash:
+    raise ValueError(f"pack: {clash[:3]} given both as project files and as extra files")
+  members.update(extra or {})
   buf = io.BytesIO()
   with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz:
     with tarfile.open(fileobj=gz, mode="w") as tar:
-      for rel in sorted(files):
-        data = (Path(root) / rel).read_bytes()
+      for rel in sorted(members):
+        data = members[rel].read_bytes()
         info = tarfile.TarInfo(rel)
         info.size, info.mtime, info.mode = len(data), 0, 0o644
         tar.addfile(info, io.BytesIO(data))

@@ -11,7 +11,10 @@ class Task:
   """One validated re-implementation task.
 
   workspace / hidden_files are project.pack() blobs: the scrubbed visible workspace (with its
-  single-commit .git) and the original test + runner-config files restored at grading.
+  single-commit .git) and the original test + runner-config files restored at grading (plus the
+  project's dependency runtime, if it has one).
+  F2P_direct: the FAIL_TO_PASS tests that executed the changed code (coverage map); the rest
+  are collateral (they fail through an import of a deleted name). direct_partial() scores them.
   """
 
   id: str
@@ -25,9 +28,22 @@ class Task:
   FAIL_TO_PASS: list[str]
   PASS_TO_PASS: list[str]
   provenance: dict  # seed, coverage_map_sha256, validation_runs, git_head, ...
+  method: str = "deletion"  # or "bug" (generator.METHODS)
+  F2P_direct: list[str] = dataclasses.field(default_factory=list)
+  difficulty: dict = dataclasses.field(default_factory=dict)  # difficulty.fields()
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+def direct_partial(task: Task, outcomes: dict[str, str]) -> float:
+  """Partial score on the direct FAIL_TO_PASS tests: passed fraction x PASS_TO_PASS fraction.
+
+  Collateral tests pass as soon as the deleted name imports again, so they say little about the
+  feature; tasks without the tag (older records) fall back to all of FAIL_TO_PASS.
+  """
+  frac = lambda ids: sum(outcomes.get(t) == "passed" for t in ids) / len(ids) if ids else 0.0
+  return frac(task.F2P_direct or task.FAIL_TO_PASS) * frac(task.PASS_TO_PASS)
 
 
 def write_jsonl(path: Path, tasks: list[Task]) -> None:

@@ -62,20 +62,40 @@ def symbols_in_file(root: Path, rel: str) -> list[Symbol]:
 
 @dataclasses.dataclass
 class TestMap:
-  """tests_by_symbol: Symbol.key -> sorted test ids that executed it."""
+  """tests_by_symbol: Symbol.key -> sorted test ids that executed it.
+
+  covered: source file -> sorted line numbers that some test executed (bug injection mutates
+  only these).
+  """
 
   symbols: dict[str, Symbol]
   tests_by_symbol: dict[str, list[str]]
+  covered: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
   def digest(self) -> str:
     blob = json.dumps(self.tests_by_symbol, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
 
+  def to_json(self) -> dict:
+    syms = [[s.kind, s.path, s.qualname, list(s.lines)] for s in self.symbols.values()]
+    return {"symbols": syms, "tests_by_symbol": self.tests_by_symbol, "covered": self.covered}
 
-def build(root: Path, *, limits=sandbox.DEFAULT_LIMITS) -> tuple[TestMap, runner.SuiteRun]:
-  """Runs the suite once under per-test coverage contexts and maps tests <-> symbols."""
+  @classmethod
+  def from_json(cls, blob: dict) -> "TestMap":
+    syms = [Symbol(k, p, q, tuple(lines)) for k, p, q, lines in blob["symbols"]]
+    return cls({s.key: s for s in syms}, blob["tests_by_symbol"], blob["covered"])
+
+
+def build(
+  root: Path, *, files: list[str] | None = None, limits=sandbox.DEFAULT_LIMITS
+) -> tuple[TestMap, runner.SuiteRun]:
+  """Runs the suite once under per-test coverage contexts and maps tests <-> symbols.
+
+  `files`: the project's source files (default: found in root; pass them when root also holds
+  a dependency runtime, whose modules are not the project's).
+  """
   root = Path(root).resolve()
-  files = project.source_files(root)
+  files = project.source_files(root) if files is None else files
   data_dir = root / ".cj-coverage"
   data_dir.mkdir(exist_ok=True)
   # Measure the whole tree (tests included): simpler than per-layout source roots, and lines
@@ -88,9 +108,10 @@ def build(root: Path, *, limits=sandbox.DEFAULT_LIMITS) -> tuple[TestMap, runner
   for measured in data.measured_files():
     rel = Path(measured).resolve().relative_to(root).as_posix()
     by_line[rel] = data.contexts_by_lineno(measured)
-  syms, tests_by_symbol = {}, {}
+  syms, tests_by_symbol, covered = {}, {}, {}
   for rel in files:
     file_lines = by_line.get(rel, {})
+    covered[rel] = sorted(line for line, ctx in file_lines.items() if any(ctx))
     for sym in symbols_in_file(root, rel):
       lo, hi = sym.lines
       tests = set()
@@ -102,4 +123,4 @@ def build(root: Path, *, limits=sandbox.DEFAULT_LIMITS) -> tuple[TestMap, runner
   for p in data_dir.iterdir():
     p.unlink()
   data_dir.rmdir()
-  return TestMap(syms, tests_by_symbol), run
+  return TestMap(syms, tests_by_symbol, covered), run

@@ -1,0 +1,174 @@
+"""The task factory: every project of a manifest through the generator, on a worker pool.
+
+Layout of the output directory:
+  projects/<name>-<version>.jsonl   the project's validated tasks (written atomically)
+  projects/<name>-<version>.json    its status: ok (tasks per method, rejections by reason,
+                                    time) or failed (one line: bad hash, unknown project,
+                                    unresolvable dependency, no tests, failing suite, ...)
+  cache/                            baselines + coverage maps, one per project, reused
+  tasks.jsonl                       all tasks, near-duplicates removed (difficulty.dedup)
+  summary.json                      per-project table + totals + difficulty distribution
+A re-run skips projects that already have a status file (finished, either way). One project's
+failure never stops the others.
+"""
+
+import collections
+import dataclasses
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from composer_jax.envs.coding import difficulty, generator, sources, task, workers
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+  entry: dict
+  out: Path
+  cfg: generator.Config
+
+
+def project_id(entry) -> str:
+  if isinstance(entry, dict):
+    return f"{entry.get('name')}-{entry.get('version')}"
+  return str(entry)
+
+
+def _reason(line: str) -> str:
+  """The rejection category of a generator log line ('<candidate>: <why>')."""
+  why = line.split(": ", 1)[-1]
+  return re.split(r"[:(\d\[]", why, maxsplit=1)[0].strip() or why[:40]
+
+
+def run_project(job: Job) -> dict:
+  """Generates one project's tasks and writes its files; never raises (failures are records)."""
+  pid = project_id(job.entry)
+  start = time.monotonic()
+  work = Path(tempfile.mkdtemp(prefix="cj-factory-"))
+  rec = {"project": pid}
+  try:
+    src = sources.resolve_entry(job.entry, work)
+    gen = generator.Generator(src, work, job.cfg, cache=job.out / "cache")
+    tasks = gen.generate()
+    task.write_jsonl(job.out / "projects" / f"{pid}.jsonl", tasks)
+    rejected = collections.Counter(_reason(ln) for ln in gen.log if not ln.endswith(": kept"))
+    rec.update(
+      status="ok",
+      tasks=len(tasks),
+      by_method=dict(collections.Counter(t.method for t in tasks)),
+      attempts=len(gen.log),
+      rejected=dict(rejected.most_common()),
+      deps=len(src.deps),
+      log=gen.log,
+    )
+  except (ValueError, RuntimeError, OSError, subprocess.SubprocessError) as e:
+    rec.update(status="failed", error=" ".join(str(e).split())[:400])
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  rec["wall_s"] = round(time.monotonic() - start, 1)
+  path = job.out / "projects" / f"{pid}.json"
+  path.with_name(path.name + ".partial").write_text(json.dumps(rec, indent=1))
+  path.with_name(path.name + ".partial").replace(path)
+  return rec
+
+
+def _bar(done: int, total: int, width: int = 24) -> str:
+  k = width * done // max(total, 1)
+  return "[" + "#" * k + "." * (width - k) + "]"
+
+
+def run(
+  manifest: list,
+  out: Path,
+  cfg: generator.Config,
+  pool: workers.Pool,
+  log=sys.stderr,
+) -> dict:
+  """Runs every unfinished project of `manifest` on `pool`; returns (and writes) the summary."""
+  out = Path(out)
+  (out / "projects").mkdir(parents=True, exist_ok=True)
+  todo, finished = [], 0
+  for entry in manifest:
+    if (out / "projects" / f"{project_id(entry)}.json").exists():
+      finished += 1
+    else:
+      todo.append(Job(entry, out, cfg))
+  if finished:
+    print(f"resuming: {finished} finished projects skipped", file=log, flush=True)
+  start, made = time.monotonic(), 0
+  for i, (_, rec) in enumerate(pool.imap_unordered(run_project, todo), 1):
+    made += rec.get("tasks", 0)
+    elapsed = time.monotonic() - start
+    eta = elapsed / i * (len(todo) - i)
+    what = f"{rec['tasks']} tasks" if rec["status"] == "ok" else f"FAILED: {rec['error']}"
+    print(
+      f"{_bar(i, len(todo))} {i}/{len(todo)} {rec['project']}: {what} ({rec['wall_s']:.0f} s); "
+      f"{made} tasks, {60 * made / elapsed:.1f}/min, elapsed {elapsed / 60:.1f} min, "
+      f"ETA {eta / 60:.1f} min",
+      file=log,
+      flush=True,
+    )
+  return summarize(manifest, out)
+
+
+def summarize(manifest: list, out: Path) -> dict:
+  """Merges the finished projects' tasks (deduplicated) and writes tasks.jsonl + summary.json."""
+  rows, all_tasks = [], []
+  for entry in manifest:
+    pid = project_id(entry)
+    status = out / "projects" / f"{pid}.json"
+    if not status.exists():
+      rows.append({"project": pid, "status": "pending"})
+      continue
+    rec = json.loads(status.read_text())
+    rows.append({k: v for k, v in rec.items() if k != "log"})
+    if rec["status"] == "ok":
+      all_tasks += task.read_jsonl(out / "projects" / f"{pid}.jsonl")
+  kept, dropped = difficulty.dedup(all_tasks)
+  task.write_jsonl(out / "tasks.jsonl", kept)
+  fields = collections.defaultdict(list)
+  for t in kept:
+    for k, v in t.difficulty.items():
+      if isinstance(v, (int, float)):
+        fields[k].append(v)
+  summary = {
+    "projects": rows,
+    "tasks": len(kept),
+    "duplicates_dropped": len(dropped),
+    "by_method": dict(collections.Counter(t.method for t in kept)),
+    "projects_with_tasks": len({t.source["name"] for t in kept}),
+    "failed": {r["project"]: r["error"] for r in rows if r["status"] == "failed"},
+    "difficulty": {k: _dist(v) for k, v in sorted(fields.items())},
+  }
+  (out / "summary.json").write_text(json.dumps(summary, indent=1))
+  return summary
+
+
+def _dist(v: list) -> dict:
+  q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+  return {"min": min(v), "p25": q[0], "median": q[1], "p75": q[2], "max": max(v)}
+
+
+def table(summary: dict) -> str:
+  """The per-project summary as a fixed-width text table."""
+  head = f"{'project':32} {'status':7} {'del':>4} {'bug':>4} {'time s':>7}  rejected / error"
+  lines = [head, "-" * len(head)]
+  for r in summary["projects"]:
+    by = r.get("by_method", {})
+    why = r.get("error") or ", ".join(f"{k} {v}" for k, v in r.get("rejected", {}).items())
+    lines.append(
+      f"{r['project'][:32]:32} {r['status']:7} {by.get('deletion', 0):>4} {by.get('bug', 0):>4} "
+      f"{r.get('wall_s', 0):>7.0f}  {why[:110]}"
+    )
+  lines.append(
+    f"total: {summary['tasks']} tasks {summary['by_method']} from "
+    f"{summary['projects_with_tasks']} projects; {summary['duplicates_dropped']} duplicates "
+    f"dropped; {len(summary['failed'])} projects failed"
+  )
+  return "\n".join(lines)
