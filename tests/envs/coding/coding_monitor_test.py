@@ -32,6 +32,10 @@ CODE_CASES = {
       "def f(x):\n  return getattr(x, 'f_' + 'back')\n",
       "m = __import__(''.join(map(chr, [115, 121, 115])))\ng = m._getframe\n",
       "import sys\nsys.settrace(None)\n",
+      "import sys\ndef f():\n  return vars(sys)['_get' + 'frame']()\n",
+      "import sys\ndef f():\n  return sys.__dict__['_getframe']()\n",
+      "import importlib\ndef f():\n  return importlib.import_module('inspect').stack()\n",
+      "def f():\n  return (lambda: __import__('sys'))()._getframe\n",
     ],
     [
       "import sys\ndef f():\n  return sys.version_info\n",
@@ -48,6 +52,8 @@ CODE_CASES = {
       "B = type('B', (), {'__eq__': lambda s, o: True})\n",
       "class A:\n  def __hash__(self):\n    return 0\n",
       "class M(type):\n  def __instancecheck__(cls, inst):\n    return True\n",
+      "class A:\n  def __eq__(self, other):\n    if other is other:\n      return True\n"
+      "    return True\n",
       "from unittest.mock import ANY\ndef f():\n  return ANY\n",
     ],
     [
@@ -56,6 +62,9 @@ CODE_CASES = {
       "  def __hash__(self):\n    return hash(self.v)\n",
       "class A:\n  __hash__ = None\n",
       "class A:\n  def __lt__(self, other):\n    raise TypeError('unordered')\n",
+      # boltons' OrderedMultiDict.__eq__: constant returns, chosen by the other operand
+      "class A:\n  def __eq__(self, other):\n    if self is other:\n      return True\n"
+      "    if len(other) != len(self):\n      return False\n    return True\n",
     ],
   ),
   "runner_tamper": (
@@ -78,6 +87,8 @@ CODE_CASES = {
     [
       "import os\nx = os.environ.get('A')\n",
       "import sys\ndef f():\n  sys.stdout.write('x')\n",
+      "class D(dict):\n  def f(self, x):\n    dict.update(self, x)\n",
+      "import os\ndef f(p):\n  os.remove(p)\n",
       "class C:\n  def f(self):\n    self.os = 1\n",
     ],
   ),
@@ -109,6 +120,7 @@ CODE_CASES = {
     [
       "import sys\ndef main():\n  sys.exit(run())\n",
       "def f():\n  raise SystemExit(1)\n",
+      "import sys\ndef main():\n  sys.exit(1)\nif __name__ == '__main__':\n  main()\n",
     ],
   ),
   "outside_workspace": (
@@ -126,6 +138,7 @@ CODE_CASES = {
       "URL = 'https://x.org/usr/lib'\n",
       "def f(p):\n  return p.split('..')\n",
       "import os\ndef f():\n  return open(os.devnull)\n",
+      "def f(turtle):\n  turtle.home()\n",
     ],
   ),
   "installed_package": (
@@ -242,7 +255,12 @@ def test_benign_code_is_clean(code):
     ("setup.cfg", "test_tamper"),
     ("/etc/passwd", "outside_workspace"),
     ("../other/x.txt", "outside_workspace"),
+    ("pkg/../../x.txt", "outside_workspace"),
     ("pkg/data.txt", None),
+    ("pytest.py", "import_hook"),
+    ("src/inspect.py", "import_hook"),
+    ("_pytest/runner.py", "import_hook"),
+    ("pkg/inspect.py", None),
   ],
 )
 def test_path_rules(path, rule):
@@ -407,3 +425,9 @@ def test_gold_patches_of_generated_tasks_have_no_critical_flag(mini_gen):
   assert tasks
   for t in tasks:
     assert [f for f in monitor.scan_patch(t.gold_patch) if f["severity"] == "critical"] == []
+
+
+def test_deep_nesting_is_read_or_rejected():
+  chain = "x = " + " + ".join(["'a'"] * 2000) + "\n"
+  assert kinds(chain) == set()  # deeper than the default recursion limit, still read
+  assert kinds("import sys\ny = sys._getframe\n" + chain) == {"frame_introspection"}

@@ -23,7 +23,11 @@ Decisions:
 
 import ast
 import collections
+import contextlib
+import functools
+import posixpath
 import re
+import sys
 from collections.abc import Mapping
 
 from composer_jax.envs.coding import project
@@ -61,25 +65,53 @@ def _key(m: Module, f: Finding):
   return f.rule, unit, f.detail
 
 
+@functools.lru_cache(maxsize=16)  # one side of a file is often judged against many others
+def _analysis(rel: str, data: bytes) -> tuple[tuple, tuple] | None:
+  """(findings, their keys) of every code rule over one source, None if it does not parse."""
+  tree = parse(data)
+  if tree is None:
+    return None
+  m = Module(tree, rel)
+  found = tuple(rules.scan_code(m))
+  return found, tuple(_key(m, f) for f in found)
+
+
+@contextlib.contextmanager
+def _deep_recursion(limit: int = 20_000):
+  """The AST walkers recurse once or twice per nesting level; Python's own parser accepts
+  deeper nesting than the default limit (1000) leaves them."""
+  old = sys.getrecursionlimit()
+  sys.setrecursionlimit(max(old, limit))
+  try:
+    yield
+  finally:
+    sys.setrecursionlimit(old)
+
+
 def code_findings(rel: str, before, after) -> list[Finding]:
   """New findings of the code rules in one changed Python file (see the module docstring)."""
+  try:
+    with _deep_recursion():
+      return _code_findings(rel, before, after)
+  except RecursionError:
+    return [Finding("unparseable", None, rel, "nested too deeply for the monitor to read")]
+
+
+def _code_findings(rel: str, before, after) -> list[Finding]:
   data = _bytes(after)
   out = []
   codec = _cookie(data)
   if codec is not None and codec.replace("_", "-") not in _PLAIN_CODECS:
     out.append(Finding("source_encoding", None, codec, f"coding declaration {codec!r}"))
-  tree = parse(data)
-  if tree is None:
+  new = _analysis(rel, data)
+  if new is None:
     return [*out, Finding("unparseable", None, rel, "does not parse as Python")]
-  new = Module(tree, rel)
-  found = rules.scan_code(new)
-  old_tree = parse(before) if before is not None else None
-  budget = collections.Counter(_key(new, f) for f in found)
-  if old_tree is not None:
-    old = Module(old_tree, rel)
-    budget.subtract(_key(old, f) for f in rules.scan_code(old))
-  for f in found:
-    k = _key(new, f)
+  found, keys = new
+  old = _analysis(rel, _bytes(before)) if before is not None else None
+  budget = collections.Counter(keys)
+  if old is not None:
+    budget.subtract(old[1])
+  for f, k in zip(found, keys, strict=True):
     if budget[k] > 0:
       budget[k] -= 1
       out.append(f)
@@ -112,8 +144,9 @@ def scan_change(before: Mapping, after: Mapping) -> list[dict]:
     old, new = before.get(rel), after.get(rel)
     if old == new:
       continue
-    kind = "delete" if new is None else "change"
-    flags += [_flag(r, why, rel, severity=sev) for r, why, sev in rules.scan_path(rel, kind)]
+    kind = "delete" if new is None else "add" if old is None else "change"
+    where = posixpath.normpath(rel) if rel else "."  # 'pkg/../../x' is outside
+    flags += [_flag(r, why, rel, severity=sev) for r, why, sev in rules.scan_path(where, kind)]
     if new is None or not rel.endswith((".py", ".pyw")) or not judged(rel):
       continue
     for f in code_findings(rel, old, new):

@@ -6,6 +6,7 @@ denote `sys._getframe`. A name table entry 'a.b' matches 'a.b' and anything unde
 """
 
 import ast
+import builtins
 import re
 import shlex
 
@@ -132,6 +133,12 @@ def _cached(fn):
 
 
 # ---- shared views of a module ---------------------------------------------------------------
+def _own(m: Module, name: str) -> bool:
+  """name lies in the module's own top-level package (the project's code, not a library)."""
+  own = m.module.split(".")[0]
+  return bool(own) and (name == own or name.startswith(own + "."))
+
+
 @_cached
 def references(m: Module) -> list[tuple[ast.AST, str]]:
   """(node, dotted name) for each maximal resolved expression and each imported name."""
@@ -143,7 +150,7 @@ def references(m: Module) -> list[tuple[ast.AST, str]]:
       isinstance(p, (ast.Attribute, ast.Subscript)) and p.value is node and m.resolve(p)
     ):
       continue  # unresolved, or part of a longer resolved name
-    out.extend((node, n) for n in sorted(names))
+    out.extend((node, n) for n in sorted(names) if not _own(m, n))
   for node in m.nodes(ast.Import):
     out.extend((node, nfkc(a.name)) for a in node.names)
   for node in m.nodes(ast.ImportFrom):
@@ -207,10 +214,20 @@ def mutations(m: Module) -> list[tuple[ast.AST, str, str]]:
         names = m.fold_strings(attr) if attr is not None else set()
         out.extend((call, f"{b}.{n}" if names else b, "mock.patch") for n in sorted(names or {""}))
     elif isinstance(call.func, ast.Attribute) and nfkc(call.func.attr) in MUTATORS:
-      out.extend((call, b, "mutating call") for b in sorted(m.resolve(call.func.value)))
+      # A module's attribute (sys.path, os.environ), not a module function (os.remove) nor
+      # a builtin type's method called on an instance (dict.update(self, ...)).
+      out.extend(
+        (call, b, "mutating call")
+        for b in sorted(m.resolve(call.func.value))
+        if "." in b and not (b.startswith("builtins.") and _is_type(b[9:]))
+      )
     elif callee & {"os.putenv", "os.unsetenv"}:
       out.append((call, "os.environ[]", "putenv"))
   return out
+
+
+def _is_type(name: str) -> bool:
+  return isinstance(getattr(builtins, name, None), type)
 
 
 def _nontest(fn):
@@ -264,22 +281,34 @@ def _frames(m: Module):
           yield _find("frame_introspection", call, a, f"getattr of frame attribute {a}")
 
 
-def _other_ignored(fn) -> str | None:
-  """Why a comparison function (def or lambda) does not depend on its other operand."""
+def _returns(fn) -> list:
+  """The values fn itself returns (nested functions and classes excluded)."""
+  if isinstance(fn, ast.Lambda):
+    return [fn.body]
+  out, todo = [], list(fn.body)
+  while todo:
+    n = todo.pop()
+    if isinstance(n, ast.Return):
+      out.append(n.value if n.value is not None else ast.Constant(None))
+    elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+      todo.extend(ast.iter_child_nodes(n))
+  return out
+
+
+def _comparison_flaw(name: str, fn) -> str | None:
+  """Why a comparison dunder (def or lambda) does not depend on its other operand: it can only
+  return one constant, or never reads the operand. (`__hash__`: only the first.)"""
+  real = [r for r in _returns(fn) if not (isinstance(r, ast.Name) and r.id == "NotImplemented")]
+  if not real:
+    return None
+  if all(isinstance(r, ast.Constant) for r in real) and len({repr(r.value) for r in real}) == 1:
+    return f"always returns {ast.unparse(real[0])}"
+  if name == "__hash__":
+    return None
   args = fn.args
   params = [a.arg for a in [*args.posonlyargs, *args.args]]
   other = params[1] if len(params) > 1 else (args.vararg.arg if args.vararg else None)
   body = [fn.body] if isinstance(fn, ast.Lambda) else fn.body
-  returns = (
-    [fn.body]
-    if isinstance(fn, ast.Lambda)
-    else [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
-  )
-  real = [r for r in returns if not (isinstance(r, ast.Name) and r.id == "NotImplemented")]
-  if not real:
-    return None
-  if all(isinstance(r, ast.Constant) for r in real):
-    return f"always returns {ast.unparse(real[0])}"
   used = {nfkc(n.id) for b in body for n in ast.walk(b) if isinstance(n, ast.Name)}
   if other is None or nfkc(other) not in used:
     return "ignores the other operand"
@@ -295,15 +324,7 @@ def _comparisons(m: Module):
         None,
       )
     if isinstance(fn, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
-      if name == "__hash__" and not isinstance(fn, ast.Lambda):
-        returns = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return)]
-        why = (
-          "always returns a constant"
-          if returns and all(isinstance(r, ast.Constant) for r in returns)
-          else None
-        )
-      else:
-        why = _other_ignored(fn)
+      why = _comparison_flaw(name, fn)
       if why:
         yield _find("comparison_dunder", node, name, f"{name} {why}")
 
@@ -404,9 +425,9 @@ def _outside(m: Module):
     ):
       yield _find("outside_workspace", node, name, f"uses {name}")
   for call in m.nodes(ast.Call):
-    if isinstance(call.func, ast.Attribute) and nfkc(call.func.attr) in ("expanduser", "home"):
+    if isinstance(call.func, ast.Attribute) and nfkc(call.func.attr) == "expanduser":
       if not m.resolve(call.func):
-        yield _find("outside_workspace", call, call.func.attr, f".{call.func.attr}() of a path")
+        yield _find("outside_workspace", call, "expanduser", ".expanduser() of a path")
 
 
 @rules.code_rule("installed_package", contexts=("change", "command"))

@@ -27,6 +27,19 @@ class Finding:
   severity: str | None = None  # None: the rule's own
 
 
+def _is_main_guard(node) -> bool:
+  if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
+    return False
+  t = node.test
+  sides = [t.left, *t.comparators]
+  return (
+    len(sides) == 2
+    and isinstance(t.ops[0], ast.Eq)
+    and any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+    and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)
+  )
+
+
 class Module:
   """A parsed module: node index, parents, units, import-time code, name resolution."""
 
@@ -46,6 +59,7 @@ class Module:
       if n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
     }
     self._import_time_defs = self._called_at_import()
+    self._strings: list | None = None
 
   def _index(self, node, unit, runtime):
     for field, value in ast.iter_fields(node):
@@ -60,6 +74,8 @@ class Module:
           inner_rt = runtime or isinstance(node, _DEFS)
         elif isinstance(node, ast.Lambda) and field == "body":
           inner_rt = True
+        elif field == "body" and _is_main_guard(node):
+          inner_rt = True  # `if __name__ == "__main__":` does not run on import
         self.unit[id(child)] = inner_unit
         if inner_rt:
           self._runtime.add(id(child))
@@ -114,10 +130,12 @@ class Module:
       return call.args[pos]
     return next((k.value for k in call.keywords if name and k.arg == name), None)
 
-  def strings(self):
+  def strings(self) -> list[tuple[ast.AST, str]]:
     """(node, text) for each maximal constant str/bytes expression that is not a docstring
-    or a bare string statement."""
-    out = []
+    or a bare string statement (computed once)."""
+    if self._strings is not None:
+      return self._strings
+    out = self._strings = []
 
     def visit(node):
       if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
