@@ -11,6 +11,7 @@ import dataclasses
 
 ATTENTION_KINDS = ("mla", "gqa")
 MOE_DISPATCH_KINDS = ("dropless", "capacity", "dense", "expert_parallel")
+GROUPED_MATMUL_KINDS = ("auto", "ragged_dot", "tiled")  # see model/moe.py GROUPED_MATMULS
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -65,6 +66,9 @@ class ModelConfig:
   seq_aux_loss_coef: float = 0.0  # optional sequence-level balance loss (eq. 17-20)
   moe_dispatch: str = "dropless"  # one of MOE_DISPATCH_KINDS (see model/moe.py)
   capacity_factor: float = 1.25
+  # Grouped matmul of dropless / expert_parallel: "auto" = "tiled" on CPU, "ragged_dot" else.
+  moe_grouped_matmul: str = "auto"
+  moe_tile_rows: int = 32  # largest row tile of "tiled" (smaller when groups are small)
   # expert_parallel per-peer buffer: None = worst case (nothing drops), f = ceil(f * T_shard
   # * K / EP) assignments (see composer_jax.parallel.expert_parallel).
   ep_capacity_factor: float | None = None
@@ -117,6 +121,8 @@ def _validate(c: ModelConfig) -> None:
     bad(f"attention={c.attention!r}; valid: {ATTENTION_KINDS}")
   if c.moe_dispatch not in MOE_DISPATCH_KINDS:
     bad(f"moe_dispatch={c.moe_dispatch!r}; valid: {MOE_DISPATCH_KINDS}")
+  if c.moe_grouped_matmul not in GROUPED_MATMUL_KINDS:
+    bad(f"moe_grouped_matmul={c.moe_grouped_matmul!r}; valid: {GROUPED_MATMUL_KINDS}")
   if c.remat_policy not in REMAT_POLICIES:
     bad(f"remat_policy={c.remat_policy!r}; valid: {REMAT_POLICIES}")
   for name in ("dtype", "param_dtype"):
@@ -124,7 +130,8 @@ def _validate(c: ModelConfig) -> None:
       bad(f"{name}={getattr(c, name)!r}; valid: {DTYPES}")
   positive = ["vocab_size", "hidden_size", "num_layers", "num_heads", "kv_lora_rank",
               "qk_rope_head_dim", "v_head_dim", "moe_intermediate_size", "n_routed_experts",
-              "max_position_embeddings", "rope_theta", "rms_norm_eps", "capacity_factor"]
+              "max_position_embeddings", "rope_theta", "rms_norm_eps", "capacity_factor",
+              "moe_tile_rows"]
   if c.first_k_dense_replace:
     positive.append("intermediate_size")
   if c.attention == "gqa":

@@ -4,7 +4,10 @@
 three interchangeable dispatches of the routed experts (`cfg.moe_dispatch`):
 
 * `dropless`: sort the T*K token-expert assignments by expert and run grouped matmuls
-  (`jax.lax.ragged_dot`) with per-expert group sizes — no token is ever dropped.
+  with per-expert group sizes — no token is ever dropped. The grouped matmul
+  (`cfg.moe_grouped_matmul`, `GROUPED_MATMULS`) is `jax.lax.ragged_dot` on GPU/TPU (a
+  grouped GEMM there) and `tiled` on CPU, where XLA lowers `ragged_dot` to a masked dense
+  matmul over all E experts (E x the active FLOPs, forward and backward).
 * `capacity`: each expert processes at most `C = ceil(capacity_factor * T * K / E)`
   assignments (GShard, arXiv 2006.16668); priority is k-major (every token's first
   choice before any second choice), in token order; the rest are dropped and counted.
@@ -15,11 +18,13 @@ three interchangeable dispatches of the routed experts (`cfg.moe_dispatch`):
   the trainer); `dropless` outside any mesh.
 """
 
+import functools
 import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from composer_jax.model.config import ModelConfig
 from composer_jax.model.layers import Linear, SwiGLU, param_init
@@ -34,25 +39,113 @@ def _swiglu_experts(x, gate, up, down, matmul):
   return matmul(nn.silu(matmul(x, gate)) * matmul(x, up), down)
 
 
-def grouped_swiglu(h, group_sizes, gate, up, down):
+def tile_layout(group_sizes: jax.Array, num_rows: int, tile_rows: int):
+  """Where sorted rows go when each expert's group is padded to whole tiles of `tile_rows`.
+
+  `group_sizes [E]` of `num_rows` sorted rows (rows past the sum belong to no group).
+  Each group takes `ceil(g_e / tile)` tiles, so at most `ceil(N / tile) + E` tiles in all
+  (static). Returns (`src [n_tiles * tile]`: the row each tile slot reads, `N` = none;
+  `dest [N]`: the slot each row is written to, `n_tiles * tile` = none; `tile_expert
+  [n_tiles]`: the expert of each tile, clipped to E - 1 for unused tiles, whose rows are 0).
+  """
+  num_experts = group_sizes.shape[0]
+  n_tiles = -(-num_rows // tile_rows) + num_experts
+  padded = (group_sizes + tile_rows - 1) // tile_rows * tile_rows
+  pad_end, end = jnp.cumsum(padded), jnp.cumsum(group_sizes)
+  pad_start, start = pad_end - padded, end - group_sizes
+  row = jnp.arange(num_rows)
+  row_expert = jnp.minimum(jnp.searchsorted(end, row, side="right"), num_experts - 1)
+  in_group = row < end[-1]
+  dest = jnp.where(in_group, pad_start[row_expert] + row - start[row_expert],
+                   n_tiles * tile_rows)
+  slot = jnp.arange(n_tiles * tile_rows)
+  slot_expert = jnp.minimum(jnp.searchsorted(pad_end, slot, side="right"), num_experts - 1)
+  offset = slot - pad_start[slot_expert]
+  src = jnp.where(offset < group_sizes[slot_expert], start[slot_expert] + offset, num_rows)
+  return src, dest, slot_expert[::tile_rows]
+
+
+@jax.custom_vjp
+def _move_rows(x, idx, inverse):
+  """`x[idx]` (0 where `idx` is out of range) for a one-to-one row map with `inverse`.
+
+  Each row of `x` lands in at most one output row, so the gradient is the gather
+  `g[inverse]` (0 out of range): no scatter-add, which is slow on XLA:CPU.
+  """
+  return jnp.take(x, idx, axis=0, mode="fill", fill_value=0)
+
+
+def _move_rows_fwd(x, idx, inverse):
+  return _move_rows(x, idx, inverse), (idx, inverse)
+
+
+def _move_rows_bwd(res, g):
+  idx, inverse = res
+  zero_int = lambda a: np.zeros(a.shape, jax.dtypes.float0)
+  return _move_rows(g, inverse, idx), zero_int(idx), zero_int(inverse)
+
+
+_move_rows.defvjp(_move_rows_fwd, _move_rows_bwd)
+
+
+def _tiled(h, group_sizes, gate, up, down, tile_rows):
+  """SwiGLU experts as one batched matmul over expert-pure tiles of rows.
+
+  Rows are copied into `[n_tiles, tile, D]` (each expert's group padded to whole tiles,
+  `tile_layout`), each tile multiplies its expert's weights (gathered per tile), and the
+  rows are copied back: `(N + E * tile) * D * F` multiply-adds per matmul instead of
+  `ragged_dot`'s `N * E * D * F` on XLA:CPU.
+  """
+  num_rows, d = h.shape
+  # Shrink tiles when groups are small (few rows per expert): padding costs E * tile rows.
+  tile = max(8, min(tile_rows, 1 << max(0, (num_rows // gate.shape[0]).bit_length() - 1)))
+  src, dest, tile_expert = tile_layout(group_sizes, num_rows, tile)
+  tiles = _move_rows(h, src, dest).reshape(-1, tile, d)
+  matmul = lambda a, w: jnp.einsum("ntd,ndf->ntf", a, w[tile_expert])
+  out = _swiglu_experts(tiles, gate, up, down, matmul).reshape(-1, d)
+  return _move_rows(out, dest, src)
+
+
+def _ragged_swiglu(h, group_sizes, gate, up, down, tile_rows):
+  """SwiGLU experts with `jax.lax.ragged_dot` (a grouped GEMM on GPU/TPU)."""
+  del tile_rows
+  return _swiglu_experts(h, gate, up, down, lambda a, w: jax.lax.ragged_dot(a, w, group_sizes))
+
+
+# Grouped SwiGLU implementations by name (`ModelConfig.moe_grouped_matmul`).
+GROUPED_MATMULS = {"ragged_dot": _ragged_swiglu, "tiled": _tiled}
+
+
+def resolve_grouped_matmul(name: str) -> str:
+  """'auto' -> 'tiled' on CPU, 'ragged_dot' on GPU/TPU; other names as given."""
+  if name == "auto":
+    return "tiled" if jax.default_backend() == "cpu" else "ragged_dot"
+  return name
+
+
+def grouped_swiglu(h, group_sizes, gate, up, down, impl="auto", tile_rows=32):
   """Experts on rows sorted by expert: `h [N, D]`, `group_sizes [E]` -> `[N, D]`.
 
   Rows `group_sizes[:e].sum() ..` up to `+ group_sizes[e]` go to expert `e`; rows past
-  `group_sizes.sum()` (empty buffer slots) give 0.
+  `group_sizes.sum()` (empty buffer slots) give 0. `impl`: a `GROUPED_MATMULS` name or
+  'auto'; `tile_rows`: the largest tile of `tiled`.
   """
-  matmul = lambda a, w: jax.lax.ragged_dot(a, w, group_sizes)
-  return _swiglu_experts(h, gate, up, down, matmul)
+  return GROUPED_MATMULS[resolve_grouped_matmul(impl)](h, group_sizes, gate, up, down,
+                                                       tile_rows)
 
 
-def dropless(x, weights, experts, valid, gate, up, down):
-  """Sorted grouped-matmul dispatch; `x [T, D]`, `weights`/`experts [T, K]` -> `[T, D]`, 0."""
+def dropless(x, weights, experts, valid, gate, up, down, expert_fn=grouped_swiglu):
+  """Sorted grouped-matmul dispatch; `x [T, D]`, `weights`/`experts [T, K]` -> `[T, D]`, 0.
+
+  `expert_fn`: a `grouped_swiglu` (its implementation bound by the caller).
+  """
   del valid  # Padding tokens are computed like any other (static shapes); never dropped.
   num_tokens, k = experts.shape
   flat = experts.reshape(-1)
   order = jnp.argsort(flat, stable=True)  # assignment ids sorted by expert
   group_sizes = jnp.bincount(flat, length=gate.shape[0]).astype(jnp.int32)
-  y_sorted = grouped_swiglu(x[order // k], group_sizes, gate, up, down)  # [T*K, D]
-  y = y_sorted[jnp.argsort(order)].reshape(num_tokens, k, -1)
+  y_sorted = expert_fn(x[order // k], group_sizes, gate, up, down)  # [T*K, D]
+  y = _move_rows(y_sorted, jnp.argsort(order), order).reshape(num_tokens, k, -1)
   return jnp.einsum("tkd,tk->td", y, weights.astype(y.dtype)), jnp.zeros((), jnp.float32)
 
 
@@ -106,12 +199,14 @@ class Experts(nn.Module):
     up = mk("up", (e, d, f), ("experts", "embed", "expert_mlp"))
     down = mk("down", (e, f, d), ("experts", "expert_mlp", "embed"))
     args = (x.astype(c.dtype), weights, experts, valid, gate, up, down)
+    expert_fn = functools.partial(grouped_swiglu, impl=c.moe_grouped_matmul,
+                                  tile_rows=c.moe_tile_rows)
     dual_mesh = context_mesh.current()
     if c.moe_dispatch == "expert_parallel" and dual_mesh is not None:
-      return expert_parallel.dispatch(*args, expert_fn=grouped_swiglu, mesh=dual_mesh.expert,
+      return expert_parallel.dispatch(*args, expert_fn=expert_fn, mesh=dual_mesh.expert,
                                       capacity_factor=c.ep_capacity_factor)
     if c.moe_dispatch in ("dropless", "expert_parallel"):  # no mesh: one device
-      return dropless(*args)
+      return dropless(*args, expert_fn=expert_fn)
     if c.moe_dispatch == "capacity":
       return capacity(*args, capacity_factor=c.capacity_factor)
     return dense(*args)

@@ -25,7 +25,7 @@ from composer_jax.model.config import ModelConfig
 # Fields that change numerics or memory but not the parameter tree: a checkpoint written
 # under one value restores under another.
 _RUNTIME_FIELDS = ("dtype", "remat_policy", "moe_dispatch", "capacity_factor",
-                   "ep_capacity_factor")
+                   "ep_capacity_factor", "moe_grouped_matmul", "moe_tile_rows")
 
 
 def model_config_diff(saved: ModelConfig, current: ModelConfig,

@@ -1,11 +1,16 @@
-"""Times a jitted forward+backward step, dropless (ragged_dot) vs dense one-hot MoE dispatch.
+"""Times a jitted forward+backward step per MoE dispatch, and its growth with E.
 
     python -m experiments.bench.moe_dispatch --presets=tiny,small
 
 The timed function is `jax.value_and_grad` of the training loss (forward, chunked
 cross-entropy through the output head, plus the balance loss) w.r.t. all params, at
-random tokens, on one device; both dispatches of a preset run in the same process.
-Prints compile seconds, median step milliseconds and the dense/dropless ratio.
+random tokens, on one device; every dispatch of a preset runs in the same process:
+dense one-hot, dropless with `ragged_dot`, dropless `tiled` (`model/moe.py`). Prints
+compile seconds, median step milliseconds and each one's time / dense.
+
+Then, for `tiny`, the step time of the default dropless dispatch (`moe_grouped_matmul=
+'auto'`) vs the number of routed experts E (`--experts`) at fixed active FLOPs (same top-k
+and expert width), and `step_time_max_over_min_vs_E=X` (flat: close to 1).
 
 With more than one device visible it also times the routed experts alone (value_and_grad
 of `<y, c>` w.r.t. tokens, gate values and expert weights, the preset's sizes, random
@@ -17,9 +22,9 @@ and 8x-padded no-drop buffers on the same cores, so expect a ratio above 1.
 
 Sizes: `tiny` at batch 8 x seq 64 (preset as is). `small` at batch 1 x seq 64 with
 `--small_layers=2` (one dense + one MoE layer) so a CPU step takes seconds; on an
-accelerator pass `--small_layers=0 --small_batch=8 --small_seq=2048`. Note that on CPU
-`jax.lax.ragged_dot` lowers to a masked dense matmul over all experts, so dropless
-cannot beat dense there; the gap it opens is an accelerator (grouped-GEMM) effect.
+accelerator pass `--small_layers=0 --small_batch=8 --small_seq=2048`. On CPU
+`jax.lax.ragged_dot` lowers to a masked dense matmul over all experts (E x the active
+FLOPs), which is why `auto` picks `tiled` there.
 """
 
 import functools
@@ -36,6 +41,7 @@ from composer_jax.model import loss as model_loss
 from composer_jax.model import moe, transformer
 from composer_jax.parallel import expert_parallel
 from composer_jax.parallel.mesh import EXPERT_AXES, default_mesh_config, make_meshes
+from experiments.bench import timing
 
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "small"], "Model presets to time.")
 _TINY_BATCH = flags.DEFINE_integer("tiny_batch", 8, "Batch size for tiny.")
@@ -44,12 +50,18 @@ _SMALL_BATCH = flags.DEFINE_integer("small_batch", 1, "Batch size for non-tiny p
 _SMALL_SEQ = flags.DEFINE_integer("small_seq", 64, "Sequence length for non-tiny presets.")
 _SMALL_LAYERS = flags.DEFINE_integer("small_layers", 2,
                                      "num_layers for non-tiny presets (0 = the preset's).")
-_ITERS = flags.DEFINE_integer("iters", 3, "Timed steps per dispatch (after one warm-up).")
+_ITERS = flags.DEFINE_integer("iters", 9, "Timed steps per dispatch (after one warm-up).")
+_EXPERTS = flags.DEFINE_list("experts", ["8", "16", "32", "64"],
+                             "Routed-expert counts of the tiny E sweep (empty: skip it).")
+
+# name -> ModelConfig overrides of each timed dispatch.
+_DISPATCHES = {"dense": dict(moe_dispatch="dense"),
+               "ragged_dot": dict(moe_dispatch="dropless", moe_grouped_matmul="ragged_dot"),
+               "tiled": dict(moe_dispatch="dropless", moe_grouped_matmul="tiled")}
 
 
-def _time_step(cfg: model_config.ModelConfig, batch: int, seq: int,
-               iters: int) -> tuple[float, float]:
-  """(compile + first-call seconds, median step seconds) of value_and_grad of the loss."""
+def _step_call(cfg: model_config.ModelConfig, batch: int, seq: int):
+  """A no-argument call of the jitted value_and_grad of the loss at random tokens."""
   variables = transformer.init(cfg, jax.random.key(0))
   tokens = jax.random.randint(jax.random.key(1), (batch, seq + 1), 0, cfg.vocab_size)
   inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -62,7 +74,15 @@ def _time_step(cfg: model_config.ModelConfig, batch: int, seq: int,
                                              targets, mask, chunk_size=1024)
     return ce + aux["balance_loss"]
 
-  return _time(jax.jit(jax.value_and_grad(loss)), (variables["params"],), iters)
+  step = jax.jit(jax.value_and_grad(loss))
+  return lambda: step(variables["params"])
+
+
+def _time_step(cfg: model_config.ModelConfig, batch: int, seq: int,
+               iters: int) -> tuple[float, float]:
+  """(compile + first-call seconds, median step seconds) of value_and_grad of the loss."""
+  call = _step_call(cfg, batch, seq)
+  return _time(lambda: call(), (), iters)
 
 
 def _time(step, args, iters: int) -> tuple[float, float]:
@@ -109,6 +129,20 @@ def _time_experts(cfg: model_config.ModelConfig, num_tokens: int,
           for name, fn in dispatches.items()}
 
 
+def _sweep_experts(cfg: model_config.ModelConfig, batch: int, seq: int) -> None:
+  """Default dropless step time vs E at fixed top-k and expert width (fixed active FLOPs).
+
+  The E values are timed interleaved (one step of each per round, median over rounds).
+  """
+  calls = {int(e): _step_call(cfg.replace(n_routed_experts=int(e)), batch, seq)
+           for e in _EXPERTS.value}
+  times = timing.interleaved(calls, _ITERS.value, jax.block_until_ready)
+  for e, step in times.items():
+    print(f"tiny E={e:3d} (top-{cfg.num_experts_per_tok}, dropless "
+          f"{moe.resolve_grouped_matmul(cfg.moe_grouped_matmul)}): step {1e3 * step:8.1f} ms")
+  print(f"step_time_max_over_min_vs_E={max(times.values()) / min(times.values()):.2f}")
+
+
 def main(argv):
   del argv
   print(f"device: {jax.devices()[0].device_kind}")
@@ -122,12 +156,13 @@ def main(argv):
                           first_k_dense_replace=min(cfg.first_k_dense_replace,
                                                     _SMALL_LAYERS.value - 1))
     step_s = {}
-    for dispatch in ("dropless", "dense"):
-      first, step_s[dispatch] = _time_step(cfg.replace(moe_dispatch=dispatch), batch, seq,
-                                           _ITERS.value)
+    for name, overrides in _DISPATCHES.items():
+      first, step_s[name] = _time_step(cfg.replace(**overrides), batch, seq, _ITERS.value)
       print(f"{preset} (layers={cfg.num_layers}, batch={batch}, seq={seq}, dtype={cfg.dtype}) "
-            f"{dispatch:8s}: compile+first {first:7.1f} s, step {1e3 * step_s[dispatch]:9.1f} ms")
-    print(f"{preset}: dense / dropless step time = {step_s['dense'] / step_s['dropless']:.2f}")
+            f"{name:10s}: compile+first {first:7.1f} s, step {1e3 * step_s[name]:9.1f} ms, "
+            f"/ dense {step_s[name] / step_s['dense']:.2f}")
+    if preset == "tiny" and _EXPERTS.value:
+      _sweep_experts(cfg, batch, seq)
     if jax.device_count() == 1:
       print(f"{preset}: expert-parallel timing skipped (one device; see the module docstring)")
       continue

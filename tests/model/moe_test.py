@@ -1,5 +1,7 @@
 """Router, dispatch modes and bias update against hand / per-token / HF references."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -89,18 +91,53 @@ def test_bias_changes_selection_not_gate_values():
   assert float(w0.sum()) == pytest.approx(rsf, rel=1e-5)
 
 
-@pytest.mark.parametrize("dispatch", ["dropless", "dense"])
+_DISPATCHES = {
+    "dropless_ragged_dot": functools.partial(
+        moe.dropless, expert_fn=functools.partial(moe.grouped_swiglu, impl="ragged_dot")),
+    "dropless_tiled": functools.partial(
+        moe.dropless, expert_fn=functools.partial(moe.grouped_swiglu, impl="tiled")),
+    "dense": moe.dense,
+}
+
+
+@pytest.mark.parametrize("dispatch", sorted(_DISPATCHES))
 def test_dispatch_matches_per_token_reference_values_and_grads(dispatch):
   x, weights, experts, gate, up, down = _expert_inputs()
   valid = jnp.ones(_T, bool)
   cot = jnp.asarray(np.random.default_rng(1).standard_normal((_T, _D), dtype=np.float32))
-  fn = getattr(moe, dispatch)
+  fn = _DISPATCHES[dispatch]
   got_loss = lambda *a: jnp.sum(fn(a[0], a[1], experts, valid, *a[2:])[0] * cot)
   want_loss = lambda *a: jnp.sum(_per_token_reference(a[0], a[1], experts, *a[2:]) * cot)
   args = (x, weights, gate, up, down)
   got = jax.jit(jax.value_and_grad(got_loss, argnums=range(5)))(*args)
   want = jax.value_and_grad(want_loss, argnums=range(5))(*args)
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", sorted(moe.GROUPED_MATMULS))
+@pytest.mark.parametrize("group_sizes", [[5, 0, 9, 2], [0, 0, 16, 0], [1, 1, 1, 1]])
+def test_grouped_swiglu_matches_per_row_reference(impl, group_sizes):
+  # Buffers as expert_parallel passes them: empty experts and unused rows past the groups.
+  x, _, _, gate, up, down = _expert_inputs()
+  rows = jnp.concatenate([x, x[:4] + 1.0])[:16]  # 16 rows, the groups use sum(group_sizes)
+  row_expert = np.repeat(np.arange(_E), group_sizes)
+  want = [(jax.nn.silu(rows[i] @ gate[e]) * (rows[i] @ up[e])) @ down[e]
+          for i, e in enumerate(row_expert)]
+  want = jnp.concatenate([jnp.stack(want), jnp.zeros((16 - len(want), _D))])
+  got = jax.jit(functools.partial(moe.grouped_swiglu, impl=impl, tile_rows=8))(
+      rows, jnp.asarray(group_sizes, jnp.int32), gate, up, down)
+  chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_tile_layout_by_hand():
+  # Groups [3, 0, 5] in tiles of 4: expert 0 -> tile 0 (3 rows + 1 pad), expert 2 -> tiles
+  # 1, 2 (4 + 1 rows); 9 rows in all, row 8 unused. Static tiles: ceil(9 / 4) + 3 = 6.
+  src, dest, tile_expert = moe.tile_layout(jnp.array([3, 0, 5]), 9, 4)
+  unused_src, unused_dest = 9, 6 * 4
+  want_src = [0, 1, 2, unused_src, 3, 4, 5, 6, 7] + [unused_src] * 15
+  chex.assert_trees_all_equal(src, jnp.array(want_src))
+  chex.assert_trees_all_equal(dest, jnp.array([0, 1, 2, 4, 5, 6, 7, 8, unused_dest]))
+  chex.assert_trees_all_equal(tile_expert, jnp.array([0, 2, 2, 2, 2, 2]))
 
 
 def test_capacity_large_equals_dropless_and_small_drops():
