@@ -75,8 +75,10 @@ def pinned_files() -> dict[str, str]:
 
 
 def judge(files: dict[str, str], max_changes: int, seed: int):
-  """(changes judged, Counter of changes flagged per rule, flagged changes, examples)."""
+  """(definitions, changes judged, Counter of changes flagged per rule, flagged changes,
+  examples)."""
   changes = [(rel, d) for rel, text in files.items() for d in definitions(text)]
+  total = len(changes)
   if max_changes and len(changes) > max_changes:
     changes = sorted(random.Random(seed).sample(changes, max_changes))
   per_rule, flagged, examples = collections.Counter(), 0, []
@@ -89,7 +91,7 @@ def judge(files: dict[str, str], max_changes: int, seed: int):
     per_rule.update(crit.keys())
     flagged += bool(crit)
     examples += [f"{rel}:{first}: {k}: {why}" for k, why in sorted(crit.items())]
-  return len(changes), per_rule, flagged, examples
+  return total, len(changes), per_rule, flagged, examples
 
 
 _PINNED_NAMES = frozenset(e["name"] for e in sources.load_manifest())
@@ -98,7 +100,7 @@ _PINNED_NAMES = frozenset(e["name"] for e in sources.load_manifest())
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--corpus", default="stdlib,pinned", help="comma list of stdlib, pinned")
-  p.add_argument("--max-changes", type=int, default=1500, help="per corpus; 0 = all")
+  p.add_argument("--max-changes", type=int, default=600, help="per corpus; 0 = all")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--examples", type=int, default=10, help="flagged changes to print")
   args = p.parse_args()
@@ -109,10 +111,10 @@ def main():
       raise SystemExit(f"--corpus {name!r}: not one of {sorted(loaders)}")
     files = loaders[name]()
     t0 = time.monotonic()
-    n, per_rule, flagged, examples = judge(files, args.max_changes, args.seed)
+    total, n, per_rule, flagged, examples = judge(files, args.max_changes, args.seed)
     wall = time.monotonic() - t0
     print(
-      f"{name}: {len(files)} files, {n} changes judged in {wall:.1f} s ({1e3 * wall / max(n, 1):.1f} ms each)"
+      f"{name}: {len(files)} files, {total} definitions, {n} changes judged in {wall:.1f} s ({1e3 * wall / max(n, 1):.1f} ms each)"
     )
     for ex in examples[: args.examples]:
       print(f"  e.g. {ex[:160]}")

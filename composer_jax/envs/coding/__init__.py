@@ -9,7 +9,7 @@ Pipeline (SWE-smith style, with the doors seen at scale closed):
   scrub     caches, bytecode, build outputs, prose, fresh single-commit git, leak scan
   grader    patch -> fresh copy -> tests/config reset -> sandboxed run -> reward (fails closed)
   sandbox   user/net/mount/pid namespaces + chroot + rlimits (launcher.py runs inside)
-  monitor   reward-hacking flags for trajectories and patches
+  monitor   reward-hacking rules over the code of a change (AST) and an agent's commands
   curriculum pass-rate pool that retires trivial/impossible tasks and asks for harder ones
 CLIs: `python -m composer_jax.envs.coding.make_tasks` and `python -m composer_jax.envs.coding.grade`.
 """
