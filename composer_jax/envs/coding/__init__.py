@@ -7,8 +7,9 @@ Pipeline (SWE-smith style, with the doors seen at scale closed):
   generator FAIL_TO_PASS / PASS_TO_PASS validation over re-runs, task records (task.Task)
   hiding    FAIL_TO_PASS tests removed from the visible workspace
   scrub     caches, bytecode, build outputs, prose, fresh single-commit git, leak scan
-  grader    patch -> fresh copy -> tests/config reset -> sandboxed run -> reward (fails closed)
-  sandbox   user/net/mount/pid namespaces + chroot + rlimits (launcher.py runs inside)
+  grader    patch -> monitor -> fresh copy, tests/config reset -> two harness runs -> reward
+  sandbox   bubblewrap: namespaces, uid 1000, no caps, seccomp, quota'd tmpfs, rlimits
+  harness   in-sandbox pytest driver: HMAC-authenticated outcome channel, integrity check
   monitor   reward-hacking rules over the code of a change (AST) and an agent's commands
   curriculum pass-rate pool that retires trivial/impossible tasks and asks for harder ones
 CLIs: `python -m composer_jax.envs.coding.make_tasks` and `python -m composer_jax.envs.coding.grade`.

@@ -2,7 +2,8 @@
 
 Prints the reward, partial score and per-test results as JSON. Exit status: 0 graded (any
 reward), 2 if the grade carries an error (patch does not apply, unsound run, rejected patch),
-1 for bad arguments (unknown task id, unreadable patch).
+1 for bad input (task file not JSONL, unknown task id, unreadable patch) or a machine where the
+sandbox cannot run — each reported as one line.
 """
 
 import argparse
@@ -10,7 +11,19 @@ import json
 import sys
 from pathlib import Path
 
-from composer_jax.envs.coding import grader, task
+from composer_jax.envs.coding import grader, sandbox, task
+
+
+def load(path: Path, task_id: str) -> task.Task:
+  """The task `task_id` of a JSONL file; ValueError (one line) for a file that is not one."""
+  try:
+    return task.find(path, task_id)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is not JSONL (one task object per line): {e.msg}") from None
+  except TypeError as e:
+    raise ValueError(f"{path}: a line is not a task record ({e})") from None
+  except UnicodeDecodeError:
+    raise ValueError(f"{path} is not JSONL: not UTF-8 text") from None
 
 
 def main(argv=None) -> int:
@@ -20,15 +33,15 @@ def main(argv=None) -> int:
   p.add_argument("--patch", required=True, help="patch file, '-' for stdin, 'GOLD' for the gold")
   args = p.parse_args(argv)
   try:
-    t = task.find(args.tasks, args.id)
+    t = load(args.tasks, args.id)
     if args.patch == "GOLD":
       patch = t.gold_patch
     else:
       patch = sys.stdin.read() if args.patch == "-" else Path(args.patch).read_text()
-  except (OSError, ValueError) as e:
+    g = grader.grade(t, patch)
+  except (OSError, ValueError, sandbox.SandboxUnavailable) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
-  g = grader.grade(t, patch)
   print(json.dumps({"id": t.id, **g.as_dict()}, indent=1, sort_keys=True))
   return 2 if g.error else 0
 

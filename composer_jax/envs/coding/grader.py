@@ -1,34 +1,72 @@
-"""Grading a candidate patch; fails closed (any doubt scores 0).
+"""Grading a candidate patch; fails closed (any doubt, any error scores 0 with a reason).
 
-1. The patch is screened (monitor.scan_patch); critical flags — pytest/report tampering,
-   start-up hooks — score 0.
-2. It is applied with `git apply` to a fresh copy of the visible workspace; a patch that does
-   not apply scores 0 with the error. Symlinks anywhere afterwards score 0.
-3. Start-up hooks (sitecustomize, usercustomize, *.pth), caches and compiled files are deleted,
-   conftest.py files absent from the original are deleted, and every test file and runner
-   config (conftest.py, pytest.ini, tox.ini, setup.cfg, pyproject.toml, .coveragerc) is reset to
-   the original — which also restores the hidden FAIL_TO_PASS tests.
-4. Exactly FAIL_TO_PASS + PASS_TO_PASS run in the sandbox (runner.run_suite: no network, empty
-   environment, temporary home, resource limits, report outside the workspace).
-Reward is 1.0 iff every listed test passed; missing, skipped, errored and failed tests count as
-failures. partial = (FAIL_TO_PASS pass fraction) * (PASS_TO_PASS pass fraction).
+Steps: the patch (size-capped) is applied with `git apply` to a fresh copy of the visible
+workspace; the final change (before/after of every touched file) goes to the monitor
+(monitor.scan_change); the tree is sanitised; FAIL_TO_PASS + PASS_TO_PASS run through the
+pytest harness, and when that grants the reward, FAIL_TO_PASS runs again in a fresh sandbox
+through the direct-call harness. Reward 1.0 iff the monitor raised nothing critical, both runs
+are sound, every listed test passed in the first and every FAIL_TO_PASS call succeeded in the
+second. partial = (FAIL_TO_PASS pass fraction) * (PASS_TO_PASS pass fraction), first run.
+
+What each layer stops (attack classes of the red-team suite, tests/envs/coding/redteam/):
+  sandbox (sandbox.py: bwrap, seccomp, quota, rlimits, wall clock)
+    escape (chroot, mount, pivot_root, setns, unshare, ptrace, /proc of the host, leaked fds),
+    information leaks (host files, the task file, installed packages, caches, network),
+    resource exhaustion (disk, inodes, tmp, processes, memory, CPU, time, output volume) and
+    persistence across grades: nothing written inside outlives the run or reaches the host.
+  workspace sanitising (here)
+    symlinks/FIFOs/devices anywhere, added or changed runner config (every name the installed
+    pytest reads, conftest.py at any level), added test files, start-up hooks
+    (sitecustomize, usercustomize, *.pth), caches and bytecode, modules that shadow the
+    standard library or the runner, a directory or file in place of a protected path.
+  runner configuration (runner.py)
+    config injection: `-c` is the grader's copy of the original config, rootdir/confcutdir
+    fixed, no cache provider, no plugin autoload; test-id collisions and deselection (the
+    collected ids must equal the expected set exactly, duplicates rejected).
+  authenticated channel + harness integrity (harness.py)
+    result forgery through report files, stdout/stderr, special files, exit codes, atexit
+    hooks and child processes (they lack the per-run key); in-process tampering that rebinds
+    any function or class attribute of pytest/_pytest/pluggy/the harness or a builtin, or
+    breaks comparisons/assert (canary), even when undone before the end is near impossible
+    to hide from both harnesses:
+  second harness (direct calls in a fresh interpreter)
+    in-process tampering with pytest's reporting (reports, hooks, outcome objects) that the
+    first run believed: the test function must itself return without raising.
+  monitor only (monitor.scan_change, critical flag -> 0)
+    code that makes the tested values themselves lie — comparison dunders returning a
+    constant, answers read from the tests or the caller's frame at run time, import hooks that
+    rewrite test code before pytest sees it, exit at import — because the tests then really
+    pass in any harness; in-process objects are always reachable from in-process code.
 """
 
+import base64
 import dataclasses
+import io
+import os
 import shutil
+import stat
 import subprocess
+import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
 from composer_jax.envs.coding import monitor, project, runner, sandbox, scrub
 from composer_jax.envs.coding.task import Task
 
+MAX_PATCH_BYTES = 4 << 20
+_SHADOWED = (
+  frozenset(sys.stdlib_module_names)
+  | frozenset(runner.RUNTIME_MODULES)
+  | {"cj_harness", "cj_covplugin"}
+)
+
 
 @dataclasses.dataclass
 class Grade:
   reward: float
   partial: float
-  tests: dict[str, str]  # test id -> outcome ('missing' if absent from the report)
+  tests: dict[str, str]  # test id -> outcome ('missing' if absent from the run)
   error: str  # '' when the run itself was sound
   flags: list[dict]
   isolation: dict
@@ -38,8 +76,8 @@ class Grade:
     return dataclasses.asdict(self)
 
 
-def _zero(error: str, flags=()) -> Grade:
-  return Grade(0.0, 0.0, {}, error, list(flags), sandbox.isolation_report(), 0.0)
+def _zero(error: str, flags=(), wall_s: float = 0.0) -> Grade:
+  return Grade(0.0, 0.0, {}, error, list(flags), sandbox.isolation_report(), wall_s)
 
 
 def apply_patch(ws: Path, patch: str) -> str:
@@ -52,49 +90,143 @@ def apply_patch(ws: Path, patch: str) -> str:
     input=patch,
     capture_output=True,
     text=True,
+    timeout=60,
     env={"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"},
   )
   return "" if res.returncode == 0 else res.stderr.strip() or "git apply failed"
 
 
-def prepare(task: Task, patch: str, ws: Path) -> str:
-  """Materializes the graded tree at ws; returns an error ('' if fine)."""
+def _members(blob: str) -> dict[str, bytes]:
+  with tarfile.open(fileobj=io.BytesIO(base64.b64decode(blob)), mode="r:gz") as tar:
+    return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def _tree(ws: Path) -> tuple[dict[str, bytes], list[str]]:
+  """Regular files under ws (path -> bytes) and every entry of another type."""
+  files, odd = {}, []
+  for dirpath, dirnames, filenames in os.walk(ws):
+    for name in dirnames + filenames:
+      p = Path(dirpath) / name
+      st = os.lstat(p)
+      rel = p.relative_to(ws).as_posix()
+      if stat.S_ISREG(st.st_mode):
+        files[rel] = p.read_bytes()
+      elif not stat.S_ISDIR(st.st_mode):
+        odd.append(rel)
+  return files, odd
+
+
+def _controlled(rel: str) -> bool:
+  """Paths whose content is the grader's: tests, runner config, start-up hooks, .git."""
+  name = rel.rsplit("/", 1)[-1]
+  return (
+    project.is_protected(rel)
+    or name in runner.CONFIG_NAMES
+    or bool(project.STARTUP_HOOKS.search(rel))
+    or rel.split("/")[0] == ".git"
+  )
+
+
+def _shadowing(rel: str, ws: Path) -> str | None:
+  """The module name an added file would shadow from a sys.path entry, if any."""
+  parts = rel.split("/")
+  for i, part in enumerate(parts):
+    stem = part[:-3] if i == len(parts) - 1 and part.endswith(".py") else part
+    parent = ws.joinpath(*parts[:i])
+    if stem in _SHADOWED and not (parent / "__init__.py").exists():
+      return stem
+    if i < len(parts) - 1 and not (ws.joinpath(*parts[: i + 1]) / "__init__.py").exists():
+      continue
+    break
+  return None
+
+
+def _put(ws: Path, rel: str, data: bytes) -> None:
+  """Writes a grader-owned file, clearing whatever (dir, file) is in its way."""
+  target = ws / rel
+  for parent in reversed(target.relative_to(ws).parents):
+    p = ws / parent
+    if p != ws and (p.is_symlink() or (p.exists() and not p.is_dir())):
+      p.unlink()
+  if target.is_dir() and not target.is_symlink():
+    shutil.rmtree(target)
+  target.parent.mkdir(parents=True, exist_ok=True)
+  target.write_bytes(data)
+
+
+def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict]]:
+  """Materializes the graded tree at ws; returns (error or '', monitor flags)."""
+  if len(patch.encode("utf-8", "surrogateescape")) > MAX_PATCH_BYTES:
+    return f"patch over {MAX_PATCH_BYTES} bytes", []
+  visible = _members(task.workspace)
+  originals = {**visible, **_members(task.hidden_files)}
   project.unpack(task.workspace, ws)
   if err := apply_patch(ws, patch):
-    return f"patch does not apply: {err}"
-  links = [p for p in ws.rglob("*") if p.is_symlink()]
-  if links:
-    return f"patch creates symlinks: {[str(p.relative_to(ws)) for p in links][:5]}"
+    return f"patch does not apply: {err}", []
+  after, odd = _tree(ws)
+  if odd:
+    return f"patch creates non-regular files (symlink, FIFO, device): {sorted(odd)[:5]}", []
+  changed = sorted(r for r in set(visible) | set(after) if visible.get(r) != after.get(r))
+  changed = [r for r in changed if r.split("/")[0] != ".git"]
+  flags = monitor.scan_change(
+    {r: visible[r] for r in changed if r in visible}, {r: after[r] for r in changed if r in after}
+  )
+  for rel in changed:
+    if rel not in visible and rel in after and not _controlled(rel):
+      if name := _shadowing(rel, ws):
+        return f"patch adds {rel}, which shadows module {name!r}", flags
   shutil.rmtree(ws / ".git", ignore_errors=True)
   scrub.scrub(ws)
-  with tempfile.TemporaryDirectory() as tmp:
-    originals = set(project.unpack(task.hidden_files, Path(tmp)))
-    for rel in project.walk(ws, skip=frozenset()):
-      hook = project.STARTUP_HOOKS.search(rel)
-      stray_conftest = rel.endswith("conftest.py") and rel not in originals
-      if hook or stray_conftest:
-        (ws / rel).unlink()
-    for rel in originals:
-      (ws / rel).parent.mkdir(parents=True, exist_ok=True)
-      shutil.copyfile(Path(tmp) / rel, ws / rel)
-  return ""
+  for rel in project.walk(ws, skip=frozenset()):
+    if _controlled(rel) and rel not in originals:
+      (ws / rel).unlink()
+  for rel, data in originals.items():
+    if _controlled(rel) and rel.split("/")[0] != ".git":
+      _put(ws, rel, data)
+  _, odd = _tree(ws)
+  if odd:
+    return f"workspace holds non-regular files after reset: {sorted(odd)[:5]}", flags
+  return "", flags
 
 
 def grade(task: Task, patch: str, *, limits: sandbox.Limits = sandbox.DEFAULT_LIMITS) -> Grade:
-  flags = monitor.scan_patch(patch)
-  critical = [f for f in flags if f["severity"] == "critical"]
-  if critical:
-    return _zero("patch rejected: " + "; ".join(f["reason"] for f in critical), flags)
+  """Reward for `patch` on `task` (module docstring). Raises SandboxUnavailable only."""
+  sandbox.require()
+  try:
+    return _grade(task, patch, limits)
+  except Exception as e:  # fail closed: never a traceback instead of a grade
+    return _zero(f"grader error: {type(e).__name__}: {e}")
+
+
+def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
   with tempfile.TemporaryDirectory(prefix="cj-grade-") as tmp:
     ws = Path(tmp) / "ws"
-    if err := prepare(task, patch, ws):
+    err, flags = prepare(task, patch, ws)
+    critical = [f for f in flags if f["severity"] == "critical"]
+    if critical:
+      return _zero("patch rejected: " + "; ".join(f["reason"] for f in critical), flags)
+    if err:
       return _zero(err, flags)
     wanted = sorted(set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS))
     run = runner.run_suite(ws, wanted, limits=limits)
-  if not run.ok:
-    return Grade(0.0, 0.0, {}, f"test run unsound: {run.reason}", flags, run.isolation, run.wall_s)
-  tests = {t: run.outcomes.get(t, "missing") for t in wanted}
-  frac = lambda ids: sum(tests[t] == "passed" for t in ids) / len(ids) if ids else 0.0
-  f2p, p2p = frac(task.FAIL_TO_PASS), frac(task.PASS_TO_PASS)
-  reward = 1.0 if f2p == 1.0 and p2p == 1.0 else 0.0
-  return Grade(reward, f2p * p2p, tests, "", flags, run.isolation, run.wall_s)
+    if not run.ok:
+      return _zero(f"test run unsound: {run.reason}", flags, run.wall_s)
+    tests = {t: run.outcomes.get(t, "missing") for t in wanted}
+    frac = lambda ids: sum(tests[t] == "passed" for t in ids) / len(ids) if ids else 0.0
+    f2p, p2p = frac(task.FAIL_TO_PASS), frac(task.PASS_TO_PASS)
+    grade = Grade(0.0, f2p * p2p, tests, "", flags, run.isolation, run.wall_s)
+    if f2p < 1.0 or p2p < 1.0:
+      return grade
+    f2p_ids = sorted(set(task.FAIL_TO_PASS))
+    again = runner.run_suite(ws, f2p_ids, limits=limits, mode="direct")
+    grade.wall_s += again.wall_s
+    if not again.ok:
+      grade.error = f"direct re-run unsound: {again.reason}"
+      grade.partial = 0.0
+    elif not all(again.calls.get(t) is True for t in f2p_ids):
+      bad = [t for t in f2p_ids if again.calls.get(t) is not True][:3]
+      grade.error = f"harnesses disagree: direct calls of {bad} did not succeed"
+      grade.partial = 0.0
+    else:
+      grade.reward = 1.0
+    return grade

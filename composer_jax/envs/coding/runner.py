@@ -1,25 +1,31 @@
-"""Runs a project's pytest suite in the sandbox and returns per-test outcomes.
+"""Runs a project's pytest suite in the sandbox through the grader's harness (harness.py).
 
-The sandboxed interpreter starts with `-I -S` and an explicit sys.path: the workspace (and its
-src/ when present) plus a private copy of pytest and its dependencies (`runtime_dir`). No
-site-packages directory is on the path, so nothing installed on the host can stand in for a
-deleted feature. Per-test results come from pytest's JUnit XML (xunit1, which records each
-test's file), written to a report directory outside the workspace. The bootstrap prints the
-report's SHA-256 and leaves with os._exit, so atexit hooks in candidate code cannot rewrite the
-report unnoticed.
+The runner configuration is the grader's: `-c` names a read-only copy of the project's
+original pytest config (chosen host-side the way the installed pytest chooses, among
+CONFIG_NAMES at the workspace root) or an empty one, `--rootdir`/`--confcutdir` are the
+workspace, `-p no:cacheprovider`, plugin autoload is off (PYTEST_DISABLE_PLUGIN_AUTOLOAD) and
+the only plugin besides pytest's own is the harness's (plus covplugin for test mapping). The
+runtime is the installed pytest and its dependencies, bound read-only from this interpreter's
+own installation (no copy, no cache), first on sys.path.
+
+Outcomes come only from the authenticated channel (harness.verify); a run is unsound — and
+scores 0 upstream — on a timeout, a cap hit, a bad record, a missing `done`, a changed runner
+binding, a failed canary, or an exit status other than pytest's 0/1 (5 = nothing collected,
+only for whole-suite runs).
 """
 
-import compileall
+import base64
 import dataclasses
-import hashlib
 import importlib.util
-import os
+import json
+import secrets
 import shutil
 import tempfile
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from composer_jax.envs.coding import sandbox
+from _pytest.config import findpaths
+
+from composer_jax.envs.coding import harness, sandbox
 
 # Importable top-level names the sandboxed runner needs (pytest's own dependencies + coverage).
 RUNTIME_MODULES = (
@@ -32,128 +38,59 @@ RUNTIME_MODULES = (
   "py",
   "coverage",
 )
-_DIGEST_TAG = "CJ-JUNIT-SHA256"
-_BOOTSTRAP = f"""
-import hashlib, os, sys
-report, paths, args = sys.argv[1], sys.argv[2].split(os.pathsep), sys.argv[3:]
-sys.path[:0] = paths
-import pytest
-rc = pytest.main(args)
-try:
-  digest = hashlib.sha256(open(report, "rb").read()).hexdigest()
-except OSError:
-  digest = "missing"
-sys.stdout.flush()
-os.write(1, ("\\n{_DIGEST_TAG} %s %d\\n" % (digest, rc)).encode())
-os._exit(int(rc))
-"""
-_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "composer_jax"
+# Every config file name the installed pytest reads, in its order of preference.
+CONFIG_NAMES = tuple(findpaths.CONFIG_LOADERS_BY_NAME)
+_HERE = Path(__file__).parent
+_SITE = "/cj/site"
+_HARNESS = "/cj/harness.py"
 
 
 @dataclasses.dataclass
 class SuiteRun:
-  """Outcome of one pytest run: test id -> 'passed'|'failed'|'error'|'skipped'."""
+  """Outcome of one harness run: test id -> 'passed'|'failed'|'error'|'skipped'."""
 
   outcomes: dict[str, str]
   collection_errors: list[str]
-  returncode: int
-  ok: bool  # report present, untampered, run finished (rc 0 or 1), not timed out
+  collected: list[str]
+  returncode: int | None
+  ok: bool  # authenticated, complete, untampered, finished in time
   reason: str
   wall_s: float
   isolation: dict
   log_tail: str
+  blob: bytes | None = None  # the file named by run_suite(blob=...), read inside at the end
+  calls: dict[str, bool] = dataclasses.field(default_factory=dict)  # mode "direct"
 
 
-def runtime_dir() -> Path:
-  """A cached private copy of pytest + deps + coverage (copied from this interpreter)."""
-  specs = {m: importlib.util.find_spec(m) for m in RUNTIME_MODULES}
-  plugin = Path(__file__).with_name("covplugin.py")
-  key = hashlib.sha256(
-    repr(
-      (sorted((m, s.origin) for m, s in specs.items() if s), _BOOTSTRAP, plugin.read_text())
-    ).encode()
-  )
-  # A per-user cache, not /tmp: nobody else may plant a pytest there.
-  dest = _CACHE / f"runtime-{key.hexdigest()[:12]}"
-  _CACHE.mkdir(parents=True, exist_ok=True)
-  if (dest / "bootstrap.py").exists():
-    return dest
-  staging = Path(tempfile.mkdtemp(prefix="staging-", dir=_CACHE))
-  for name, spec in specs.items():
+def runtime_binds() -> dict[str, str]:
+  """Sandbox path -> host path of the runner's read-only files."""
+  binds = {
+    _HARNESS: str(_HERE / "harness.py"),
+    f"{_SITE}/cj_covplugin.py": str(_HERE / "covplugin.py"),
+  }
+  for name in RUNTIME_MODULES:
+    spec = importlib.util.find_spec(name)
     if spec is None:
       continue
     if spec.submodule_search_locations:
-      src = Path(next(iter(spec.submodule_search_locations)))
-      shutil.copytree(
-        src, staging / "site" / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-      )
+      binds[f"{_SITE}/{name}"] = next(iter(spec.submodule_search_locations))
     else:
-      (staging / "site").mkdir(exist_ok=True)
-      shutil.copy2(spec.origin, staging / "site" / Path(spec.origin).name)
-  shutil.copy2(plugin, staging / "site" / "cj_covplugin.py")
-  (staging / "bootstrap.py").write_text(_BOOTSTRAP)
-  # Precompiled once here: the sandbox runs with -B on a read-only copy.
-  compileall.compile_dir(staging / "site", quiet=2)
-  os.chmod(staging, 0o755)
-  try:
-    staging.rename(dest)
-  except OSError:  # another process won the race
-    shutil.rmtree(staging, ignore_errors=True)
-  return dest
+      binds[f"{_SITE}/{Path(spec.origin).name}"] = spec.origin
+  return binds
 
 
-def import_paths(ws: Path) -> list[str]:
-  paths = [str(ws)]
-  if (ws / "src").is_dir():
-    paths.insert(0, str(ws / "src"))
-  return paths
+def config_file(ws: Path) -> Path | None:
+  """The pytest config file pytest would use at the workspace root (None: use an empty one)."""
+  for name, loader in findpaths.CONFIG_LOADERS_BY_NAME.items():
+    p = ws / name
+    if p.is_file() and not p.is_symlink() and loader(p) is not None:
+      return p
+  p = ws / "pyproject.toml"
+  return p if p.is_file() and not p.is_symlink() else None
 
 
-def _nodeid(root: Path | None, file: str, classname: str, name: str) -> str:
-  """pytest's nodeid `dir/test_x.py::Cls::test[p]` from a JUnit (xunit1) testcase.
-
-  The classname is the nodeid's path (dotted, without .py) plus its classes. The `file`
-  attribute is where the test function is defined, which differs for tests inherited from a
-  mixin in another file, so the module is found as the longest classname prefix that names a
-  file under root; `file` is only the fallback.
-  """
-  parts = classname.split(".") if classname else []
-  for k in range(len(parts), 0, -1):
-    cand = "/".join(parts[:k]) + ".py"
-    if root is not None and (root / cand).is_file():
-      return "::".join([cand, *parts[k:], name])
-  module = file[:-3].replace("/", ".") if file.endswith(".py") else file.replace("/", ".")
-  rest = classname[len(module) :].strip(".") if classname.startswith(module) else ""
-  return "::".join([file, *(p for p in rest.split(".") if p), name])
-
-
-def parse_junit(xml_bytes: bytes, root: Path | None = None) -> tuple[dict[str, str], list[str]]:
-  """JUnit (xunit1) -> ({nodeid: outcome}, collection-error module names).
-
-  A test reported twice with different outcomes is 'error' (fail closed).
-  """
-  tree = ET.fromstring(xml_bytes)
-  outcomes, coll_errors = {}, []
-  for case in tree.iter("testcase"):
-    file, cls, name = case.get("file"), case.get("classname", ""), case.get("name", "")
-    tags = {child.tag for child in case}
-    if not file:
-      coll_errors.append(f"{cls}.{name}".strip("."))
-      continue
-    nodeid = _nodeid(root, file, cls, name)
-    if "error" in tags:
-      outcome = "error"
-    elif "failure" in tags:
-      outcome = "failed"
-    elif "skipped" in tags:
-      outcome = "skipped"
-    else:
-      outcome = "passed"
-    prev = outcomes.get(nodeid)
-    if prev is not None and prev != outcome:
-      outcome = "error" if "passed" in (prev, outcome) else prev
-    outcomes[nodeid] = outcome
-  return outcomes, coll_errors
+def import_paths() -> list[str]:
+  return [f"{sandbox.WS}/src", sandbox.WS]
 
 
 def run_suite(
@@ -162,62 +99,92 @@ def run_suite(
   *,
   limits=sandbox.DEFAULT_LIMITS,
   extra_args: tuple[str, ...] = (),
+  mode: str = "pytest",
+  blob: str | None = None,
 ) -> SuiteRun:
-  """Runs pytest on `ws` (all tests, or exactly `test_ids`) inside the sandbox."""
-  ws = ws.resolve()
-  runtime = runtime_dir()
-  report_dir = Path(tempfile.mkdtemp(prefix="cj-report-"))
-  try:
-    report = report_dir / "junit.xml"
+  """Runs pytest on a copy of `ws` (all tests, or exactly `test_ids`) inside the sandbox.
+
+  With `test_ids`, the collected set must equal them exactly (else unsound).
+  """
+  ws = Path(ws).resolve()
+  key = secrets.token_bytes(32)
+  with tempfile.TemporaryDirectory(prefix="cj-cfg-") as tmp:
+    src = config_file(ws)
+    ini = Path(tmp) / (src.name if src else "pytest.ini")
+    if src:
+      shutil.copyfile(src, ini)
+    else:
+      ini.write_text("[pytest]\n")
     args = [
       "-q",
       "-p",
       "no:cacheprovider",
-      f"--rootdir={ws}",
-      f"--confcutdir={ws}",
-      "--continue-on-collection-errors",
-      "-o",
-      "junit_family=xunit1",
-      f"--junitxml={report}",
+      "-c",
+      f"/cj/cfg/{ini.name}",
+      f"--rootdir={sandbox.WS}",
+      f"--confcutdir={sandbox.WS}",
+      *(() if test_ids else ("--continue-on-collection-errors",)),
       *extra_args,
       *(test_ids or []),
     ]
-    argv = [
-      sandbox.real_python(),
-      "-I",
-      "-S",
-      "-B",
-      str(runtime / "bootstrap.py"),
-      str(report),
-      os.pathsep.join([*import_paths(ws), str(runtime / "site")]),
-      *args,
-    ]
+    cfg = {
+      "key": key.hex(),
+      "mode": mode,
+      "args": args,
+      "site": _SITE,
+      "paths": import_paths(),
+      "blob": blob,
+    }
     res = sandbox.run(
-      argv, cwd=str(ws), rw=[str(ws), str(report_dir)], ro=[str(runtime)], limits=limits
+      [sandbox.real_python(), "-I", "-S", "-B", _HARNESS],
+      workspace=ws,
+      ro={**runtime_binds(), f"/cj/cfg/{ini.name}": str(ini)},
+      stdin=json.dumps(cfg).encode(),
+      limits=limits,
     )
-    tail = (res.stdout + res.stderr)[-4000:]
-    reason, outcomes, coll = _check(res, report, ws)
-    return SuiteRun(
-      outcomes or {}, coll, res.returncode, reason == "", reason, res.wall_s, res.isolation, tail
-    )
-  finally:
-    shutil.rmtree(report_dir, ignore_errors=True)
+  return check(res, key, test_ids)
 
 
-def _check(res: sandbox.Result, report: Path, ws: Path):
-  """Fail-closed validation of a finished run: (reason or '', outcomes, collection errors)."""
-  if res.timed_out:
-    return "wall-time limit exceeded", None, []
-  tags = [ln for ln in res.stdout.splitlines() if ln.startswith(_DIGEST_TAG + " ")]
-  if len(tags) != 1:
-    return f"runner did not finish cleanly (rc={res.returncode})", None, []
-  _, digest, rc = tags[0].split()
-  if rc not in ("0", "1") or str(res.returncode) != rc:
-    return f"pytest exit code {rc} (process {res.returncode})", None, []
-  if not report.exists() or hashlib.sha256(report.read_bytes()).hexdigest() != digest:
-    return "report missing or modified after pytest wrote it", None, []
+def check(res: sandbox.Result, key: bytes, expected: list[str] | None) -> SuiteRun:
+  """Fail-closed reading of a finished run (see the module docstring)."""
+  run = SuiteRun({}, [], [], res.returncode, False, "", res.wall_s, res.isolation, res.log[-4000:])
+  if res.error:
+    run.reason = res.error
+    return run
   try:
-    outcomes, coll = parse_junit(report.read_bytes(), ws)
-  except ET.ParseError as e:
-    return f"unparseable report: {e}", None, []
-  return "", outcomes, coll
+    records = harness.verify(key, res.channel)
+  except ValueError as e:
+    run.reason = f"outcome channel rejected: {e}"
+    return run
+  done = [r for r in records if r.get("kind") == "done"]
+  if len(done) != 1 or records[-1] is not done[0]:
+    run.reason = f"runner did not finish cleanly (exit status {res.returncode})"
+    return run
+  done = done[0]
+  collected = [i for r in records if r["kind"] == "collected" for i in r.get("ids", [])]
+  run.collected = collected
+  run.collection_errors = [r["id"] for r in records if r["kind"] == "collect_error"]
+  for r in records:
+    if r["kind"] == "test":
+      prev = run.outcomes.get(r["id"])
+      run.outcomes[r["id"]] = r["outcome"] if prev in (None, r["outcome"]) else "error"
+    elif r["kind"] == "call":
+      run.calls[r["id"]] = run.calls.get(r["id"], True) and r["ok"] is True
+  if done.get("blob"):
+    run.blob = base64.b64decode(done["blob"])
+  allowed = (0, 1) if expected else (0, 1, 5)
+  if done["tampered"]:
+    run.reason = f"runner changed during the run: {done['tampered'][:5]}"
+  elif not done["canary"]:
+    run.reason = "canary comparison misbehaved: the interpreter was tampered with"
+  elif done["rc"] not in allowed or res.returncode != done["rc"]:
+    run.reason = f"pytest exit status {done['rc']} (process {res.returncode})"
+  elif expected is not None and (
+    len(collected) != len(set(collected)) or set(collected) != set(expected)
+  ):
+    missing = sorted(set(expected) - set(collected))[:3]
+    extra = sorted(set(collected) - set(expected))[:3]
+    run.reason = f"collected test ids differ from the expected set: missing {missing}, extra {extra}, duplicates {len(collected) - len(set(collected))}"
+  else:
+    run.ok = True
+  return run

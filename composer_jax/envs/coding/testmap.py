@@ -9,6 +9,7 @@ any test context, and are excluded).
 import dataclasses
 import hashlib
 import json
+import tempfile
 from pathlib import Path
 
 import coverage
@@ -96,18 +97,21 @@ def build(
   """
   root = Path(root).resolve()
   files = project.source_files(root) if files is None else files
-  data_dir = root / ".cj-coverage"
-  data_dir.mkdir(exist_ok=True)
   # Measure the whole tree (tests included): simpler than per-layout source roots, and lines
-  # outside `files` are ignored below.
-  args = ["-p", "cj_covplugin", f"--cj-cov-data={data_dir / 'data'}", f"--cj-cov-source={root}"]
-  run = runner.run_suite(root, limits=limits, extra_args=tuple(args))
-  data = coverage.CoverageData(basename=str(data_dir / "data"))
-  data.read()
+  # outside `files` are ignored below. The data file is written in the sandbox's /tmp and comes
+  # back through the harness's channel.
+  inside = "/tmp/cj-coverage"
+  args = ["-p", "cj_covplugin", f"--cj-cov-data={inside}", f"--cj-cov-source={sandbox.WS}"]
+  run = runner.run_suite(root, limits=limits, extra_args=tuple(args), blob=inside)
   by_line = {}
-  for measured in data.measured_files():
-    rel = Path(measured).resolve().relative_to(root).as_posix()
-    by_line[rel] = data.contexts_by_lineno(measured)
+  with tempfile.TemporaryDirectory(prefix="cj-cov-") as tmp:
+    if run.blob:
+      (Path(tmp) / "data").write_bytes(run.blob)
+      data = coverage.CoverageData(basename=str(Path(tmp) / "data"))
+      data.read()
+      for measured in data.measured_files():
+        rel = Path(measured).relative_to(sandbox.WS).as_posix()
+        by_line[rel] = data.contexts_by_lineno(measured)
   syms, tests_by_symbol, covered = {}, {}, {}
   for rel in files:
     file_lines = by_line.get(rel, {})
@@ -120,7 +124,4 @@ def build(
           tests.update(c for c in contexts if c)
       syms[sym.key] = sym
       tests_by_symbol[sym.key] = sorted(tests)
-  for p in data_dir.iterdir():
-    p.unlink()
-  data_dir.rmdir()
   return TestMap(syms, tests_by_symbol, covered), run

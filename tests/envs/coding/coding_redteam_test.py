@@ -14,7 +14,7 @@ import pytest
 
 from composer_jax.envs.coding import grader, project, sandbox
 from composer_jax.envs.coding.task import unified_diff
-from tests.envs.coding.mini_project import requires_namespaces
+from tests.envs.coding.mini_project import requires_sandbox
 
 RED = sandbox.Limits(cpu_s=5, wall_s=20.0, mem_bytes=1 << 30, nproc=32)
 CORE = "minipkg/core.py"
@@ -77,7 +77,7 @@ def test_git_history_digging(hypot_task, tmp_path):
   _grade(hypot_task, _patch(hypot_task, tmp_path, {CORE: _impl(body)}))
 
 
-@requires_namespaces
+@requires_sandbox
 def test_import_original_from_site_packages(hypot_task, mini_root, tmp_path):
   # The original package "installed" in a site dir on the host; the screen would catch the
   # literal, so the attack spells it in pieces and must fail inside the sandbox instead.
@@ -140,7 +140,7 @@ def test_fake_report_and_reward_files(hypot_task, tmp_path):
   _grade(hypot_task, _patch(hypot_task, tmp_path, {CORE: _impl(body)}))
 
 
-@requires_namespaces
+@requires_sandbox
 def test_network_fetch_of_original_is_blocked(hypot_task, mini_root, tmp_path):
   hits = []
 
@@ -185,7 +185,7 @@ def test_resource_attacks(hypot_task, tmp_path, body):
   assert g.wall_s < RED.wall_s + 10
 
 
-@requires_namespaces
+@requires_sandbox
 def test_write_outside_workspace(hypot_task, tmp_path):
   target = tmp_path / f"pwned-{uuid.uuid4().hex}"
   body = (

@@ -1,4 +1,4 @@
-"""Sandbox + runner: JUnit parsing, isolation probes (run inside the sandbox), report tampering."""
+"""Sandbox + runner: isolation probes (run inside the sandbox), report forgery."""
 
 import socket
 import sys
@@ -7,47 +7,10 @@ import sysconfig
 import pytest
 
 from composer_jax.envs.coding import runner
-from tests.envs.coding.mini_project import (
-  FAST,
-  requires_namespaces,
-  requires_sandbox,
-  write_project,
-)
-
-JUNIT = b"""<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite tests="6">
-<testcase classname="tests.test_a" name="test_ok" file="tests/test_a.py" line="1" time="0"/>
-<testcase classname="tests.test_a.TestK" name="test_m[1-x]" file="tests/test_a.py" line="5"
- time="0"><failure message="boom"/></testcase>
-<testcase classname="tests.test_a.TestK.Inner" name="test_n" file="tests/test_a.py" line="9"
- time="0"><skipped message="no"/></testcase>
-<testcase classname="pkg.mod" name="pkg.mod.func" file="pkg/mod.py" line="2" time="0"/>
-<testcase classname="tests.test_a" name="test_dup" file="tests/test_a.py" line="12" time="0"/>
-<testcase classname="tests.test_a" name="test_dup" file="tests/test_a.py" line="12" time="0">
-<error message="teardown"/></testcase>
-<testcase classname="tests.test_b.TestMixed" name="test_inherited" file="tests/__init__.py"
- line="3" time="0"/>
-<testcase classname="" name="tests.test_broken" time="0"><error message="collection failure"/>
-</testcase></testsuite></testsuites>"""
+from tests.envs.coding.mini_project import FAST, requires_sandbox, write_project
 
 
-def test_parse_junit_rebuilds_nodeids(tmp_path):
-  write_project(
-    tmp_path,
-    {"tests/__init__.py": "", "tests/test_a.py": "", "tests/test_b.py": "", "pkg/mod.py": ""},
-  )
-  outcomes, coll = runner.parse_junit(JUNIT, tmp_path)
-  assert outcomes == {
-    "tests/test_a.py::test_ok": "passed",
-    "tests/test_a.py::TestK::test_m[1-x]": "failed",
-    "tests/test_a.py::TestK::Inner::test_n": "skipped",
-    "pkg/mod.py::pkg.mod.func": "passed",  # doctest item
-    "tests/test_a.py::test_dup": "error",  # passed call + errored teardown: fail closed
-    "tests/test_b.py::TestMixed::test_inherited": "passed",  # defined in a mixin elsewhere
-  }
-  assert coll == ["tests.test_broken"]
-
-
-@requires_namespaces
+@requires_sandbox
 def test_isolation_probes(tmp_path):
   """Each probe test runs inside the sandbox; all must pass."""
   secret = tmp_path / "secret_tasks.jsonl"
@@ -111,9 +74,12 @@ def test_atexit_report_forgery_is_ignored(tmp_path):
 import atexit, sys
 
 def _forge():
-  path = [a for a in sys.argv if a.startswith("--junitxml=")][0].split("=", 1)[1]
-  open(path, "w").write('<testsuite><testcase classname="test_forge" name="test_fails" '
-                        'file="test_forge.py"/></testsuite>')
+  import os
+  for fd in range(3, 64):
+    try:
+      os.write(fd, b'0' * 64 + b' {"seq": 1, "kind": "done", "rc": 0}\\n')
+    except OSError:
+      pass
 
 atexit.register(_forge)
 
