@@ -4,8 +4,18 @@ RL (all sampled model tokens of every trajectory), a PPO/GRPO clipped policy gra
   w_t = pi_theta(y_t) / pi_old(y_t),  A = group-relative advantage of the trajectory,
   l_t = -tis_t * min(w_t A, clip(w_t, 1 - eps_lo, 1 + eps_hi) A)       (DAPO clip-higher)
   tis_t = min(pi_old(y_t) / pi_sampler(y_t), C) under stop_gradient: truncated importance sampling
-  for the sampler/trainer mismatch (Yao et al. 2025). pi_old = the trainer's log-probs at sampling
-  time (`batch['old_logprobs']`); absent, pi_old = stop_gradient(pi_theta) (one update per batch).
+  for staleness and the sampler/trainer mismatch (Yao et al. 2025, "Your efficient RL framework
+  secretly brings you off-policy RL training"). pi_sampler = the behaviour log-probs the sampler
+  recorded (`batch['sampler_logprobs']`); pi_old = the trainer's log-probs under the weights at
+  the start of the update (`batch['old_logprobs']`, from `old_policy`, computed once before the
+  first of K epochs: PPO's convention, `rl.epochs`); absent, pi_old = stop_gradient(pi_theta)
+  (one update per batch: w_t = 1, tis_t = the trainer/sampler ratio).
+  A = `batch['advantage']` [B] when given (computed once on the whole batch by `old_policy`, so
+  minibatches that split a GRPO group keep its advantages), else computed here from the rewards.
+  Logged: clip_frac (= clip_frac_low + clip_frac_high), ratio_mean/max, is_weight_mean/max (the
+  untruncated pi_old / pi_sampler), is_truncated_frac (share of tokens with it > C), tis_weight
+  (mean truncated weight), staleness_mean/max (`batch['staleness']` [B] optimizer updates between
+  the sampling weights and the updated ones, when given), all over model tokens / valid rows.
   Optional KL to a reference policy, d = log pi_theta(y) - log pi_ref(y) on sampled tokens:
     k1 = d, k2 = d^2 / 2, k3 = exp(-d) + d - 1.
   As *values* k1 and k3 are unbiased estimates of KL(pi_theta || pi_ref). As *losses* (gradient
@@ -70,18 +80,68 @@ def policy_loss(logp, old_logp, sampler_logp, advantage, *, eps_low, eps_high, t
   """Per-token clipped policy-gradient loss; all inputs/outputs [...] (same shape).
 
   Returns:
-    (loss, clipped_low, clipped_high, tis): clipped_* are 1.0 where the clip zeroes the gradient
-    (A < 0 and w < 1 - eps_low; A > 0 and w > 1 + eps_high).
+    (loss, stats): stats has per-token `clipped_low`, `clipped_high` (1.0 where the clip zeroes
+    the gradient: A < 0 and w < 1 - eps_low; A > 0 and w > 1 + eps_high), `ratio` (w, no
+    gradient), `is_weight` (pi_old / pi_sampler, untruncated), `tis` (the weight applied: the
+    truncated one, or 1 with tis_cap 0) and `truncated` (1.0 where is_weight > tis_cap > 0).
   """
   ratio = jnp.exp(logp - old_logp)
   clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
   surrogate = jnp.minimum(ratio * advantage, clipped * advantage)
-  tis = jnp.ones_like(logp)
-  if tis_cap > 0:
-    tis = jax.lax.stop_gradient(jnp.minimum(jnp.exp(old_logp - sampler_logp), tis_cap))
-  low = ((advantage < 0) & (ratio < 1.0 - eps_low)).astype(jnp.float32)
-  high = ((advantage > 0) & (ratio > 1.0 + eps_high)).astype(jnp.float32)
-  return -tis * surrogate, low, high, tis
+  is_weight = jax.lax.stop_gradient(jnp.exp(old_logp - sampler_logp))
+  tis = jnp.minimum(is_weight, tis_cap) if tis_cap > 0 else jnp.ones_like(logp)
+  f32 = lambda x: x.astype(jnp.float32)
+  stats = dict(
+    clipped_low=f32((advantage < 0) & (ratio < 1.0 - eps_low)),
+    clipped_high=f32((advantage > 0) & (ratio > 1.0 + eps_high)),
+    ratio=jax.lax.stop_gradient(ratio),
+    is_weight=is_weight,
+    tis=tis,
+    truncated=f32((tis_cap > 0) & (is_weight > tis_cap)),
+  )
+  return -tis * surrogate, stats
+
+
+def sampled_logprobs(cfg, hidden: jax.Array, head: jax.Array, targets: jax.Array):
+  """(log pi(targets) [B, L], entropy [B, L]) of softmax(hidden [B, L, D] @ head [D, V])."""
+  b, length, d = hidden.shape
+  per_token = lambda h, y: token_logprob_entropy(h, head, y, cfg.vocab_chunk_size)
+  logp, entropy = vocab_chunks.map_tokens(
+    per_token, cfg.token_chunk_size, hidden.reshape(b * length, d), targets.reshape(-1)
+  )
+  return logp.reshape(b, length), entropy.reshape(b, length)
+
+
+def batch_advantages(cfg, batch) -> jax.Array:
+  """GRPO group-relative advantages [B] of `batch` (`advantages.group_advantages`)."""
+  rows = batch["reward"].shape[0]
+  return advantages.group_advantages(
+    batch["reward"],
+    batch["group_index"],
+    batch["valid"],
+    num_groups=rows,
+    normalize_std=cfg.advantage_std_normalize,
+    eps=cfg.advantage_eps,
+  )
+
+
+def make_old_policy_fn(cfg: ml_collections.ConfigDict) -> Callable:
+  """Jitted `old_policy(hidden [B, L, D], head [D, V], batch) -> {'old_logprobs' [B, L],
+  'advantage' [B]}`: what K minibatch epochs hold fixed, computed once from the pre-update
+  weights (no gradient) and merged into the batch before `rl.epochs.run_epochs`."""
+  validate(cfg)
+  cfg = ml_collections.FrozenConfigDict(cfg)
+
+  @jax.jit
+  def old_policy(hidden, head, batch):
+    logp, _ = sampled_logprobs(cfg, jax.lax.stop_gradient(hidden), head, batch["targets"])
+    mask = batch["model_mask"] * batch["valid"][:, None]
+    return dict(
+      old_logprobs=jax.lax.stop_gradient(jnp.where(mask > 0, logp, 0.0)),
+      advantage=batch_advantages(cfg, batch),
+    )
+
+  return old_policy
 
 
 def token_logprob_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int):
@@ -130,21 +190,10 @@ def _rl_term(cfg, hidden, head, batch, ref):
   """Clipped policy gradient (+ reference KL) on hidden [B, L, D] -> (scalar, metrics)."""
   b, length, d = hidden.shape
   mask = batch["model_mask"] * batch["valid"][:, None]
-  per_token = lambda h, y: token_logprob_entropy(h, head, y, cfg.vocab_chunk_size)
-  logp, entropy = vocab_chunks.map_tokens(
-    per_token, cfg.token_chunk_size, hidden.reshape(b * length, d), batch["targets"].reshape(-1)
-  )
-  logp, entropy = logp.reshape(b, length), entropy.reshape(b, length)
-  adv = advantages.group_advantages(
-    batch["reward"],
-    batch["group_index"],
-    batch["valid"],
-    num_groups=b,
-    normalize_std=cfg.advantage_std_normalize,
-    eps=cfg.advantage_eps,
-  )
+  logp, entropy = sampled_logprobs(cfg, hidden, head, batch["targets"])
+  adv = batch["advantage"] if "advantage" in batch else batch_advantages(cfg, batch)
   old = batch.get("old_logprobs", jax.lax.stop_gradient(logp))
-  loss, low, high, tis = policy_loss(
+  loss, stats = policy_loss(
     logp,
     old,
     batch["sampler_logprobs"],
@@ -155,14 +204,26 @@ def _rl_term(cfg, hidden, head, batch, ref):
   )
   rl = normalize(loss, mask, cfg.rl_normalization, cfg.rl_constant)
   mean = lambda x: normalize(x, mask, "token_mean")
+  peak = lambda x: jnp.where(mask > 0, x, 0.0).max()  # ratios and weights are >= 0
   metrics = dict(
     rl_loss=rl,
-    clip_frac_low=mean(low),
-    clip_frac_high=mean(high),
+    clip_frac_low=mean(stats["clipped_low"]),
+    clip_frac_high=mean(stats["clipped_high"]),
+    clip_frac=mean(stats["clipped_low"] + stats["clipped_high"]),
+    ratio_mean=mean(stats["ratio"]),
+    ratio_max=peak(stats["ratio"]),
+    is_weight_mean=mean(stats["is_weight"]),
+    is_weight_max=peak(stats["is_weight"]),
+    is_truncated_frac=mean(stats["truncated"]),
     entropy=mean(entropy),
-    tis_weight=mean(tis),
+    tis_weight=mean(stats["tis"]),
     num_model_tokens=mask.sum(),
   )
+  if "staleness" in batch:
+    valid = batch["valid"] > 0
+    stale = batch["staleness"].astype(jnp.float32)
+    metrics["staleness_mean"] = jnp.where(valid, stale, 0).sum() / jnp.maximum(valid.sum(), 1)
+    metrics["staleness_max"] = jnp.where(valid, stale, 0).max()
   if cfg.ref_kl_coef > 0:
     if ref is None:
       raise ValueError("ref_kl_coef > 0 needs ref=(hidden [B, L, D], head [D, V])")

@@ -89,6 +89,18 @@ def _np_loss(cfg, batch, tb, m, use_old):
   tis = np.minimum(np.exp(old - batch["sampler_logprobs"]), cfg.tis_cap) if cfg.tis_cap else 1.0
   mask = batch["model_mask"] * batch["valid"][:, None]
   rl = _np_normalize(-tis * surr, mask, cfg.rl_normalization, cfg.rl_constant)
+  tok = lambda x: np.broadcast_to(x, mask.shape)[mask > 0]
+  is_w = np.exp(old - batch["sampler_logprobs"])
+  clip = ((a < 0) & (w < 1 - cfg.clip_eps_low)) | ((a > 0) & (w > 1 + cfg.clip_eps_high))
+  off_policy = dict(
+    clip_frac=tok(clip).mean(),
+    ratio_mean=tok(w).mean(),
+    ratio_max=tok(w).max(),
+    is_weight_mean=tok(is_w).mean(),
+    is_weight_max=tok(is_w).max(),
+    is_truncated_frac=(tok(is_w) > cfg.tis_cap).mean() if cfg.tis_cap else 0.0,
+    tis_weight=tok(tis).mean(),
+  )
   if cfg.ref_kl_coef:
     ref = np.take_along_axis(
       _log_softmax(f(m["rh"]) @ f(m["rw"])), batch["targets"][..., None], -1
@@ -109,7 +121,7 @@ def _np_loss(cfg, batch, tb, m, use_old):
     div[t, j], sd_mask[t, j] = (np.exp(p) * (p - q)).sum(), 1.0
     hits.append(zt.argmax() == tb["slot_target"][t, j])
   sd = _np_normalize(div, sd_mask, cfg.sd_normalization, cfg.sd_constant)
-  metrics = dict(sd_gap_kl=div.sum() / sd_mask.sum(), teacher_accuracy=np.mean(hits))
+  metrics = dict(sd_gap_kl=div.sum() / sd_mask.sum(), teacher_accuracy=np.mean(hits), **off_policy)
   return rl + cfg.sd_coef * sd, rl, sd, metrics
 
 
@@ -167,7 +179,7 @@ def test_loss_matches_numpy(case):
     )
     np.testing.assert_allclose(metrics["sd_loss"], sd, rtol=1e-4)
     for name, value in sd_metrics.items():
-      np.testing.assert_allclose(metrics[name], value, rtol=1e-4)
+      np.testing.assert_allclose(metrics[name], value, rtol=1e-4, atol=1e-7, err_msg=name)
   assert metrics["num_model_tokens"] == batch["model_mask"].sum()
   assert 0 < metrics["sd_token_frac"] < 1 and 0 < metrics["teacher_accuracy"] < 1
   if case == "token_mean":  # RL only: the same RL value without a teacher
@@ -237,7 +249,8 @@ def test_clip_higher_at_the_boundaries():
   f = lambda lp: losses.policy_loss(
     lp, jnp.zeros(8), jnp.zeros(8), adv, eps_low=lo, eps_high=hi, tis_cap=0.0
   )
-  loss, low, high, _ = jax.jit(f)(np.log(ratio))
+  loss, stats = jax.jit(f)(np.log(ratio))
+  low, high = stats["clipped_low"], stats["clipped_high"]
   grad = jax.jit(jax.grad(lambda lp: f(lp)[0].sum()))(jnp.log(ratio))
   np.testing.assert_allclose(
     loss, -np.minimum(ratio * adv, np.clip(ratio, 1 - lo, 1 + hi) * adv), rtol=1e-6
@@ -254,8 +267,11 @@ def test_tis_weight_is_capped_and_has_no_gradient():
   f = lambda o: losses.policy_loss(
     o, o, sampler, jnp.ones(2), eps_low=0.2, eps_high=0.28, tis_cap=2.0
   )
-  _, _, _, tis = f(old)
+  _, stats = f(old)
+  tis = stats["tis"]
   np.testing.assert_allclose(tis, [np.exp(0.5), 2.0], rtol=1e-6)
+  np.testing.assert_allclose(stats["is_weight"], [np.exp(0.5), np.exp(3.0)], rtol=1e-6)
+  np.testing.assert_array_equal(stats["truncated"], [0.0, 1.0])
   # loss = -tis * w * A with w = exp(logp - sg(old)) -> gradient -tis (tis itself constant).
   g = jax.grad(
     lambda lp: losses.policy_loss(

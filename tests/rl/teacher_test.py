@@ -1,10 +1,21 @@
 """Tests for composer_jax.rl.teacher: hand-built teacher streams, index maps and errors."""
 
+import functools
+
+import jax
 import numpy as np
 import pytest
 
-from composer_jax.rl.teacher import DistillTarget, build_teacher_batch, check_alignment
+from composer_jax.model import transformer
+from composer_jax.model.config import ModelConfig
+from composer_jax.rl.teacher import (
+  DistillTarget,
+  build_teacher_batch,
+  check_alignment,
+  teacher_hidden,
+)
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
+from tests.model.random_variables import random_variables
 
 # system(10 11 12) | model(20 21) | tool(30 31 32) | model(40 41 42) ; hints use ids >= 90
 TURNS = [
@@ -94,3 +105,61 @@ def test_bad_arguments():
     _build([DistillTarget(0, 7, [90])])
   with pytest.raises(ValueError, match="trajectory_index 5"):
     _build([DistillTarget(5, 1, [90])])
+  with pytest.raises(ValueError, match="reuse_prefix=True needs overflow='error'"):
+    _build([DistillTarget(0, 3, [90])], overflow="truncate_prefix", reuse_prefix=True)
+
+
+TARGETS = [DistillTarget(0, 3, [90, 91]), DistillTarget(0, 1, []), DistillTarget(1, 1, [93])]
+
+
+def test_reuse_prefix_rows_hold_only_the_extension():
+  batch, tb = _build(TARGETS, num_rows=4, reuse_prefix=True)
+  # Row = last prefix token + hint + turn, at positions continuing the student's prefix.
+  expected = [([32, 90, 91, 40, 41, 42], 7), ([12, 20, 21], 2), ([12, 93, 20, 21], 2)]
+  assert tb["tokens"].shape == (4, 8)
+  for t, (ext, first) in enumerate(expected):
+    np.testing.assert_array_equal(tb["tokens"][t, : len(ext)], ext)
+    np.testing.assert_array_equal(tb["positions"][t], first + np.arange(8))
+    assert tb["prefix_len"][t] == first and tb["segment_ids"][t].sum() == len(ext)
+  np.testing.assert_array_equal(tb["slot_teacher_pos"][0, :3], [2, 3, 4])
+  np.testing.assert_array_equal(tb["slot_teacher_pos"][1, :2], [0, 1])  # empty hint
+  np.testing.assert_array_equal(tb["slot_student_pos"][0, :3], [7, 8, 9])
+
+
+def _reuse_data():
+  """Three trajectories of random ids (the second shorter), four flagged turns, two on row 0."""
+  rng = np.random.default_rng(0)
+  ids = lambda n: rng.integers(1, 90, n).tolist()
+  lp = lambda n: [-1.0] * n
+  long = [Turn(ids(7)), Turn(ids(4), lp(4)), Turn(ids(5)), Turn(ids(6), lp(6)), Turn(ids(3))]
+  trajs = [Trajectory.from_turns(long, 1.0, 0), Trajectory.from_turns(long[:2], 0.0, 0),
+           Trajectory.from_turns(long[:4], 0.0, 0)]
+  batch = pack_batch(trajs, buckets=[32])
+  targets = [DistillTarget(0, 3, ids(5)), DistillTarget(0, 1, ids(2)), DistillTarget(1, 1, []),
+             DistillTarget(2, 3, ids(3))]
+  kw = dict(turn_buckets=[8], num_rows=5)
+  full = build_teacher_batch(trajs, batch, targets, buckets=[32], **kw)
+  reuse = build_teacher_batch(trajs, batch, targets, buckets=[16], reuse_prefix=True, **kw)
+  return batch, full, reuse
+
+
+@functools.cache
+def _teacher_fn(cfg):
+  return jax.jit(functools.partial(teacher_hidden, cfg))
+
+
+@pytest.mark.parametrize("attention", ["mla", "gqa"])
+def test_prefix_reuse_equals_full_recompute(attention):
+  cfg = ModelConfig(num_layers=2, attention=attention, vocab_size=96, max_position_embeddings=64)
+  variables = random_variables(cfg)
+  batch, full, reuse = _reuse_data()
+  assert reuse["tokens"].shape[1] < full["tokens"].shape[1]
+  at_slots = lambda h, tb: np.asarray(h)[np.arange(5)[:, None], tb["slot_teacher_pos"]]
+  want = at_slots(_teacher_fn(cfg)(variables, batch, full), full)
+  got = at_slots(_teacher_fn(cfg)(variables, batch, reuse), reuse)
+  mask = full["slot_mask"] > 0
+  np.testing.assert_array_equal(reuse["slot_mask"], full["slot_mask"])
+  np.testing.assert_allclose(got[mask], want[mask], rtol=1e-5, atol=1e-5)
+  # Logits through the head too (what the SD loss reads).
+  head = np.asarray(transformer.output_head(cfg, variables["params"]))
+  np.testing.assert_allclose(got[mask] @ head, want[mask] @ head, rtol=1e-5, atol=1e-5)
