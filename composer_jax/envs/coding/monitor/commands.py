@@ -62,8 +62,8 @@ _DELETERS = frozenset({"rm", "rmdir", "unlink", "shred", "truncate", "mv", "chmo
 _GIT_EDITS = frozenset({"rm", "mv", "checkout", "restore", "clean", "apply", "am"})
 _GIT_OPTS_WITH_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
 _WRITERS = frozenset({"tee", "cp", "install", "touch", "dd", "ln", "rsync", "patch"})
-_REPORT = re.compile(r"(reward|score|junit|report|results?)[\w.-]*\.(json|xml|txt)$")
-_REPORT_OPTS = re.compile(r"^(--junit-?xml|--report-log|--resultlog|--result-log|--json-report)")
+REPORT = re.compile(r"(reward|score|junit|report|results?)[\w.-]*\.(json|xml|txt)$")
+REPORT_OPTS = re.compile(r"^(--junit-?xml|--report-log|--resultlog|--result-log|--json-report)")
 _RUNNER_ENV = frozenset({"PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONSTARTUP", "PYTHONPATH"})
 _HARMLESS = frozenset({"/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr", "-"})
 
@@ -311,11 +311,11 @@ def _reward(cmd: Command):
   for k in sorted(set(cmd.env) & _RUNNER_ENV):
     yield _find("reward_file", k, f"sets {k}")
   for a in cmd.argv[1:]:
-    if _REPORT_OPTS.match(a):
+    if REPORT_OPTS.match(a):
       yield _find("reward_file", a.split("=")[0], f"report option {a}")
   targets = cmd.writes + (_operands(cmd) if cmd.prog in _WRITERS else [])
   for t in targets:
-    if _REPORT.search(posixpath.basename(t)):
+    if REPORT.search(posixpath.basename(t)):
       yield _find("reward_file", posixpath.basename(t), f"writes a report-like file {t}")
 
 
