@@ -33,6 +33,7 @@ _WRAPPERS = {  # program -> number of its own arguments before the wrapped comma
   "ionice": 0,
   "chronic": 0,
 }
+_HEREDOC = re.compile(r"<<(-?)[ \t]*(['\"]?)([A-Za-z_][\w.-]*)\2")
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
 _PYTHON = re.compile(r"^(python[\d.]*|pypy[\d.]*)$")
 _GIT_HISTORY = frozenset(
@@ -75,6 +76,7 @@ class Command:
   reads: list[str]  # redirect sources
   writes: list[str]  # redirect targets
   workspace: str
+  stdin: str | None = None  # a here-document or here-string
 
   @property
   def prog(self) -> str:
@@ -90,8 +92,26 @@ def _tokens(text: str) -> list[str]:
     return text.replace("\n", " ; ").split()
 
 
+def _heredocs(text: str) -> tuple[str, list[str]]:
+  """The text without here-document bodies, and the bodies in order."""
+  lines, kept, bodies = text.split("\n"), [], []
+  i = 0
+  while i < len(lines):
+    kept.append(lines[i])
+    i += 1
+    for m in _HEREDOC.finditer(kept[-1]):
+      body = []
+      while i < len(lines) and (lines[i].strip() if m.group(1) else lines[i]) != m.group(3):
+        body.append(lines[i])
+        i += 1
+      i += 1  # the terminator line
+      bodies.append("\n".join(body))
+  return "\n".join(kept), bodies
+
+
 def split(text: str, workspace: str) -> list[Command]:
   """Simple commands of one command line (see the module docstring)."""
+  text, bodies = _heredocs(text)
   out, words = [], []
   toks = _tokens(text)
   i = 0
@@ -99,7 +119,7 @@ def split(text: str, workspace: str) -> list[Command]:
     tok = toks[i] if i < len(toks) else ";"
     if tok in _SEPARATORS:
       if words:
-        out.extend(_simple(words, workspace))
+        out.extend(_simple(words, workspace, bodies))
       words = []
     else:
       words.append(tok)
@@ -107,12 +127,16 @@ def split(text: str, workspace: str) -> list[Command]:
   return out
 
 
-def _simple(words: list[str], workspace: str) -> list[Command]:
-  env, argv, reads, writes = {}, [], [], []
+def _simple(words: list[str], workspace: str, bodies: list[str]) -> list[Command]:
+  env, argv, reads, writes, stdin = {}, [], [], [], None
   it = iter(range(len(words)))
   for i in it:
     w = words[i]
-    if w in _REDIRECTS or w in (">&", "<&"):
+    if w in ("<<", "<<<"):  # a here-document (body cut out by _heredocs) or here-string
+      word = words[i + 1] if i + 1 < len(words) else ""
+      next(it, None)
+      stdin = word if w == "<<<" else (bodies.pop(0) if bodies else "")
+    elif w in _REDIRECTS or w in (">&", "<&"):
       if argv and argv[-1].isdigit():
         argv.pop()  # the fd of `2>`
       target = words[i + 1] if i + 1 < len(words) else ""
@@ -142,9 +166,11 @@ def _simple(words: list[str], workspace: str) -> list[Command]:
       argv = []
     else:
       break
-  cmd = Command(argv, env, reads, writes, workspace)
+  cmd = Command(argv, env, reads, writes, workspace, stdin)
   if cmd.prog in _SHELLS and "-c" in argv[1:-1]:
     return [cmd, *split(argv[argv.index("-c") + 1], workspace)]
+  if cmd.prog in _SHELLS and stdin and len(argv) == 1:
+    return [cmd, *split(stdin, workspace)]
   if cmd.prog == "eval":
     return [cmd, *split(" ".join(argv[1:]), workspace)]
   return [cmd]
@@ -195,7 +221,7 @@ def _find(rule, detail, text, severity=None) -> Finding:
 
 
 def _python_args(cmd: Command) -> tuple[str | None, list[str]]:
-  """(code of `-c`, or None; argv after `-m MODULE` as [MODULE, ...])."""
+  """(code of `-c` or of stdin (`python - <<EOF`), or None; argv after `-m MODULE`)."""
   args = cmd.argv[1:]
   for i, a in enumerate(args):
     if a == "-c" and i + 1 < len(args):
@@ -204,9 +230,9 @@ def _python_args(cmd: Command) -> tuple[str | None, list[str]]:
       return a[2:], []
     if a == "-m" and i + 1 < len(args):
       return None, args[i + 1 :]
-    if not a.startswith("-"):
-      break
-  return None, []
+    if not a.startswith("-") or a == "-":
+      return (cmd.stdin if a == "-" else None), []
+  return cmd.stdin, []
 
 
 def _git_verb(cmd: Command) -> str:
