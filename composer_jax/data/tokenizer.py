@@ -2,9 +2,12 @@
 
 Both expose the same small interface: `encode(str) -> list[int]`, `decode(ids) -> str`,
 `encode_documents(list[bytes]) -> list[np.ndarray]` (the fast batched path the corpus uses),
-`vocab_size`, `bos_id`, `eos_id`, `pad_id`. Special tokens sit right after the base vocabulary,
-in the order BOS, EOS, PAD, so `vocab_size = base + 3`. For Kimi K2's `tiktoken.model`
-(163,584 ranks) that gives BOS 163584 and EOS 163585, the ids of Kimi's `[BOS]` / `[EOS]`.
+`vocab_size`, `bos_id`, `eos_id`, `pad_id`. A tiktoken file's special tokens follow Kimi K2's
+released table (`KIMI_SPECIAL_TOKENS`, the `added_tokens_decoder` of its
+`tokenizer_config.json`; see third_party/README.md): 256 ids right after the base vocabulary,
+named ones at their published offsets, the rest `<|reserved_token_ID|>`, so
+`vocab_size = base + 256`. For Kimi K2's `tiktoken.model` (163,584 ranks) that is [BOS] 163584,
+[EOS] 163585, <|im_end|> 163586, [PAD] 163839 and vocab 163,840, as released.
 """
 
 import base64
@@ -41,6 +44,19 @@ KIMI_PATTERN = "|".join(
 )
 
 
+# Kimi K2's special tokens, as offsets from the base vocabulary (163,584 ranks): its
+# tokenizer_config.json `added_tokens_decoder` (ids 163584 + offset). Offsets missing here
+# are `<|reserved_token_ID|>` (tokenization_kimi.py), up to NUM_SPECIAL_TOKENS.
+KIMI_SPECIAL_TOKENS = {
+    0: "[BOS]", 1: "[EOS]", 2: "<|im_end|>", 3: "<|im_user|>", 4: "<|im_assistant|>",
+    6: "<|start_header_id|>", 7: "<|end_header_id|>", 9: "[EOT]", 10: "<|im_system|>",
+    11: "<|tool_calls_section_begin|>", 12: "<|tool_calls_section_end|>",
+    13: "<|tool_call_begin|>", 14: "<|tool_call_argument_begin|>", 15: "<|tool_call_end|>",
+    17: "<|im_middle|>", 254: "[UNK]", 255: "[PAD]",
+}
+NUM_SPECIAL_TOKENS = 256
+
+
 @dataclasses.dataclass(frozen=True)
 class ByteTokenizer:
   """UTF-8 bytes 0..255, then BOS 256, EOS 257, PAD 258 (vocab 259)."""
@@ -68,13 +84,18 @@ class TiktokenTokenizer:
     self.path = path
     ranks = _read_ranks(path)
     base = len(ranks)
-    self.bos_id, self.eos_id, self.pad_id = base, base + 1, base + 2
-    self.vocab_size = base + 3
+    self.special_tokens = {
+      KIMI_SPECIAL_TOKENS.get(i, f"<|reserved_token_{base + i}|>"): base + i
+      for i in range(NUM_SPECIAL_TOKENS)
+    }
+    self.bos_id, self.eos_id = self.special_tokens["[BOS]"], self.special_tokens["[EOS]"]
+    self.pad_id = self.special_tokens["[PAD]"]
+    self.vocab_size = base + NUM_SPECIAL_TOKENS
     self._encoding = tiktoken.Encoding(
       name=os.path.basename(path),
       pat_str=KIMI_PATTERN,
       mergeable_ranks=ranks,
-      special_tokens={"[BOS]": self.bos_id, "[EOS]": self.eos_id, "[PAD]": self.pad_id},
+      special_tokens=self.special_tokens,
     )
 
   def encode(self, text: str) -> list[int]:
@@ -82,8 +103,10 @@ class TiktokenTokenizer:
     return self._encoding.encode_ordinary(text)
 
   def decode(self, ids: Sequence[int]) -> str:
-    specials = (self.bos_id, self.eos_id, self.pad_id)
-    return self._encoding.decode([int(i) for i in ids if int(i) not in specials])
+    """Text of `ids`; the packing tokens BOS, EOS and PAD are dropped, other special tokens
+    (e.g. <|im_end|>) decode to their names."""
+    framing = (self.bos_id, self.eos_id, self.pad_id)
+    return self._encoding.decode([int(i) for i in ids if int(i) not in framing])
 
   def encode_documents(self, documents: Sequence[bytes]) -> list[np.ndarray]:
     texts = [doc.decode("utf-8", errors="replace") for doc in documents]

@@ -32,8 +32,17 @@ def read_config(hf_dir: str, **overrides) -> config_map.HFConfig:
   path = os.path.join(hf_dir, "config.json")
   if not os.path.exists(path):
     raise FileNotFoundError(f"{path} not found: not a Hugging Face checkpoint directory")
-  with open(path) as f:
-    return config_map.from_hf(json.load(f), **overrides)
+  try:
+    with open(path) as f:
+      raw = json.load(f)
+  except ValueError as e:
+    raise ValueError(f"{path}: not valid JSON ({e})") from None
+  if not isinstance(raw, dict):
+    raise ValueError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+  try:
+    return config_map.from_hf(raw, **overrides)
+  except (ValueError, TypeError) as e:
+    raise ValueError(f"{path}: {e}") from None
 
 
 def plan(hf: config_map.HFConfig, sd: SafetensorsDir

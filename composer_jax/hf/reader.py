@@ -50,11 +50,29 @@ class StoredWeight:
   shape: tuple[int, ...]  # logical (dequantized) shape
 
 
+INDEX_FILE = "model.safetensors.index.json"
+
+
 def read_header(path: str) -> dict[str, TensorInfo]:
-  """Parses one .safetensors header: 8-byte little-endian length, then JSON."""
+  """Parses one .safetensors header: 8-byte little-endian length, then JSON.
+
+  Raises a one-line ValueError naming `path` when the file is empty, its header is cut or
+  not JSON, or it is shorter than its header says (a truncated download).
+  """
+  size = os.path.getsize(path)
+  if size == 0:
+    raise ValueError(f"{path}: empty file (0 bytes), not a safetensors shard; re-download it")
   with open(path, "rb") as f:
-    (n,) = struct.unpack("<Q", f.read(8))
-    header = json.loads(f.read(n))
+    head = f.read(8)
+    n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+    if n is None or 8 + n > size:
+      raise ValueError(f"{path}: safetensors header cut short (file has {size} bytes"
+                       f"{'' if n is None else f', header says {8 + n}'}); re-download it")
+    try:
+      header = json.loads(f.read(n))
+    except ValueError as e:
+      raise ValueError(f"{path}: safetensors header is not valid JSON ({e}); "
+                       "re-download it") from None
   header.pop("__metadata__", None)
   out = {}
   for name, h in header.items():
@@ -63,14 +81,43 @@ def read_header(path: str) -> dict[str, TensorInfo]:
                        f"supported: {sorted(DTYPES)}")
     s, e = h["data_offsets"]
     out[name] = TensorInfo(path, h["dtype"], tuple(h["shape"]), 8 + n + s, 8 + n + e)
+  end = max((i.end for i in out.values()), default=8 + n)
+  if end > size:
+    raise ValueError(f"{path}: truncated: its header describes {end} bytes, the file has "
+                     f"{size}; re-download it")
   return out
+
+
+def _indexed_shards(hf_dir: str) -> list[str]:
+  """Shard paths named by `model.safetensors.index.json` (none if there is no index).
+
+  Raises a one-line error for an unreadable index or a shard it names that is missing.
+  """
+  index = os.path.join(hf_dir, INDEX_FILE)
+  if not os.path.exists(index):
+    return []
+  try:
+    with open(index) as f:
+      weight_map = json.load(f)["weight_map"]
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"{index}: not a safetensors index (JSON with a weight_map): "
+                     f"{e!r}") from None
+  shards = sorted(set(weight_map.values()))
+  for shard in shards:
+    if not os.path.isfile(os.path.join(hf_dir, shard)):
+      tensors = [t for t, s in weight_map.items() if s == shard]
+      raise FileNotFoundError(f"{index} names shard {shard!r} ({len(tensors)} tensors, e.g. "
+                              f"{tensors[0]!r}), but {os.path.join(hf_dir, shard)} is missing; "
+                              "download it")
+  return [os.path.join(hf_dir, s) for s in shards]
 
 
 class SafetensorsDir:
   """All tensors of an HF checkpoint directory, by name; data is read lazily."""
 
   def __init__(self, hf_dir: str):
-    files = sorted(glob.glob(os.path.join(hf_dir, "*.safetensors")))
+    files = sorted(set(glob.glob(os.path.join(hf_dir, "*.safetensors")))
+                   | set(_indexed_shards(hf_dir)))
     if not files:
       raise FileNotFoundError(f"No *.safetensors files in {hf_dir!r}")
     self.infos: dict[str, TensorInfo] = {}

@@ -4,7 +4,12 @@
 
 Streams one tensor at a time (fp8 / int4 weights dequantized on the fly) and writes
 `OUT/config.json` (our ModelConfig) + `OUT/variables` (orbax); see composer_jax.hf.
+A bad checkpoint (missing, empty, truncated or cut shard, unreadable config.json, an
+unsupported model_type, tensors that do not match the config) exits with one line naming
+the file.
 """
+
+import sys
 
 from absl import app, flags, logging
 
@@ -24,7 +29,10 @@ def _parse_flags(argv):
 
 def main(argv):
   del argv
-  cfg = importer.import_to_checkpoint(_HF_DIR.value, _OUT.value, dtype=_DTYPE.value)
+  try:
+    cfg = importer.import_to_checkpoint(_HF_DIR.value, _OUT.value, dtype=_DTYPE.value)
+  except (ValueError, OSError) as e:
+    sys.exit(f"error: {e}")
   logging.info("Imported %d layers (%d MoE) to %s", cfg.num_layers, cfg.num_moe_layers,
                _OUT.value)
 

@@ -8,16 +8,29 @@ file per process (grain's orbax handler; its state is taken when `save` is calle
 asynchronous (training continues while files are written), keep the newest `keep`
 checkpoints, and are atomic (orbax writes a temporary directory and renames it on commit),
 so an interrupted save never leaves a half-written step behind.
+
+Faults end in one line: a checkpoint whose files do not read back raises
+`CorruptCheckpointError` naming the step and the file (the loop then falls back to the
+previous one and `set_aside` renames the bad one to `<step>.corrupt`); a save that cannot
+be written (disk full, read-only) raises `CheckpointSaveError`, checked for free space
+before the write starts and re-raised from the async writer's thread without its traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import json
+import logging as py_logging
 import os
+import shutil
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import grain
+import jax
 import orbax.checkpoint as ocp
 
 from composer_jax.model.config import ModelConfig
@@ -48,6 +61,70 @@ def check_same_model(saved: ModelConfig, current: ModelConfig, where: str,
                      f"{', '.join(diffs)}; use a fresh --workdir or the matching model config")
 
 
+class CorruptCheckpointError(ValueError):
+  """A checkpoint whose files do not read back completely."""
+
+
+class CheckpointSaveError(OSError):
+  """A checkpoint that could not be written (disk full, read-only, ...)."""
+
+
+def _root_cause(e: BaseException) -> BaseException:
+  seen = {id(e)}
+  while (nxt := e.__cause__ or e.__context__) is not None and id(nxt) not in seen:
+    seen.add(id(nxt))
+    e = nxt
+  return e
+
+
+def _first_line(e: BaseException, limit: int = 300) -> str:
+  text = str(e).strip().splitlines()
+  line = text[0].strip() if text else type(e).__name__
+  return line if len(line) <= limit else line[:limit] + "..."
+
+
+def _unreadable_metadata(step_dir: str) -> str | None:
+  """The first JSON metadata file under `step_dir` that does not parse (array data, in
+  `ocdbt.*/d/` and `d/`, is binary and read by tensorstore instead)."""
+  for root, dirs, files in os.walk(step_dir):
+    dirs[:] = sorted(d for d in dirs if d != "d" and not d.startswith("ocdbt."))
+    for name in sorted(files):
+      if name == "commit_success.txt" or name.endswith(".ocdbt"):
+        continue
+      path = os.path.join(root, name)
+      try:
+        with open(path) as f:
+          json.load(f)
+      except (OSError, ValueError):
+        return path
+  return None
+
+
+class _DropReraisedThreadErrors(py_logging.Filter):
+  """Orbax logs an async writer thread's failure with its traceback, then re-raises it to
+  the caller of save/wait, which reports it in one line: drop the logged copy."""
+
+  def filter(self, record):
+    return not ("orbax" in record.pathname and "raised an exception" in record.getMessage())
+
+
+def _ignore_closed_loop_callbacks(unraisable) -> None:
+  """After one tensorstore write of a save fails, orbax closes the writer's event loop while
+  the other writes are still in flight; their completion callbacks then fail with
+  'Event loop is closed', reported as unraisable exceptions (a traceback each). The save's
+  own error is reported once; these are dropped, everything else goes to the default hook."""
+  e = unraisable.exc_value
+  if not (isinstance(e, RuntimeError) and str(e) == "Event loop is closed"):
+    sys.__unraisablehook__(unraisable)
+
+
+def _quiet_failed_saves() -> None:
+  absl_logger = py_logging.getLogger("absl")  # Orbax logs through absl.
+  if not any(isinstance(f, _DropReraisedThreadErrors) for f in absl_logger.filters):
+    absl_logger.addFilter(_DropReraisedThreadErrors())
+  sys.unraisablehook = _ignore_closed_loop_callbacks
+
+
 class Checkpointer:
   """Saves and restores `(TrainState, data-iterator state, config)` under a workdir."""
 
@@ -57,6 +134,8 @@ class Checkpointer:
                                            enable_async_checkpointing=True)
     self._mngr = ocp.CheckpointManager(self.directory, options=options,
                                        item_names=("state", "data", "config"))
+    self._save_error: CheckpointSaveError | None = None
+    _quiet_failed_saves()
 
   def latest_step(self) -> int | None:
     return self._mngr.latest_step()
@@ -71,31 +150,114 @@ class Checkpointer:
   def save(self, step: int, state: Any, data_iterator: grain.DatasetIterator,
            model_cfg: ModelConfig, run_config: dict) -> None:
     """Starts an asynchronous save; `state` and the iterator position are captured before
-    it returns, so training may go on (and donate `state`'s buffers) right away."""
+    it returns, so training may go on (and donate `state`'s buffers) right away.
+
+    Raises:
+      CheckpointSaveError: too little free space for this checkpoint, or an earlier
+        asynchronous save failed.
+    """
+    self._check_free_space(step, state)
     config = {"model": model_cfg.to_dict(), "run": run_config}
-    self._mngr.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state),
-        data=grain.checkpoint.CheckpointSave(data_iterator),
-        config=ocp.args.JsonSave(config)), force=True)
+    with self._save_errors(step):
+      self._mngr.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state),
+          data=grain.checkpoint.CheckpointSave(data_iterator),
+          config=ocp.args.JsonSave(config)), force=True)
+
+  def _check_free_space(self, step: int, state: Any) -> None:
+    # Each process writes its own shards: its addressable bytes (+ metadata headroom).
+    need = sum(sh.data.nbytes for x in jax.tree.leaves(state) if isinstance(x, jax.Array)
+               for sh in x.addressable_shards)
+    need = int(need * 1.1) + (1 << 20)
+    free = shutil.disk_usage(self.directory).free
+    if free < need:
+      self._save_error = CheckpointSaveError(
+          errno.ENOSPC, f"cannot write checkpoint step {step}: it needs ~{need / 2**20:.1f} "
+          f"MiB, {free / 2**20:.1f} MiB free in {self.directory}; free space or use "
+          f"another --workdir (checkpoints {self.all_steps()} are intact)")
+      raise self._save_error
+
+  @contextlib.contextmanager
+  def _save_errors(self, step: int | None):
+    """An orbax write failure (this save or an earlier async one) -> one line."""
+    try:
+      yield
+    except CheckpointSaveError:
+      raise
+    except Exception as e:
+      root = _root_cause(e)
+      where = f" step {step}" if step is not None else ""
+      self._save_error = CheckpointSaveError(
+          getattr(root, "errno", None) or errno.EIO,
+          f"checkpoint save{where} in {self.directory} failed: {_first_line(root)}")
+      raise self._save_error from None
 
   def saved_model_config(self, step: int) -> ModelConfig:
-    """The model config a checkpoint was written with."""
-    restored = self._mngr.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))
-    return ModelConfig.from_dict(restored["config"]["model"])
+    """The model config a checkpoint was written with.
+
+    Raises:
+      CorruptCheckpointError: its config file does not read back.
+    """
+    try:
+      restored = self._mngr.restore(
+          step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))
+      return ModelConfig.from_dict(restored["config"]["model"])
+    except Exception as e:
+      raise self._corrupt(step, e) from None
 
   def restore(self, step: int, abstract_state: Any,
               data_iterator: grain.DatasetIterator | None = None) -> Any:
     """Returns the state (`abstract_state` gives shapes, dtypes and shardings) and moves
-    `data_iterator`, if given, to the saved position."""
+    `data_iterator`, if given, to the saved position.
+
+    Raises:
+      CorruptCheckpointError: a file of the checkpoint does not read back completely.
+    """
     items = {"state": ocp.args.StandardRestore(abstract_state)}
     if data_iterator is not None:
       items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
-    return self._mngr.restore(step, args=ocp.args.Composite(**items))["state"]
+    try:
+      state = self._mngr.restore(step, args=ocp.args.Composite(**items))["state"]
+      return jax.block_until_ready(state)  # Read errors surface here, not at first use.
+    except Exception as e:
+      raise self._corrupt(step, e) from None
+
+  def _corrupt(self, step: int, e: Exception) -> CorruptCheckpointError:
+    step_dir = os.path.join(self.directory, str(step))
+    where = _unreadable_metadata(step_dir) or step_dir
+    return CorruptCheckpointError(f"checkpoint step {step} does not restore: {where}: "
+                                  f"{_first_line(_root_cause(e))}")
+
+  def set_aside(self, step: int) -> str:
+    """Renames checkpoint `step` to `<step>.corrupt[.N]` (kept, no longer a checkpoint)."""
+    src = os.path.join(self.directory, str(step))
+    dst, n = f"{src}.corrupt", 1
+    while os.path.exists(dst):
+      dst, n = f"{src}.corrupt.{n}", n + 1
+    os.rename(src, dst)
+    self._mngr.reload()
+    return dst
 
   def wait(self) -> None:
-    """Blocks until pending asynchronous saves are committed."""
-    self._mngr.wait_until_finished()
+    """Blocks until pending asynchronous saves are committed.
+
+    Raises:
+      CheckpointSaveError: an asynchronous save failed.
+    """
+    with self._save_errors(None):
+      self._mngr.wait_until_finished()
 
   def close(self) -> None:
-    self._mngr.wait_until_finished()
-    self._mngr.close()
+    """Waits for pending saves and closes; a save error already raised is not raised again."""
+    reported = self._save_error is not None
+    try:
+      self.wait()
+    except CheckpointSaveError:
+      if not reported:
+        raise
+    finally:
+      try:
+        self._mngr.close()
+      except Exception:
+        if self._save_error is None:
+          raise

@@ -99,15 +99,41 @@ class _Evaluator:
     return total / max(count, 1.0)
 
 
+def _restore_newest(model_cfg, ckpt, progs, train_iter, workdir):
+  """The newest checkpoint that restores completely (moving `train_iter` to its position),
+  or None when there is none. Newer ones that do not restore are reported in one line each
+  and renamed aside (`Checkpointer.set_aside`); if none restores, all stay in place.
+
+  Raises:
+    CorruptCheckpointError: checkpoints exist but none restores.
+    ValueError: the newest readable checkpoint is of a different model.
+  """
+  corrupt = []
+  for step in sorted(ckpt.all_steps(), reverse=True):
+    try:
+      saved = ckpt.saved_model_config(step)
+      checkpointing.check_same_model(saved, model_cfg, f"--workdir {workdir}")
+      state = ckpt.restore(step, progs.target, train_iter)
+    except checkpointing.CorruptCheckpointError as e:
+      corrupt.append((step, e))
+      continue
+    for bad, e in corrupt:
+      aside = ckpt.set_aside(bad) if jax.process_index() == 0 else "(process 0 renames it)"
+      logging.warning("%s; renamed it to %s and resuming from step %d", e, aside, step)
+    logging.info("Resuming from %s/%d", ckpt.directory, step)
+    return state
+  if corrupt:
+    raise checkpointing.CorruptCheckpointError(
+        f"no checkpoint in {ckpt.directory} restores (steps {[s for s, _ in corrupt]}); newest: "
+        f"{corrupt[0][1]}; move them aside to start afresh")
+  return None
+
+
 def _initial_state(config, model_cfg, ckpt, progs, train_iter, workdir):
-  """The newest checkpoint (moving `train_iter` to its position), else `train.init_from`,
-  else a random init."""
-  latest = ckpt.latest_step()
-  if latest is not None:
-    checkpointing.check_same_model(ckpt.saved_model_config(latest), model_cfg,
-                                   f"--workdir {workdir}")
-    logging.info("Resuming from %s/%d", ckpt.directory, latest)
-    return ckpt.restore(latest, progs.target, train_iter)
+  """The newest checkpoint that restores, else `train.init_from`, else a random init."""
+  state = _restore_newest(model_cfg, ckpt, progs, train_iter, workdir)
+  if state is not None:
+    return state
   variables = None
   if config.train.init_from:
     variables = init_from.load(config.train.init_from, model_cfg,
@@ -122,7 +148,9 @@ def train(config, workdir: str) -> list[dict]:
   devices instead (nothing is allocated) and returns [].
 
   Raises:
-    ValueError: bad config, or `workdir` holds a checkpoint of a different model.
+    ValueError: bad config, `workdir` holds a checkpoint of a different model, or none of
+      its checkpoints restores (`CorruptCheckpointError`).
+    CheckpointSaveError: a checkpoint could not be written (disk full, read-only).
     NonFiniteLossError: NaN/inf loss or update; checkpoints before it are intact.
   """
   validate(config)

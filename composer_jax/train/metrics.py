@@ -3,6 +3,11 @@
 Each record is a flat dict of scalars with `step` (optimizer steps done) and `tokens`
 (training tokens consumed so far). Train records carry `loss`, `grad_norm`, `lr`, `tokens_per_s`,
 `moe/*` and `update_rms/*`; eval records carry `eval_loss`.
+
+`metrics.jsonl` holds every step once, whatever killed the run: each record is one `write`
+of one line (a kill leaves at most a torn last line), and a resumed run first moves aside
+what the checkpoint it resumed from does not cover: a torn line to `metrics.jsonl.torn`,
+records of steps after the checkpoint (they are run again) to `metrics.jsonl.rerun`.
 """
 
 from __future__ import annotations
@@ -47,25 +52,63 @@ def format_duration(seconds: float) -> str:
 
 
 def read_metrics(workdir: str) -> list[dict]:
-  """Records of `<workdir>/metrics.jsonl`, one per step (steps re-run after a resume from an
-  earlier checkpoint were logged twice; the later record wins)."""
+  """Records of `<workdir>/metrics.jsonl`, one per step, in step order (for a run that is
+  still writing, an unterminated last line is skipped)."""
+  path = os.path.join(workdir, "metrics.jsonl")
   by_step = {}
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    for line in f:
-      record = json.loads(line)
+  with open(path) as f:
+    for n, line in enumerate(f, start=1):
+      if not line.endswith("\n"):
+        break
+      try:
+        record = json.loads(line)
+      except ValueError as e:
+        raise ValueError(f"{path}:{n}: not a JSON record ({e}): {line[:80]!r}") from None
       by_step[record["step"]] = record
   return [by_step[s] for s in sorted(by_step)]
+
+
+def _move_aside(path: str, start_step: int) -> None:
+  """Keeps in `path` the complete records of steps <= `start_step`; appends a torn or
+  unparsable line to `path.torn` and later steps' records to `path.rerun`."""
+  with open(path, "rb") as f:
+    lines = f.read().splitlines(keepends=True)
+  keep, torn, rerun = [], [], []
+  for line in lines:
+    try:
+      record = json.loads(line) if line.endswith(b"\n") else None
+    except ValueError:
+      record = None
+    if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+      torn.append(line if line.endswith(b"\n") else line + b"\n")
+    else:
+      (keep if record["step"] <= start_step else rerun).append(line)
+  for suffix, moved, what in ((".torn", torn, "torn or unreadable lines"),
+                              (".rerun", rerun, f"records after step {start_step}")):
+    if moved:
+      with open(path + suffix, "ab") as f:  # Written before `path` shrinks: nothing is lost.
+        f.write(b"".join(moved))
+      logging.warning("Moved %d %s of %s to %s", len(moved), what, path, path + suffix)
+  if torn or rerun:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+      f.write(b"".join(keep))
+    os.replace(tmp, path)
 
 
 class MetricsWriter:
   """Writes records to the console, `<workdir>/metrics.jsonl` and `<workdir>/tensorboard/`.
 
-  Files are appended to, so a resumed run continues the same curves.
+  Files are appended to, so a resumed run continues the same curves; `start_step` is the
+  step resumed from (0 for a fresh run): `metrics.jsonl` is first cut back to it.
   """
 
   def __init__(self, workdir: str, total_steps: int, start_step: int):
     os.makedirs(workdir, exist_ok=True)
-    self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+    path = os.path.join(workdir, "metrics.jsonl")
+    if os.path.exists(path):
+      _move_aside(path, start_step)
+    self._jsonl = open(path, "ab", buffering=0)  # One os.write per record: no torn lines.
     from tensorboardX import SummaryWriter  # Imports torch (~1.5 s): only when writing.
 
     self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
@@ -77,8 +120,7 @@ class MetricsWriter:
   def write(self, record: dict, console: bool = True) -> None:
     """`record`: {'step': int, 'tokens': int, name: float, ...}; every record goes to the
     files, and to the console unless `console` is False."""
-    self._jsonl.write(json.dumps(record) + "\n")
-    self._jsonl.flush()
+    self._jsonl.write((json.dumps(record) + "\n").encode())
     for k, v in record.items():
       if k != "step":
         self._tb.add_scalar(k, v, record["step"])

@@ -34,10 +34,35 @@ def test_tiktoken_file_encodes_by_hand(tmp_path, write_tiktoken, text, expected)
   )
   tok = tok_lib.load_tokenizer(ConfigDict({"tokenizer": path}))
   assert tok.encode(text) == expected
-  assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.vocab_size) == (261, 262, 263, 264)
+  assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.vocab_size) == (261, 262, 516, 517)
   assert tok.decode([tok.bos_id, *expected, tok.eos_id]) == text
   (doc,) = tok.encode_documents([text.encode()])
   np.testing.assert_array_equal(doc, expected)
+
+
+def test_kimi_special_token_ids(tmp_path, write_tiktoken, monkeypatch):
+  """A tiktoken file of Kimi K2's size (163,584 ranks) gets the ids of the released
+  tokenizer_config.json (`added_tokens_decoder`), hand-copied here."""
+  # The ranks' content is irrelevant to the ids: a small file, then a 163,584-rank count.
+  real = tok_lib._read_ranks
+  monkeypatch.setattr(tok_lib, "_read_ranks",
+                      lambda p: {**real(p), **{f"t{i}".encode(): i for i in range(256, 163584)}})
+  tok = tok_lib.TiktokenTokenizer(write_tiktoken(tmp_path / "tiktoken.model", {}))
+  published = {"[BOS]": 163584, "[EOS]": 163585, "<|im_end|>": 163586, "<|im_user|>": 163587,
+               "<|im_assistant|>": 163588, "<|start_header_id|>": 163590,
+               "<|end_header_id|>": 163591, "[EOT]": 163593, "<|im_system|>": 163594,
+               "<|tool_calls_section_begin|>": 163595, "<|tool_calls_section_end|>": 163596,
+               "<|tool_call_begin|>": 163597, "<|tool_call_argument_begin|>": 163598,
+               "<|tool_call_end|>": 163599, "<|im_middle|>": 163601, "[UNK]": 163838,
+               "[PAD]": 163839}
+  assert {k: tok.special_tokens[k] for k in published} == published
+  assert tok.special_tokens["<|reserved_token_163589|>"] == 163589
+  assert len(tok.special_tokens) == 256
+  assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.vocab_size) == (163584, 163585, 163839, 163840)
+  hi = tok.encode("hi")
+  ids = [tok.bos_id, 163587, *hi, 163586, tok.eos_id, tok.pad_id]
+  assert tok.decode(ids) == "<|im_user|>hi<|im_end|>"  # <|im_end|> is kept
+  assert tok.encode("<|im_end|>") != [163586]  # literal text in a corpus stays text
 
 
 def test_tokenizer_found_next_to_checkpoint(tmp_path, tiny_tiktoken):

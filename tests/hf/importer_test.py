@@ -1,5 +1,8 @@
 """Importer: quantized checkpoints, MTP / multimodal skipping, streaming CLI, bad input."""
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -79,6 +82,66 @@ def test_fp8_without_scale(exported, tmp_path):
 def test_bad_checkpoints(exported, tmp_path, mutate, match):
   with pytest.raises(ValueError, match=match):
     importer.load_hf(_mutated(exported, tmp_path, mutate))
+
+
+def _cut(path, size):
+  os.truncate(path, size if size >= 0 else os.path.getsize(path) + size)
+
+
+def _index(hf_dir, shard):
+  """Re-points lm_head.weight in the index to `shard`."""
+  path = os.path.join(hf_dir, "model.safetensors.index.json")
+  with open(path) as f:
+    index = json.load(f)
+  index["weight_map"]["lm_head.weight"] = shard
+  with open(path, "w") as f:
+    json.dump(index, f)
+
+
+_SHARD = "model-00001-of-00001.safetensors"
+_BAD_FILES = {  # fault -> (how, the one-line error; {d} is the checkpoint dir)
+    "truncated_shard": (lambda d: _cut(f"{d}/{_SHARD}", -100),
+                        "{d}/" + _SHARD + ": truncated: its header describes"),
+    "cut_header": (lambda d: _cut(f"{d}/{_SHARD}", 20),
+                   "{d}/" + _SHARD + ": safetensors header cut short (file has 20 bytes"),
+    "zero_byte_shard": (lambda d: _cut(f"{d}/{_SHARD}", 0),
+                        "{d}/" + _SHARD + ": empty file (0 bytes)"),
+    "indexed_shard_missing": (lambda d: _index(d, "model-00002-of-00002.safetensors"),
+                              "{d}/model.safetensors.index.json names shard "
+                              "'model-00002-of-00002.safetensors' (1 tensors, e.g. "
+                              "'lm_head.weight'), but {d}/model-00002-of-00002.safetensors "
+                              "is missing"),
+    "config_not_json": (lambda d: open(f"{d}/config.json", "w").write("{'model_type': "),
+                        "{d}/config.json: not valid JSON (Expecting property name"),
+    "unknown_model_type": (lambda d: json.dump({"model_type": "llama"},
+                                               open(f"{d}/config.json", "w")),
+                           "{d}/config.json: Unsupported model_type='llama'; supported: "
+                           "('deepseek_v3', 'kimi_k2')"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(_BAD_FILES))
+def test_bad_files_one_line(exported, tmp_path, fault):
+  hf_dir = str(tmp_path / "hf")
+  shutil.copytree(exported[1], hf_dir)
+  make, expected = _BAD_FILES[fault]
+  make(hf_dir)
+  with pytest.raises((ValueError, FileNotFoundError)) as e:
+    importer.load_hf(hf_dir)
+  assert str(e.value).startswith(expected.format(d=hf_dir)), str(e.value)
+  assert "\n" not in str(e.value)
+
+
+def test_cli_bad_file_is_one_line(exported, tmp_path):
+  hf_dir = str(tmp_path / "hf")
+  shutil.copytree(exported[1], hf_dir)
+  _cut(f"{hf_dir}/{_SHARD}", -100)
+  proc = subprocess.run([sys.executable, "-m", "composer_jax.tools.import_hf", "--hf-dir",
+                         hf_dir, f"--out={tmp_path / 'out'}"], env=helpers.CLI_ENV,
+                        capture_output=True, text=True)
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      f"error: {hf_dir}/{_SHARD}: truncated"), proc.stderr
 
 
 def test_mtp_layers_skipped_only_when_declared(exported, tmp_path):

@@ -5,6 +5,7 @@ import sysconfig
 
 import pytest
 
+from composer_jax.train import loop
 from experiments.configs import default
 
 # A small corpus that does not change while tests run: the stdlib's asyncio sources.
@@ -27,3 +28,11 @@ def tiny_config(steps: int = TOTAL_STEPS, **train):
 @pytest.fixture
 def make_config():
   return tiny_config
+
+
+@pytest.fixture(scope="session")
+def full_run(tmp_path_factory):
+  """An uninterrupted TOTAL_STEPS-step run: (workdir, records); checkpoints at 3 and 6.
+  Tests that change the workdir work on a copy."""
+  workdir = str(tmp_path_factory.mktemp("full"))
+  return workdir, loop.train(tiny_config(), workdir)

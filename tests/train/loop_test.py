@@ -17,13 +17,6 @@ from experiments.configs import base
 from tests.train.conftest import TOTAL_STEPS, tiny_config
 
 
-@pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
-  """An uninterrupted TOTAL_STEPS-step run: (workdir, records)."""
-  workdir = str(tmp_path_factory.mktemp("full"))
-  return workdir, loop.train(tiny_config(), workdir)
-
-
 def _losses(records):
   return {r["step"]: r["loss"] for r in records if "loss" in r}
 
