@@ -9,14 +9,20 @@ import functools
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Package -> the packages (top-level under composer_jax, or `experiments`) it must not import.
-FORBIDDEN = {
-  **{p: ("train", "rl", "envs", "experiments") for p in ("model", "optim", "parallel", "data")},
-  "train": ("rl", "envs", "experiments"),
-  "rl": ("envs", "experiments"),
-  "envs": ("experiments",),
-  **{p: ("experiments",) for p in ("hf", "tools")},
-}
+# The layers, low to high (README "Layering"): a module may import its own package and the
+# packages of LOWER layers only, never a package of its own layer or above. `parallel` is at
+# the bottom because the model runs its shard_map layers (context-parallel attention,
+# expert-parallel MoE) on it; the optimizer reads parameter shardings, the trainer joins them.
+LAYERS = (
+    ("data", "parallel"),
+    ("model",),
+    ("optim", "hf"),
+    ("train", "tools"),
+    ("rl",),
+    ("envs",),
+    ("experiments",),
+)
+RANK = {p: i for i, layer in enumerate(LAYERS) for p in layer}
 
 
 @functools.cache
@@ -56,12 +62,22 @@ def _layer(name: str) -> str | None:
   return parts[1] if parts[0] == "composer_jax" and len(parts) > 1 else None
 
 
-def test_no_library_module_imports_a_higher_layer():
+def _allowed(importer: str, imported: str) -> bool:
+  """May a module of package `importer` import one of package `imported`?"""
+  return imported == importer or RANK[imported] < RANK[importer]
+
+
+def test_every_package_has_a_layer():
+  packages = {_layer(m) for m in _modules()} - {None}
+  assert packages <= set(RANK), sorted(packages - set(RANK))
+
+
+def test_no_library_module_imports_its_layer_or_a_higher_one():
   bad = []
   for module, path in sorted(_modules().items()):
-    forbidden = FORBIDDEN.get(_layer(module), ())
+    layer = _layer(module)
     bad += [f"{module} imports {n}" for n in sorted(_imports(module, path))
-            if _layer(n) in forbidden]
+            if layer and _layer(n) in RANK and not _allowed(layer, _layer(n))]
   assert not bad, bad
 
 
@@ -93,4 +109,9 @@ def test_the_check_sees_a_violation(tmp_path):
   path = tmp_path / "x.py"
   path.write_text("from ..envs import tools\nimport composer_jax.experiments_not\n")
   assert "composer_jax.envs.tools" in _imports("composer_jax.rl.x", str(path))
-  assert _layer("composer_jax.envs.tools") in FORBIDDEN["rl"]
+  assert not _allowed("rl", _layer("composer_jax.envs.tools"))
+  # The rules the README states: parallel below model, model below optim, nothing imports
+  # experiments, and siblings of one layer (optim, hf) do not import each other.
+  assert _allowed("model", "parallel") and not _allowed("parallel", "model")
+  assert _allowed("optim", "model") and not _allowed("parallel", "optim")
+  assert not _allowed("optim", "hf") and not _allowed("envs", "experiments")

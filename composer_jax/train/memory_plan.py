@@ -40,7 +40,7 @@ def memory_plan(config, model_cfg: ModelConfig, device_count: int) -> dict:
   optimizer = build_optimizer(config.optim, axes)
   key = jax.ShapeDtypeStruct((2,), np.uint32)
   abstract = abstract_state(model_cfg, optimizer, key)
-  dm = placement.abstract_mesh(config.mesh, device_count)
+  dm = placement.abstract_mesh(config.mesh, device_count, model_cfg, config.train.seq_len)
   shard = placement.state_shardings(abstract, axes, dm, config.rules)
   per_device = {
       "params": placement.per_device_bytes(abstract.params, shard.params),

@@ -17,9 +17,11 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
+from composer_jax.model.config import ModelConfig
 from composer_jax.parallel import context
 from composer_jax.parallel import rules as rules_lib
 from composer_jax.parallel.mesh import DENSE_AXES, EXPERT_AXES, DualMesh, make_meshes, resolve_sizes
+from composer_jax.parallel.validation import validate_layout
 from composer_jax.train.state import TrainState
 
 
@@ -29,8 +31,19 @@ def num_devices(mesh_cfg) -> int | None:
   return None if -1 in sizes else math.prod(sizes)
 
 
-def build_mesh(mesh_cfg) -> DualMesh:
-  """The dual mesh over the first `num_devices(mesh_cfg)` devices (all when a size is -1)."""
+def check_layout(mesh_cfg, model_cfg: ModelConfig, device_count: int,
+                 seq_len: int | None = None) -> None:
+  """`parallel.validation.validate_layout` with the sizes of `model_cfg` (one-line errors)."""
+  c = model_cfg
+  validate_layout(mesh_cfg, device_count,
+                  routed_experts=c.n_routed_experts if c.num_moe_layers else 0,
+                  heads=c.num_heads, kv_heads=c.num_kv_heads if c.attention == "gqa" else None,
+                  seq_len=seq_len)
+
+
+def build_mesh(mesh_cfg, model_cfg: ModelConfig, seq_len: int | None = None) -> DualMesh:
+  """The dual mesh over the first `num_devices(mesh_cfg)` devices (all when a size is -1),
+  after `check_layout` (the layout fits `model_cfg` and rows of `seq_len` tokens)."""
   n = num_devices(mesh_cfg)
   devices = jax.devices() if n is None else jax.devices()[:n]
   if n is not None and len(devices) < n:
@@ -41,11 +54,15 @@ def build_mesh(mesh_cfg) -> DualMesh:
                      f"{jax.device_count()} devices of this {jax.process_count()}-process run; "
                      "a multi-process mesh must span every device (a size of -1 takes the rest, "
                      "as in the named layouts, e.g. --config=experiments/configs/default.py:fsdp)")
+  check_layout(mesh_cfg, model_cfg, len(devices), seq_len)
   return make_meshes(mesh_cfg, devices)
 
 
-def abstract_mesh(mesh_cfg, device_count: int) -> DualMesh:
-  """Device-free `DualMesh` of `device_count` devices, for memory plans of a whole pod."""
+def abstract_mesh(mesh_cfg, device_count: int, model_cfg: ModelConfig,
+                  seq_len: int | None = None) -> DualMesh:
+  """Device-free `DualMesh` of `device_count` devices, for memory plans of a whole pod
+  (after `check_layout`)."""
+  check_layout(mesh_cfg, model_cfg, device_count, seq_len)
   dense = resolve_sizes(mesh_cfg, DENSE_AXES, device_count)
   expert = resolve_sizes(mesh_cfg, EXPERT_AXES, device_count)
   return DualMesh(dense=AbstractMesh(dense, DENSE_AXES), expert=AbstractMesh(expert, EXPERT_AXES))

@@ -55,7 +55,7 @@ class Programs(NamedTuple):
 
 def _build(config, model_cfg: ModelConfig) -> Programs:
   t = config.train
-  dm = placement.build_mesh(config.mesh)
+  dm = placement.build_mesh(config.mesh, model_cfg, t.seq_len)
   axes = transformer.logical_axes(model_cfg)["params"]
   # Param shardings first: on a multi-device mesh the optimizer runs the sharded Muon on them.
   param_shapes = jax.eval_shape(lambda: transformer.init(model_cfg, jax.random.key(0)))["params"]

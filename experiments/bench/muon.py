@@ -8,7 +8,7 @@ hyperparameters (`optax.contrib.muon` with the MuonDimensionNumbers of our
 logical-axis table, vs `sharded_scale_by_muon` + AdamW in the same `partition`),
 jitted with the parameters' layout shardings. Prints per preset the step times,
 their ratio, and the achieved Newton–Schulz FLOP/s (useful FLOPs of
-`composer_jax.parallel.muon_cost`, all 8 devices together, over our step time) as
+`composer_jax.optim.muon_cost`, all 8 devices together, over our step time) as
 a fraction of the measured matmul FLOP/s of one device and of all 8 devices
 running matmuls at once. The 8 fake devices share this machine's cores, so one
 fake device's matmul rate is not a ceiling for all 8 together: the second fraction
@@ -33,9 +33,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 from composer_jax.model import axes as axes_lib  # noqa: E402
 from composer_jax.model import transformer  # noqa: E402
 from composer_jax.model.config import get_preset  # noqa: E402
-from composer_jax.optim import muon  # noqa: E402
+from composer_jax.optim import muon, muon_cost  # noqa: E402
 from composer_jax.optim.sharded_muon import sharded_scale_by_muon  # noqa: E402
-from composer_jax.parallel import muon_cost  # noqa: E402
 from composer_jax.parallel.mesh import make_meshes  # noqa: E402
 from composer_jax.parallel.rules import param_shardings  # noqa: E402
 from experiments.configs import layouts  # noqa: E402

@@ -4,7 +4,7 @@
 
 Writes to --out:
   matrices.csv  one row per Muon parameter: count of [fan_in, fan_out] matrices,
-                NS FLOPs and all-to-all bytes per matrix (`composer_jax.parallel.muon_cost`);
+                NS FLOPs and all-to-all bytes per matrix (`composer_jax.optim.muon_cost`);
   step_cost.csv one row per GPU count N: per-device NS FLOPs and all-to-all bytes,
                 compute / communication / projected step seconds;
   layouts.csv   devices each named layout needs: dual view vs one shared mesh;
@@ -55,7 +55,7 @@ def main(argv):
 
   from composer_jax.model import transformer
   from composer_jax.model.config import get_preset
-  from composer_jax.parallel import muon_cost
+  from composer_jax.optim import muon_cost
   from composer_jax.parallel.mesh import DENSE_AXES, EXPERT_AXES, resolve_sizes
   from experiments.configs import layouts
 

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import pytest
 
+from composer_jax.model.config import get_preset
 from composer_jax.parallel import distributed
 from composer_jax.parallel.distributed import Plan, Settings
 from composer_jax.train import checkpointing, loop, placement, programs
@@ -97,7 +98,7 @@ def test_tpu_vm_detection(tmp_path, monkeypatch):
 def test_multi_process_mesh_must_span_every_device(monkeypatch):
   monkeypatch.setattr(jax, "process_count", lambda: 2)
   with pytest.raises(ValueError, match="use 1 of the 8 devices of this 2-process run"):
-    placement.build_mesh(default.get_config().mesh)
+    placement.build_mesh(default.get_config().mesh, get_preset("tiny"))
 
 
 # A few steps of the default config's model and optimizer, tiny batches, over all devices.

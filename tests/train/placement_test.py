@@ -26,8 +26,8 @@ def _setup(layout):
 
 
 def test_optimizer_state_follows_param_shardings():
-  config, _, axes, abstract = _setup("fsdp_ep")
-  dm = placement.build_mesh(config.mesh)
+  config, model_cfg, axes, abstract = _setup("fsdp_ep")
+  dm = placement.build_mesh(config.mesh, model_cfg)
   shard = placement.state_shardings(abstract, axes, dm, config.rules)
   expected = rules_lib.param_shardings(axes, dm, config.rules, shapes=abstract.params)
   assert shard.params == expected
@@ -50,7 +50,7 @@ def test_optimizer_state_follows_param_shardings():
 def test_memory_plan_matches_hand_count(layout, devices):
   config, model_cfg, axes, abstract = _setup(layout)
   plan = memory_plan.memory_plan(config, model_cfg, devices)
-  dm = placement.abstract_mesh(config.mesh, devices)
+  dm = placement.abstract_mesh(config.mesh, devices, model_cfg)
   specs = rules_lib.param_shardings(axes, dm, config.rules, shapes=abstract.params)
   # Hand count: each parameter's size divided by the mesh axes its dims are split over.
   per_device = 0
