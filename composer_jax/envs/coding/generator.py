@@ -9,9 +9,10 @@ Validation of a change (N = validation_runs re-runs of the whole suite on fresh 
   PASS_TO_PASS = passed in every baseline run and in every post-change run;
   anything else that passed before is flaky and dropped. A task is kept only if both lists are
   non-empty, some FAIL_TO_PASS test is direct (the coverage map says it executed the changed
-  code; the others are collateral: they fail through an import of a deleted name), every
-  FAIL_TO_PASS test is explained (direct, or its file names a deleted symbol), FAIL_TO_PASS is at
-  most max_f2p_fraction of the suite, the visible workspace passes the leak scan, and (verify)
+  code; the others are collateral: they fail through an import of a deleted name, or ran the
+  code where coverage does not see it, in a subprocess), every FAIL_TO_PASS test of a deletion
+  is explained (direct, or its file names a deleted symbol), FAIL_TO_PASS is at most
+  max_f2p_fraction of the suite, the visible workspace passes the leak scan, and (verify)
   the gold patch grades 1.0 and the empty patch 0.0. Everything is deterministic given the seed.
 The baseline and coverage map are computed once per project and, with `cache`, reused across
 runs (keyed by the sdist and dependency hashes and the generator version).
@@ -232,6 +233,10 @@ class Generator:
 
   def generate_deletions(self, max_tasks: int) -> list[Task]:
     pool = self.candidates()
+    if not pool and max_tasks:
+      self.log.append(
+        "deletion: no candidate: no eligible feature has 1..max_tests_per_feature tests"
+      )
     tasks, attempts = [], 0
     for primary in pool:
       if len(tasks) >= max_tasks or attempts >= self.cfg.max_attempts:
@@ -244,8 +249,10 @@ class Generator:
     return tasks
 
   def generate_bugs(self, max_tasks: int) -> list[Task]:
-    tasks = []
-    for sym, mut in self.bug_candidates()[: self.cfg.max_attempts]:
+    tasks, pool = [], self.bug_candidates()
+    if not pool and max_tasks:
+      self.log.append("bug: no candidate: no covered function has 1..max_tests_per_feature tests")
+    for sym, mut in pool[: self.cfg.max_attempts]:
       if len(tasks) >= max_tasks:
         break
       task, why = self._guarded(self.build_bug, sym, mut)
@@ -288,7 +295,11 @@ class Generator:
 
   def build_bug(self, sym: testmap.Symbol, mut: bug_injection.Mutation):
     """One candidate mutation -> (task, '') or (None, why it was rejected)."""
-    change = Change("bug", [sym], {sym.path: mut.new_code}, [], [mut.before], "", mut)
+    # The leak scan looks for whole original lines the mutation changed (a node's own text,
+    # say `x is not None`, also occurs inside kept lines).
+    old = (self.orig / sym.path).read_text(encoding="utf-8").splitlines()
+    gone = sorted(set(old) - set(mut.new_code.splitlines()))
+    change = Change("bug", [sym], {sym.path: mut.new_code}, [], ["\n".join(gone)], "", mut)
 
     def statement(f2p, runs):
       msgs = _failure_messages(runs, f2p)
@@ -345,7 +356,10 @@ class Generator:
         )
       )
     ]
-    if unexplained:
+    # A mutation changes behaviour only where its code runs, so every FAIL_TO_PASS test of a bug
+    # is explained (coverage misses code run in subprocesses); a deletion can also break tests
+    # that never ran the feature, and those must at least name it.
+    if unexplained and change.method == "deletion":
       return None, f"unrelated breakage: {unexplained[:3]}"
     visible = tdir / "visible"
     shutil.copytree(broken, visible)
@@ -371,7 +385,8 @@ class Generator:
       gold = grader.grade(task, task.gold_patch, limits=self.cfg.limits)
       empty = grader.grade(task, "", limits=self.cfg.limits)
       if gold.reward != 1.0 or empty.reward != 0.0:
-        return None, f"verify: gold={gold.reward} ({gold.error}) empty={empty.reward}"
+        failing = [t for t, o in gold.tests.items() if o != "passed"][:3]
+        return None, f"verify: gold={gold.reward} ({gold.error or failing}) empty={empty.reward}"
       task.provenance["verify"] = {
         "gold": gold.reward,
         "empty": empty.reward,
