@@ -21,7 +21,7 @@ Then a teacher row holds only its *extension* `stream[start_k - 1] + h + stream[
 positions `start_k - 1, start_k, ...` (continuing the prefix; the one repeated prefix token gives
 the logits that predict the turn's first token when the hint is empty), `prefix_len [T]` =
 `start_k - 1` says how many cache slots come from the student, and `teacher_hidden` prefills the
-student rows once (shared by every flagged turn of a trajectory) and extends each teacher row
+student rows once (at `pack_batch`'s positions, slot = position) (shared by every flagged turn of a trajectory) and extends each teacher row
 over its cache: the teacher's per-turn cost grows with hint + turn, not with the trajectory.
 Slots index the extension (`slot_teacher_pos`), so `losses` is the same in both layouts.
 
@@ -213,10 +213,12 @@ def _decode_cfg(cfg: ModelConfig) -> ModelConfig:
 
 
 def prefill_prefix(cfg: ModelConfig, variables: dict, student_tokens: jax.Array,
-                   extension_len: int) -> dict:
-  """The student rows' cache: `student_tokens [B, L]` at positions 0..L-1 into `L +
-  extension_len` slots (`model.kv_cache` layout), stop-gradient. Every slot is at position =
-  index, so a row's padding lands past its prefix; one prefill serves all its flagged turns."""
+                   student_positions: jax.Array, extension_len: int) -> dict:
+  """The student rows' cache: `student_tokens [B, L]` at `student_positions [B, L]` (a
+  permutation of 0..L-1 per row, padding included, as `pack_batch` gives: so a row's padding
+  lands past its prefix, in any row order, e.g. context parallelism's zig-zag) into `L +
+  extension_len` slots (`model.kv_cache` layout), stop-gradient. One prefill serves all the
+  flagged turns of a trajectory."""
   b, length = student_tokens.shape
   if length + extension_len > cfg.max_position_embeddings:
     raise ValueError(f"prefix cache of student length {length} + teacher extension "
@@ -224,9 +226,8 @@ def prefill_prefix(cfg: ModelConfig, variables: dict, student_tokens: jax.Array,
                      f"{cfg.max_position_embeddings}")
   cfg = _decode_cfg(cfg)
   cache = kv_cache.init(cfg, b, length + extension_len)
-  positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))
   _, cache = transformer.decode(cfg, jax.lax.stop_gradient(variables), student_tokens,
-                                positions, cache)
+                                student_positions, cache)
   return cache
 
 
@@ -251,6 +252,17 @@ def teacher_hidden(cfg: ModelConfig, variables: dict, student_batch: dict, teach
   if "prefix_len" not in teacher_batch:
     return transformer.forward(cfg, variables, teacher_batch["tokens"],
                                teacher_batch["segment_ids"], teacher_batch["positions"])[0]
-  cache = prefill_prefix(cfg, variables, student_batch["tokens"],
+  cache = prefill_prefix(cfg, variables, student_batch["tokens"], student_batch["positions"],
                          teacher_batch["tokens"].shape[1])
   return extend_teacher(cfg, variables, cache, teacher_batch)
+
+
+def restrict_to_rows(teacher_batch: dict, rows: jax.Array) -> dict:
+  """The teacher batch for a minibatch of student rows `rows [M]` (original row ids, in
+  minibatch order): `student_row` re-indexed into the minibatch, slots of teacher rows whose
+  student row is not in it masked out (static shape: all T teacher rows stay)."""
+  match = teacher_batch["student_row"][:, None] == rows[None, :]  # [T, M]
+  present = match.any(axis=-1)
+  return dict(teacher_batch,
+              student_row=jnp.argmax(match, axis=-1).astype(jnp.int32),
+              slot_mask=teacher_batch["slot_mask"] * present[:, None])

@@ -132,8 +132,9 @@ def pack_batch(
     pad_id: token id written into padding.
 
   Returns:
-    tokens, targets, turn_ids (-1 on padding), segment_ids (1 on tokens, 0 on padding), positions:
-    int32 [B, L]; model_mask, sampler_logprobs: float32 [B, L] (aligned with targets); reward,
+    tokens, targets, turn_ids (-1 on padding), segment_ids (1 on tokens, 0 on padding), positions
+    (0..L-1 on every slot, padding included, so slot = position in any row order: a prefix KV
+    cache written at these positions is what `teacher.prefill_prefix` needs): int32 [B, L]; model_mask, sampler_logprobs: float32 [B, L] (aligned with targets); reward,
     valid: float32 [B]; group_index: int32 [B], dense 0..G-1 in order of first appearance (padding
     rows point at group 0 and are invalid).
   """
@@ -162,7 +163,7 @@ def pack_batch(
     out["targets"][b, : n - 1] = t.tokens[1:]
     out["turn_ids"][b, : n - 1] = t.turn_ids[1:]
     out["segment_ids"][b, :n] = 1
-    out["positions"][b, :n] = np.arange(n)
+    out["positions"][b] = np.arange(length)
     out["model_mask"][b, : n - 1] = t.model_mask[1:]
     out["sampler_logprobs"][b, : n - 1] = np.where(t.model_mask[1:], t.sampler_logprobs[1:], 0.0)
     out["reward"][b] = t.reward

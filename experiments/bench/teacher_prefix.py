@@ -81,8 +81,9 @@ def main(argv):
     t_full = _median_seconds(full_fn, variables, student, full, iters=FLAGS.iters)
     ext = reuse["tokens"].shape[1]
     prefill = functools.partial(prefill_fn, extension_len=ext)
-    t_pre = _median_seconds(prefill, variables, student["tokens"], iters=FLAGS.iters)
-    cache = prefill(variables, student["tokens"])
+    t_pre = _median_seconds(prefill, variables, student["tokens"], student["positions"],
+                            iters=FLAGS.iters)
+    cache = prefill(variables, student["tokens"], student["positions"])
     t_ext = _median_seconds(extend_fn, variables, cache, reuse, iters=FLAGS.iters)
     rows.append((t_full, t_ext))
     print(f"prefix={p:5d}: full {t_full * 1e3:8.1f}  reuse {t_ext * 1e3:7.1f}  "

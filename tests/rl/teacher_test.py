@@ -12,6 +12,7 @@ from composer_jax.rl.teacher import (
   DistillTarget,
   build_teacher_batch,
   check_alignment,
+  restrict_to_rows,
   teacher_hidden,
 )
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
@@ -160,6 +161,23 @@ def test_prefix_reuse_equals_full_recompute(attention):
   mask = full["slot_mask"] > 0
   np.testing.assert_array_equal(reuse["slot_mask"], full["slot_mask"])
   np.testing.assert_allclose(got[mask], want[mask], rtol=1e-5, atol=1e-5)
+  # Any column order of the student rows (e.g. context parallelism's zig-zag): slot = position.
+  perm = np.random.default_rng(1).permutation(batch["tokens"].shape[1])
+  shuffled = {k: batch[k][:, perm] for k in ("tokens", "positions")}
+  got_perm = at_slots(_teacher_fn(cfg)(variables, shuffled, reuse), reuse)
+  np.testing.assert_allclose(got_perm[mask], got[mask], rtol=1e-5, atol=1e-5)
   # Logits through the head too (what the SD loss reads).
   head = np.asarray(transformer.output_head(cfg, variables["params"]))
   np.testing.assert_allclose(got[mask] @ head, want[mask] @ head, rtol=1e-5, atol=1e-5)
+
+
+def test_restrict_to_rows_reindexes_and_masks():
+  _, tb = _build(TARGETS, num_rows=4)  # student rows 0, 0, 1 and a padding row
+  out = restrict_to_rows(tb, np.array([1, 2]))
+  np.testing.assert_array_equal(out["student_row"][2], 0)  # row 1 is minibatch row 0
+  np.testing.assert_array_equal(out["slot_mask"][:2], 0.0)  # row 0 is not in the minibatch
+  np.testing.assert_array_equal(out["slot_mask"][2], tb["slot_mask"][2])
+  out = restrict_to_rows(tb, np.array([3, 0]))
+  np.testing.assert_array_equal(out["student_row"][:2], [1, 1])
+  np.testing.assert_array_equal(out["slot_mask"][:2], tb["slot_mask"][:2])
+  np.testing.assert_array_equal(out["slot_mask"][2], 0.0)

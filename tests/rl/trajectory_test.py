@@ -34,7 +34,7 @@ def test_pack_batch_shift_and_padding():
   np.testing.assert_allclose(batch["sampler_logprobs"][0], [0, -0.5, -0.25, 0, -1.0, 0, 0, 0])
   np.testing.assert_array_equal(batch["turn_ids"][0], [0, 1, 1, 2, 3, -1, -1, -1])
   np.testing.assert_array_equal(batch["segment_ids"][1], [1, 1, 0, 0, 0, 0, 0, 0])
-  np.testing.assert_array_equal(batch["positions"][0], [0, 1, 2, 3, 4, 5, 0, 0])
+  np.testing.assert_array_equal(batch["positions"][0], np.arange(8))
   np.testing.assert_array_equal(batch["group_index"], [0, 0, 1, 0])
   np.testing.assert_array_equal(batch["valid"], [1, 1, 1, 0])
   np.testing.assert_array_equal(batch["model_mask"][3], np.zeros(8))
