@@ -1,89 +1,91 @@
-"""Benchmark: synthetic coding tasks from the pinned PyPI projects in third_party/.
+"""Benchmark: coding-task factory throughput with 1 vs N workers, and difficulty distributions.
 
-For each source in third_party/coding_sources.json: fetch the sdist with pip (sha256-checked),
-generate validated tasks, then grade every task with its gold patch (must be 1.0) and the empty
-patch (must be 0.0). Reports tasks per minute of generation and grading latency per task.
+  python -m experiments.bench.coding_tasks --out /tmp/cj_bench [--workers 2] \\
+      [--only webencodings,inflection,six,schema] [--max-tasks 4] [--repeats 1]
+  python -m experiments.bench.coding_tasks --summary DIR   # distribution of a finished run
 
-  python experiments/bench/coding_tasks.py --out /tmp/coding_bench [--max-tasks 8] [--only NAME]
-
-Needs network access to PyPI (pip download) the first time; sdists are cached afterwards.
+Throughput: the same projects and seed through `factory.run` with a pool of 1 worker, then of N
+(fresh output directories, so each run maps coverage and validates from scratch; the sdists
+come from the pip cache). Both runs make the same tasks (generation is deterministic), so the
+yardstick is tasks per minute of wall time, reported with the ratio N-workers / 1-worker
+(median over --repeats). Gold 1.0 / empty 0.0 is checked on every task by the factory itself.
+Difficulty: per field (features, lines, direct/collateral FAIL_TO_PASS, files, cross-file
+reach) min / quartiles / max over a factory output's tasks.jsonl, by method.
 """
 
 import argparse
+import collections
 import json
 import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
-from composer_jax.envs.coding import generator, grader, sources, task
+from composer_jax.envs.coding import factory, generator, sources, task, workers
 
 
-def bench_source(entry: dict, out: Path, max_tasks: int, seed: int) -> dict:
-  spec = f"{entry['name']}=={entry['version']}"
-  work = Path(tempfile.mkdtemp(prefix="cj-bench-"))
-  try:
-    t0 = time.monotonic()
-    src = sources.resolve(spec, work)
-    t_fetch = time.monotonic() - t0
-    cfg = generator.Config(seed=seed, max_tasks=max_tasks, verify=False)
-    gen = generator.Generator(src, work, cfg)
-    t1 = time.monotonic()
-    tasks = gen.generate()
-    t_gen = time.monotonic() - t1
-  finally:
-    shutil.rmtree(work, ignore_errors=True)
-  task.write_jsonl(out / f"{entry['name']}.jsonl", tasks)
-  gold, empty, latency = [], [], []
-  for t in tasks:
-    s = time.monotonic()
-    gold.append(grader.grade(t, t.gold_patch).reward)
-    latency.append(time.monotonic() - s)
-    empty.append(grader.grade(t, "").reward)
+def throughput(entries, out: Path, n_workers: int, cfg: generator.Config) -> dict:
+  shutil.rmtree(out, ignore_errors=True)
+  start = time.monotonic()
+  summary = factory.run(entries, out, cfg, workers.Pool(n_workers))
+  wall = time.monotonic() - start
   return {
-    "source": spec,
-    "fetch_s": round(t_fetch, 1),
-    "generate_s": round(t_gen, 1),
-    "attempts": len(gen.log),
-    "tasks": len(tasks),
-    "tasks_per_minute": round(60 * len(tasks) / t_gen, 2) if t_gen else None,
-    "gold_1.0": sum(r == 1.0 for r in gold),
-    "empty_0.0": sum(r == 0.0 for r in empty),
-    "grade_latency_s_median": round(statistics.median(latency), 2) if latency else None,
-    "grade_latency_s_max": round(max(latency), 2) if latency else None,
-    "n_fail_to_pass": [len(t.FAIL_TO_PASS) for t in tasks],
-    "n_pass_to_pass": [len(t.PASS_TO_PASS) for t in tasks],
-    "features": [t.features for t in tasks],
-    "rejections": gen.log,
+    "workers": n_workers,
+    "tasks": summary["tasks"],
+    "wall_s": round(wall, 1),
+    "tasks_per_min": round(60 * summary["tasks"] / wall, 2),
+    "failed": summary["failed"],
   }
+
+
+def distribution(out: Path) -> dict:
+  tasks = task.read_jsonl(out / "tasks.jsonl")
+  res = {}
+  for method in sorted({t.method for t in tasks}) + ["all"]:
+    sel = [t for t in tasks if method in ("all", t.method)]
+    fields = collections.defaultdict(list)
+    for t in sel:
+      for k, v in t.difficulty.items():
+        if isinstance(v, (int, float)):
+          fields[k].append(v)
+    res[method] = {"tasks": len(sel), **{k: _quartiles(v) for k, v in sorted(fields.items())}}
+  return res
+
+
+def _quartiles(v):
+  q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+  return [min(v), q[0], q[1], q[2], max(v)]
 
 
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--out", type=Path, required=True)
-  p.add_argument("--max-tasks", type=int, default=8)
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--only", default=None, help="bench one source name")
+  p.add_argument("--out", type=Path)
+  p.add_argument("--summary", type=Path, help="only print the difficulty distribution of DIR")
+  p.add_argument("--workers", type=int, default=2)
+  p.add_argument("--only", default="webencodings,inflection,six,schema")
+  p.add_argument("--max-tasks", type=int, default=4)
+  p.add_argument("--repeats", type=int, default=1)
   args = p.parse_args()
-  args.out.mkdir(parents=True, exist_ok=True)
-  results = []
-  for entry in sources.load_manifest():
-    if args.only and entry["name"] != args.only:
-      continue
-    results.append(bench_source(entry, args.out, args.max_tasks, args.seed))
-    print(
-      json.dumps({k: v for k, v in results[-1].items() if k not in ("features", "rejections")}),
-      flush=True,
-    )
-  summary = {
-    "per_source": results,
-    "total_tasks": sum(r["tasks"] for r in results),
-    "gold_1.0": sum(r["gold_1.0"] for r in results),
-    "empty_0.0": sum(r["empty_0.0"] for r in results),
+  if args.summary:
+    print(json.dumps(distribution(args.summary), indent=1))
+    return
+  names = args.only.split(",")
+  entries = [e for e in sources.load_manifest() if e["name"] in names]
+  cfg = generator.Config(max_tasks=args.max_tasks, methods=generator.METHODS)
+  runs = {1: [], args.workers: []}
+  for r in range(args.repeats):
+    for n in runs:
+      runs[n].append(throughput(entries, args.out / f"w{n}-r{r}", n, cfg))
+      print(json.dumps(runs[n][-1]), flush=True)
+  med = {n: statistics.median(x["tasks_per_min"] for x in rs) for n, rs in runs.items()}
+  result = {
+    "projects": names,
+    "median_tasks_per_min": med,
+    "ratio": round(med[args.workers] / med[1], 2) if med[1] else None,
+    "repeats": args.repeats,
+    "difficulty": distribution(args.out / f"w{args.workers}-r0"),
   }
-  (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-  print(json.dumps({k: v for k, v in summary.items() if k != "per_source"}))
+  print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

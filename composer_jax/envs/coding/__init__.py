@@ -1,16 +1,21 @@
 """Synthetic coding tasks: delete a tested feature from a real project, grade re-implementations.
 
 Pipeline (SWE-smith style, with the doors seen at scale closed):
-  sources   pinned sdists (third_party/coding_sources.json), fetched with pip, sha256-checked
+  sources   pinned sdists (third_party/coding_sources.json), fetched with pip, sha256-checked;
+            dependencies as pinned wheels in a read-only runtime cached by hash
   testmap   one sandboxed pytest run with a coverage context per test -> tests <-> symbols
   deletion  libcst removal of a feature + dead helpers/imports/__all__/re-exports/.pyi stubs
-  generator FAIL_TO_PASS / PASS_TO_PASS validation over re-runs, task records (task.Task)
+  bug_injection  one mutation of covered code (operator, condition, off-by-one, branch, args)
+  generator FAIL_TO_PASS / PASS_TO_PASS validation over re-runs, direct vs collateral tests,
+            task records (task.Task) with difficulty fields (difficulty.py; dedup)
+  factory   every manifest project on a worker pool (workers.py: processes or Ray), resumable
   hiding    FAIL_TO_PASS tests removed from the visible workspace
   scrub     caches, bytecode, build outputs, prose, fresh single-commit git, leak scan
   grader    patch -> monitor -> fresh copy, tests/config reset -> two harness runs -> reward
   sandbox   bubblewrap: namespaces, uid 1000, no caps, seccomp, quota'd tmpfs, rlimits
   harness   in-sandbox pytest driver: HMAC-authenticated outcome channel, integrity check
   monitor   reward-hacking rules over the code of a change (AST) and an agent's commands
-  curriculum pass-rate pool that retires trivial/impossible tasks and asks for harder ones
+  curriculum pass-rate pool that retires trivial/impossible tasks, admits easy -> hard by
+            difficulty, and asks for harder ones
 CLIs: `python -m composer_jax.envs.coding.make_tasks` and `python -m composer_jax.envs.coding.grade`.
 """

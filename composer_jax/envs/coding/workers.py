@@ -11,6 +11,7 @@ result, so one bad item never stops the others.
 
 import concurrent.futures as cf
 import multiprocessing
+import os
 from collections.abc import Callable, Iterable, Iterator
 
 BACKENDS = ("local", "ray")
@@ -53,10 +54,18 @@ class Pool:
     import ray
 
     if not ray.is_initialized():
-      ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
-    remote = ray.remote(num_cpus=1)(fn)
-    pending = {remote.remote(item): item for item in items}
+      if os.environ.get("RAY_ADDRESS"):  # a running cluster brings its own resources
+        ray.init(log_to_driver=False)
+      else:
+        ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(num_cpus=1)(_call)
+    pending = {remote.remote(fn, item): item for item in items}
     while pending:
       done, _ = ray.wait(list(pending), num_returns=1)
       for ref in done:
         yield pending.pop(ref), ray.get(ref)
+
+
+def _call(fn, item):
+  """One Ray task (Ray wraps Python functions only; `fn` may be a builtin)."""
+  return fn(item)

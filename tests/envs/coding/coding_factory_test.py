@@ -117,6 +117,15 @@ def test_worker_pool_and_bad_arguments():
     workers.Pool(1, "slurm")
 
 
+def test_ray_backend_matches_local():
+  ray = pytest.importorskip("ray", reason="optional extra: pip install 'composer_jax[ray]'")
+  try:
+    got = dict(workers.Pool(2, "ray").imap_unordered(math.factorial, range(6)))
+  finally:
+    ray.shutdown()
+  assert got == dict(workers.Pool(1).imap_unordered(math.factorial, range(6)))
+
+
 def test_cli_bad_methods_and_only(tmp_path, capsys):
   argv = ["--manifest", str(sources.MANIFEST), "--out", str(tmp_path)]
   assert make_tasks.main([*argv, "--methods", "deletion,fuzz"]) == 1
