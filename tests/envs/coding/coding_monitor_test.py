@@ -5,7 +5,7 @@ Every case states the exact set of rules that must fire (an empty set: none).
 
 import pytest
 
-from composer_jax.envs.coding import deletion, monitor, project, testmap
+from composer_jax.envs.coding import bug_injection, deletion, monitor, project, testmap
 from tests.envs.coding.mini_project import MINI, write_project
 
 WS = "/work/ws"
@@ -441,6 +441,19 @@ def test_gold_changes_of_the_mini_project_have_no_critical_flag(tmp_path):
     assert [f for f in flags if f["severity"] == "critical"] == [], key
     keys.append(key)
   assert "minipkg/core.py::hypot_scaled" in keys and len(keys) >= 4
+
+
+def test_gold_changes_of_injected_bugs_have_no_critical_flag(tmp_path):
+  """Every bug-injection mutation of the mini project, reverted, is clean."""
+  root = write_project(tmp_path / "minipkg-1.0", MINI)
+  n = 0
+  for rel in project.source_files(root):
+    code = (root / rel).read_text()
+    for mut in bug_injection.mutations(code, set(range(1, code.count("\n") + 2))):
+      flags = monitor.scan_change({rel: mut.new_code}, {rel: code})
+      assert [f for f in flags if f["severity"] == "critical"] == [], (rel, mut.kind, mut.line)
+      n += 1
+  assert n >= 5
 
 
 def test_gold_patches_of_generated_tasks_have_no_critical_flag(mini_gen):
