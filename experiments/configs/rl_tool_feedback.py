@@ -10,8 +10,8 @@ resume: `composer_jax.rl.run`);
 runs both arms for several seeds. Arms (`get_config(arg)`, i.e. `rl_tool_feedback.py:rl`):
   'rl'  beta = 0: RL only (GRPO/DAPO clipped policy gradient on the task reward).
   'sd'  beta > 0: RL + beta * SD, the self-distillation KL on the turns that called an
-        unavailable tool, teacher = the same model (EMA weights) with the reminder hint
-        'reminder: available <tools>' inserted just before that turn.
+        unavailable tool, teacher = the warmed-up model, frozen (`loss.teacher = 'frozen'`),
+        with the reminder hint 'reminder: available <tools>' inserted just before that turn.
 Both arms share everything else: the warm-up, the seeds, the tasks, and the sample budget
 (`rl.groups` x `rl.group_size` episodes per step for `rl.steps` steps).
 
