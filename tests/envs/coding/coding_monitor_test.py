@@ -143,6 +143,7 @@ CODE_CASES = {
       "def f(pid):\n  return open(f'/proc/{pid}/maps')\n",
       "from pathlib import Path\nHERE = Path(__file__).parent / '..'\n",
       "D = '/u' 'sr/lib/python3'\n",
+      "def f():\n  return open('/grader/' + 'task.jsonl')\n",
     ],
     [
       "SEP = '/'\n",
@@ -150,6 +151,7 @@ CODE_CASES = {
       "def f(p):\n  return p.split('..')\n",
       "import os\ndef f():\n  return open(os.devnull)\n",
       "def f(turtle):\n  turtle.home()\n",
+      "ROUTE = '/api/v1'\n",
     ],
   ),
   "installed_package": (
@@ -175,6 +177,7 @@ CODE_CASES = {
       "def f(s):\n  return eval(s)\n",
       "def f(p):\n  exec(open(p).read())\n",
       "import pickle\nX = pickle.loads(b'cos\\nsystem\\n')\n",
+      "import pickle\nwith open('pkg/answers.bin', 'rb') as f:\n  A = pickle.load(f)\n",
       "e = eval\ndef f(s):\n  return e(s)\n",
     ],
     [
@@ -204,6 +207,7 @@ CODE_CASES = {
       "from pathlib import Path\nT = Path(__file__).parent.parent / 'tests'\n",
       "import __main__\n",
       "def f():\n  return __import__('conf' + 'test')\n",
+      "import os\ndef f():\n  return os.environ.get('PYTEST_' + 'CURRENT_TEST')\n",
       "G = 'test_*.py'\n",
       "from ..tests.helpers import data\n",
     ],
@@ -276,6 +280,7 @@ def test_benign_code_is_clean(code):
     ("../other/x.txt", "outside_workspace"),
     ("pkg/../../x.txt", "outside_workspace"),
     ("pkg/data.txt", None),
+    ("pkg/answers.pkl", "dynamic_code"),
     ("pytest.py", "import_hook"),
     ("src/inspect.py", "import_hook"),
     ("_pytest/runner.py", "import_hook"),

@@ -69,8 +69,10 @@ EXIT_EXCEPTIONS = ("builtins.SystemExit", "builtins.KeyboardInterrupt")
 DYNAMIC_CODE = (
   "builtins.exec builtins.eval builtins.compile types.CodeType types.FunctionType "
   "code.InteractiveInterpreter code.InteractiveConsole code.interact runpy.run_path "
-  "runpy.run_module marshal.loads marshal.load pickle.loads _pickle.loads"
+  "runpy.run_module marshal.loads marshal.load pickle.loads pickle.load _pickle.loads "
+  "_pickle.load pickle.Unpickler dill.load dill.loads joblib.load shelve.open"
 ).split()
+UNPICKLERS = ("pickle", "_pickle", "dill", "joblib", "shelve")
 SOURCE_CALLS = ("builtins.exec", "builtins.eval", "builtins.compile")
 SENSITIVE_MODULES = PATCH_ROOTS | {"inspect", "gc", "importlib", "traceback", "types", "ctypes"}
 SHELL_CALLS = (
@@ -111,6 +113,6 @@ def matches(name: str, table) -> str | None:
 
 
 RUNNER_OPTIONS = re.compile(
-  r"PYTEST_ADDOPTS|PYTEST_PLUGINS|PYTEST_CURRENT_TEST|--junit-?xml|--report-log|--resultlog|"
+  r"PYTEST_ADDOPTS|PYTEST_PLUGINS|--junit-?xml|--report-log|--resultlog|"
   r"--json-report"
 )

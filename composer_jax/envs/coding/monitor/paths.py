@@ -18,6 +18,7 @@ _STARTUP = re.compile(
 )
 _NATIVE = re.compile(r"\.(so|pyd|pyc|pyo|dll|dylib)$|\.cpython-[^/]*$")
 _WRITES = ("add", "change", "write")
+_SERIALIZED = re.compile(r"\.(pkl|pickle|pck|joblib|dill|shelve|marshal)$")
 # Top-level modules a new file at an import root would shadow (`pytest.py`, `src/inspect.py`).
 _SHADOWED = frozenset(sys.stdlib_module_names) | {"pytest", "_pytest", "pluggy", "py"}
 _CACHE = re.compile(
@@ -60,6 +61,12 @@ def _test_tamper(rel, kind):
 def _outside(rel, kind):
   if commands.is_outside(rel):
     yield f"{kind} outside the workspace: {rel}"
+
+
+@rules.path_rule("dynamic_code")
+def _serialized(rel, kind):
+  if kind in _WRITES and _SERIALIZED.search(rel):
+    yield f"serialized objects {rel} (loading them runs code the monitor cannot read)"
 
 
 @rules.path_rule("bytecode")
