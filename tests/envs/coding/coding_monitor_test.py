@@ -123,6 +123,7 @@ CODE_CASES = {
       "raise SystemExit\n",
       "import os\ndef f():\n  os._exit(0)\n",
       "import atexit\n@atexit.register\ndef f():\n  pass\n",
+      "from os import *\ndef f():\n  _exit(0)\n",
       "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n",
       "import sys\ndef g():\n  sys.exit(1)\ng()\n",
       "exit()\n",

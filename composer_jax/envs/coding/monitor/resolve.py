@@ -144,6 +144,7 @@ class Resolver:
     self.root = Scope(tree, None)
     self._folded: dict[int, frozenset | None] = {}
     self._resolved: dict[int, frozenset] = {}
+    self.star_imports: list[str] = []
     self._bind_block(tree, self.root)
 
   # ---- binding --------------------------------------------------------------------------
@@ -227,6 +228,8 @@ class Resolver:
       for a in node.names:
         if a.name != "*":
           self._bind(scope, a.asname or a.name, "import", f"{base}.{nfkc(a.name)}".lstrip("."))
+        else:
+          self.star_imports.append(base)  # `from os import *`: any free name may be os.NAME
     elif isinstance(node, ast.Assign):
       for t in node.targets:
         self._bind_target(t, node.value, scope)
@@ -286,7 +289,9 @@ class Resolver:
       if recs is None:
         if name == "__builtins__":
           return frozenset({"builtins"})
-        return frozenset({"builtins." + name}) if name in _BUILTINS else frozenset()
+        if name in _BUILTINS:
+          return frozenset({"builtins." + name})
+        return frozenset(f"{m}.{name}" for m in self.star_imports)
       out = set()
       for kind, payload in recs:
         if kind == "import":
