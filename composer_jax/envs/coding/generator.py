@@ -71,7 +71,6 @@ class Generator:
     self.check_methods(cfg.methods)
     self.source, self.work, self.cfg, self.cache = source, Path(work), cfg, cache
     self.orig = source.path
-    self.deps = sources.runtime_files(source.runtime)
     self.log: list[str] = []
 
   @staticmethod
@@ -330,19 +329,22 @@ class Generator:
         (broken / rel).unlink()
       else:
         (broken / rel).write_text(text, encoding="utf-8")
-    runs = [self._run(broken, f"{tag}-v{i}") for i in range(self.cfg.validation_runs)]
-    if not all(r.ok for r in runs):
-      return None, f"post-change run unsound: {[r.reason for r in runs if not r.ok][0]}"
-    f2p = [t for t in self.passing if all(r.outcomes.get(t) != "passed" for r in runs)]
-    p2p = [t for t in self.passing if all(r.outcomes.get(t) == "passed" for r in runs)]
-    if not f2p or not p2p:
-      return None, f"empty FAIL_TO_PASS ({len(f2p)}) or PASS_TO_PASS ({len(p2p)})"
+    mapped = {t for f in change.feats for t in self.map.tests_by_symbol[f.key]}
+    runs = []
+    for i in range(self.cfg.validation_runs):
+      runs.append(self._run(broken, f"{tag}-v{i}"))
+      if not runs[-1].ok:
+        return None, f"post-change run unsound: {runs[-1].reason}"
+      f2p = [t for t in self.passing if all(r.outcomes.get(t) != "passed" for r in runs)]
+      p2p = [t for t in self.passing if all(r.outcomes.get(t) == "passed" for r in runs)]
+      # Both lists only shrink with more runs: an empty one is final after any run.
+      if not f2p or not p2p:
+        return None, f"empty FAIL_TO_PASS ({len(f2p)}) or PASS_TO_PASS ({len(p2p)})"
+      if not mapped & set(f2p):
+        return None, f"no direct FAIL_TO_PASS test (all {len(f2p)} collateral)"
     if len(f2p) > self.cfg.max_f2p_fraction * len(self.passing):
       return None, f"change breaks {len(f2p)}/{len(self.passing)} tests"
-    mapped = {t for f in change.feats for t in self.map.tests_by_symbol[f.key]}
     direct = [t for t in f2p if t in mapped]
-    if not direct:
-      return None, f"no direct FAIL_TO_PASS test (all {len(f2p)} collateral)"
     names = change.removed_names
     name_re = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b") if names else None
     unexplained = [
@@ -396,7 +398,12 @@ class Generator:
 
   def _record(self, change, tag, visible, head, f2p, p2p, direct, statement) -> Task:
     old = {rel: (self.orig / rel).read_text(encoding="utf-8") for rel in change.changed}
-    protected = [r for r in project.walk(self.orig) if project.is_protected(r)]
+    hidden = visible.parent / "hidden"  # removed with the task's directory
+    for rel in project.walk(self.orig):
+      if project.is_protected(rel):
+        (hidden / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.orig / rel, hidden / rel)
+    sources.install_runtime(self.source.runtime, hidden, self.orig)
     features = [{"kind": f.kind, "path": f.path, "qualname": f.qualname} for f in change.feats]
     if change.mutation is not None:
       m = change.mutation
@@ -410,7 +417,7 @@ class Generator:
       deletion_diff=unified_diff(old, change.changed),
       gold_patch=gold,
       workspace=project.pack(visible, project.walk(visible, skip=frozenset())),
-      hidden_files=project.pack(self.orig, protected, extra=self.deps),
+      hidden_files=project.pack(hidden, project.walk(hidden, skip=frozenset())),
       FAIL_TO_PASS=f2p,
       PASS_TO_PASS=p2p,
       provenance={

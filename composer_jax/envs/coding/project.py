@@ -99,16 +99,9 @@ def module_name(rel: str) -> str:
   return ".".join(parts)
 
 
-def pack(root: Path, files: list[str], extra: dict[str, Path] | None = None) -> str:
-  """Deterministic tar.gz (sorted, zero mtimes, fixed modes) as base64 text.
-
-  `extra`: more members, archive path -> file anywhere (a dependency runtime's files).
-  """
+def pack(root: Path, files: list[str]) -> str:
+  """Deterministic tar.gz (sorted, zero mtimes, fixed modes) as base64 text."""
   members = {rel: Path(root) / rel for rel in files}
-  clash = sorted(set(members) & set(extra or {}))
-  if clash:
-    raise ValueError(f"pack: {clash[:3]} given both as project files and as extra files")
-  members.update(extra or {})
   buf = io.BytesIO()
   with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz:
     with tarfile.open(fileobj=gz, mode="w") as tar:

@@ -12,7 +12,7 @@ import stat
 
 import pytest
 
-from composer_jax.envs.coding import factory, generator, sources, task, workers
+from composer_jax.envs.coding import factory, generator, project, sources, task, workers
 from tests.envs.coding.mini_project import requires_sandbox
 
 ZERO = "0" * 64
@@ -50,15 +50,22 @@ def test_pinned_pypi_project_and_bad_entries(tmp_path, monkeypatch):
   for t in tasks:
     assert t.provenance["verify"]["gold"] == 1.0 and t.provenance["verify"]["empty"] == 0.0
     assert t.source["name"] == "inflection" and t.F2P_direct
-  # A dependency runtime: pinned wheels, installed read-only, laid over a tree, never in the
-  # visible workspace (the generator packs it into the hidden files only).
+  # A dependency runtime: pinned wheels, installed read-only, laid into a tree under a protected
+  # directory with a conftest line that puts it on sys.path (the generator packs both into the
+  # hidden files only).
   runtime = sources.build_runtime(pins["itsdangerous"]["deps"], cache=tmp_path / "deps")
   assert not stat.S_IMODE((runtime / "site").stat().st_mode) & 0o222
   files = sources.runtime_files(runtime)
   assert {"freezegun/__init__.py", "dateutil/parser/__init__.py", "six.py"} <= set(files)
   assert not [f for f in files if f.endswith((".pth", ".pyc")) or "/tests/" in f]
   tree = tmp_path / "tree"
-  tree.mkdir()
+  (tree / "pkg").mkdir(parents=True)
+  (tree / "pkg" / "__init__.py").write_text("")
+  (tree / "conftest.py").write_text("X = 1\n")
   sources.install_runtime(runtime, tree)
-  assert (tree / "six.py").read_bytes() == files["six.py"].read_bytes()
+  copied = tree / sources.RUNTIME_DIR / "six.py"
+  assert copied.read_bytes() == files["six.py"].read_bytes()
+  assert project.is_protected(f"{sources.RUNTIME_DIR}/six.py")  # the grader restores it
+  conftest = (tree / "conftest.py").read_text()
+  assert conftest.endswith("X = 1\n") and repr(sources.RUNTIME_DIR) in conftest.splitlines()[0]
   assert sources.build_runtime(pins["itsdangerous"]["deps"], cache=tmp_path / "deps") == runtime
