@@ -104,8 +104,12 @@ class _DropReraisedThreadErrors(py_logging.Filter):
   """Orbax logs an async writer thread's failure with its traceback, then re-raises it to
   the caller of save/wait, which reports it in one line: drop the logged copy."""
 
+  _SAVE_THREAD_FAILURES = ("raised an exception", "in background save thread",
+                           "Save Finalize thread")
+
   def filter(self, record):
-    return not ("orbax" in record.pathname and "raised an exception" in record.getMessage())
+    return not ("orbax" in record.pathname and record.exc_info is not None
+                and any(m in record.getMessage() for m in self._SAVE_THREAD_FAILURES))
 
 
 def _ignore_closed_loop_callbacks(unraisable) -> None:
@@ -174,8 +178,12 @@ class Checkpointer:
       self._save_error = CheckpointSaveError(
           errno.ENOSPC, f"cannot write checkpoint step {step}: it needs ~{need / 2**20:.1f} "
           f"MiB, {free / 2**20:.1f} MiB free in {self.directory}; free space or use "
-          f"another --workdir (checkpoints {self.all_steps()} are intact)")
+          f"another --workdir ({self._intact()})")
       raise self._save_error
+
+  def _intact(self) -> str:
+    steps = self.all_steps()
+    return f"checkpoints {steps} are intact" if steps else "no checkpoint was written yet"
 
   @contextlib.contextmanager
   def _save_errors(self, step: int | None):
@@ -185,11 +193,14 @@ class Checkpointer:
     except CheckpointSaveError:
       raise
     except Exception as e:
-      root = _root_cause(e)
-      where = f" step {step}" if step is not None else ""
+      # The failure may be an earlier async save's (orbax waits for it first): the message
+      # of the root cause names the step directory being written.
+      root = _first_line(_root_cause(e), limit=1000)
+      code = getattr(_root_cause(e), "errno", None) or (
+          errno.ENOSPC if "No space left" in root else errno.EIO)
+      when = f" (while saving step {step})" if step is not None else ""
       self._save_error = CheckpointSaveError(
-          getattr(root, "errno", None) or errno.EIO,
-          f"checkpoint save{where} in {self.directory} failed: {_first_line(root)}")
+          code, f"a checkpoint save in {self.directory} failed{when}: {root}; {self._intact()}")
       raise self._save_error from None
 
   def saved_model_config(self, step: int) -> ModelConfig:

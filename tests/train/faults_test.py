@@ -133,7 +133,8 @@ def test_async_save_failure_is_one_line(tmp_path, monkeypatch):
   monkeypatch.setattr(grain_handler.CheckpointHandler, "save", full)
   it = iter(grain.MapDataset.range(8).to_iter_dataset())
   with pytest.raises(checkpointing.CheckpointSaveError,
-                     match=r"checkpoint save step 3 in .* failed: \[Errno 28\] No space left"):
+                     match=r"checkpoint save in .* failed \(while saving step 3\): \[Errno 28\] "
+                           r"No space left.*; checkpoints \[1, 2\] are intact"):
     ckpt.save(3, state, it, get_preset("tiny"), {})
     ckpt.wait()
   ckpt.close()  # the error is not raised a second time
