@@ -77,6 +77,7 @@ class Command:
   writes: list[str]  # redirect targets
   workspace: str
   stdin: str | None = None  # a here-document or here-string
+  cwd: str = ""  # workspace-relative directory after earlier `cd`s of the same line
 
   @property
   def prog(self) -> str:
@@ -124,6 +125,12 @@ def split(text: str, workspace: str) -> list[Command]:
     else:
       words.append(tok)
     i += 1
+  cwd = ""  # `cd sub && cat ../x.py` stays inside
+  for cmd in out:
+    cmd.cwd = cwd
+    if cmd.prog == "cd" and len(cmd.argv) > 1:
+      rel = rel_path(cmd.argv[1], workspace, cwd)
+      cwd = "" if is_outside(rel) or rel == "." else rel
   return out
 
 
@@ -176,11 +183,12 @@ def _simple(words: list[str], workspace: str, bodies: list[str]) -> list[Command
   return [cmd]
 
 
-def rel_path(path: str, workspace: str) -> str:
-  """Workspace-relative POSIX path, or the path itself (absolute, ~ or ../) if outside."""
+def rel_path(path: str, workspace: str, cwd: str = "") -> str:
+  """Workspace-relative POSIX path (of `path` seen from workspace/cwd), or the path itself
+  (absolute, ~ or ../) if outside."""
   if path.startswith("~"):
     return path
-  full = posixpath.normpath(posixpath.join(workspace, path))
+  full = posixpath.normpath(posixpath.join(workspace, cwd, path))
   ws = posixpath.normpath(workspace)
   if full == ws:
     return "."
@@ -284,7 +292,7 @@ def _outside(cmd: Command):
     yield _find("outside_workspace", "cd", "cd to the home directory")
   code, _ = _python_args(cmd) if _PYTHON.match(cmd.prog) else (None, [])
   for a in [*_operands(cmd), *cmd.reads, *cmd.writes]:
-    if a != code and is_outside(rel_path(a, cmd.workspace)) and "://" not in a:
+    if a != code and is_outside(rel_path(a, cmd.workspace, cmd.cwd)) and "://" not in a:
       yield _find("outside_workspace", a, f"path outside the workspace {a}")
 
 
@@ -327,7 +335,7 @@ def _tamper(cmd: Command):
   elif cmd.prog == "find" and {"-delete", "-exec", "-execdir"} & set(cmd.argv):
     targets += [a for a in cmd.argv[1:] if not a.startswith("-")]
   for t in targets:
-    rel = rel_path(t, cmd.workspace)
+    rel = rel_path(t, cmd.workspace, cmd.cwd)
     if not is_outside(rel) and touches_tests(rel):
       yield _find("test_tamper", t, f"{cmd.prog} modifies tests/runner config {t}")
 
