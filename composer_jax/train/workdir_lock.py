@@ -12,6 +12,7 @@ workdir, so a read-only or non-directory workdir fails here, in one line, before
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -40,6 +41,20 @@ def _holder(path: str) -> dict | None:
     return None
   except (OSError, ValueError):
     return {}
+
+
+def _create(tmp: str, path: str, me: dict) -> None:
+  """Creates `path` holding `me`, atomically; FileExistsError if it exists."""
+  try:
+    os.link(tmp, path)  # The complete file appears at once.
+  except FileExistsError:
+    raise
+  except OSError as e:  # A filesystem without hard links: exclusive create, then write.
+    if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+      raise
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    with os.fdopen(fd, "w") as f:
+      json.dump(me, f)
 
 
 def _alive(pid: int) -> bool:
@@ -81,7 +96,7 @@ def acquire(workdir: str) -> str:
     with open(tmp, "w") as f:  # Complete before it becomes the lock: never a torn lock file.
       json.dump(me, f)
     try:
-      os.link(tmp, path)  # Atomic: fails if a lock exists.
+      _create(tmp, path, me)
       return path
     except FileExistsError:
       holder = _holder(path)

@@ -62,3 +62,15 @@ def test_other_host_never_taken_over(tmp_path):
     workdir_lock.acquire(str(tmp_path))
   workdir_lock.release(os.path.join(tmp_path, workdir_lock.LOCK_FILE))  # not ours: kept
   assert _holder(str(tmp_path))["host"] == "elsewhere"
+
+
+def test_filesystem_without_hard_links(tmp_path, monkeypatch):
+  def no_links(*_):
+    raise PermissionError(1, "Operation not permitted")
+  monkeypatch.setattr(os, "link", no_links)
+  path = workdir_lock.acquire(str(tmp_path))
+  assert _holder(str(tmp_path))["pid"] == os.getpid()
+  with pytest.raises(workdir_lock.WorkdirLockedError):
+    workdir_lock.acquire(str(tmp_path))
+  workdir_lock.release(path)
+  assert os.listdir(tmp_path) == []
