@@ -462,6 +462,7 @@ def _hidden_list(f2p: list[str]) -> str:
 
 
 _SECTION = re.compile(r"^_{3,} (\S+) _{3,}$")
+_SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+) - (.+)$")
 
 
 def _failure_messages(runs: list[runner.SuiteRun], f2p: list[str], k: int = 5) -> list[str]:
@@ -471,15 +472,23 @@ def _failure_messages(runs: list[runner.SuiteRun], f2p: list[str], k: int = 5) -
   the runner holds the last sections, which is enough for a description.
   """
   by_head = {"::".join(t.split("::")[1:]).replace("::", "."): t for t in f2p}
-  out = {}
+  wanted, out = set(f2p), {}
+
+  def add(test, msg):
+    name = test.split("[", 1)[0]
+    if name not in out and len(out) < k and msg:
+      out[name] = msg[:200]
+
   for r in runs:
     test = None
     for line in r.log_tail.splitlines():
       if m := _SECTION.match(line):
         test = by_head.get(m.group(1))
       elif test and line.startswith("E ") and line[1:].strip():
-        name = test.split("[", 1)[0]
-        if name not in out and len(out) < k:
-          out[name] = line[1:].strip()[:200]
+        add(test, line[1:].strip())
         test = None
+      elif (m := _SUMMARY.match(line)) and m.group(1) in wanted:
+        # Many failures push the sections out of the tail; the short summary (cut to the
+        # terminal width) is what is left.
+        add(m.group(1), m.group(2).strip().removesuffix("..."))
   return [f"{t}: {m}" for t, m in sorted(out.items())]

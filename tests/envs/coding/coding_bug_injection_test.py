@@ -3,10 +3,11 @@ project validated like deletions (gold 1.0, empty 0.0, direct tests, behaviour-o
 
 import dataclasses
 import textwrap
+import types
 
 import pytest
 
-from composer_jax.envs.coding import bug_injection, difficulty
+from composer_jax.envs.coding import bug_injection, difficulty, generator
 
 CODE = textwrap.dedent(
   """\
@@ -94,3 +95,27 @@ def test_bug_tasks_validate(bug_tasks):
 
 def _texts(gen):
   return {f: (gen.orig / f).read_text() for f in gen.project.files}
+
+
+def test_failure_messages_from_sections_and_summary():
+  tail = textwrap.dedent(
+    """\
+    ______________________ TestGreeter.test_greet[ada] ______________________
+        def test_greet(self, who):
+    >     assert core.Greeter(who).greet() == "hello ada"
+    E     AssertionError: assert 'bye ada' == 'hello ada'
+    =========================== short test summary info ============================
+    FAILED tests/test_core.py::TestGreeter::test_greet[ada] - AssertionError: asse...
+    FAILED tests/test_core.py::test_hypot[3-4-10.0] - TypeError: unsupported operand...
+    FAILED tests/test_other.py::test_not_hidden - ValueError: x
+    """
+  )
+  f2p = [
+    "tests/test_core.py::TestGreeter::test_greet[ada]",
+    "tests/test_core.py::test_hypot[3-4-10.0]",
+  ]
+  got = generator._failure_messages([types.SimpleNamespace(log_tail=tail)], f2p)
+  assert got == [
+    "tests/test_core.py::TestGreeter::test_greet: AssertionError: assert 'bye ada' == 'hello ada'",
+    "tests/test_core.py::test_hypot: TypeError: unsupported operand",
+  ]
