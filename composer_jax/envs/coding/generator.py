@@ -273,7 +273,13 @@ class Generator:
       return None, f"error: {type(e).__name__}: {str(e)[:200]}"
 
   def harder(self, t: Task) -> list[Task]:
-    """A variant of task t deleting one more related feature (curriculum callback)."""
+    """A variant of deletion task t deleting one more related feature (curriculum callback).
+
+    Bug tasks get none: the curriculum's harder bug tasks are the ones with higher
+    difficulty.score (more direct tests, longer branches) already in the pool.
+    """
+    if t.method != "deletion":
+      return []
     first = t.features[0]
     primary = self.map.symbols[f"{first['path']}::{first['qualname']}"]
     feats = self.related(primary, self.candidates(), len(t.features))

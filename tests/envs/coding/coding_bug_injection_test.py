@@ -119,3 +119,8 @@ def test_failure_messages_from_sections_and_summary():
     "tests/test_core.py::TestGreeter::test_greet: AssertionError: assert 'bye ada' == 'hello ada'",
     "tests/test_core.py::test_hypot: TypeError: unsupported operand",
   ]
+
+
+def test_bug_tasks_get_no_deletion_variant(bug_tasks):
+  gen, tasks, _ = bug_tasks
+  assert gen.harder(tasks[0]) == []
