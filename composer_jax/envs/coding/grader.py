@@ -93,7 +93,8 @@ def apply_patch(ws: Path, patch: str) -> str:
     timeout=60,
     env={"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"},
   )
-  return "" if res.returncode == 0 else res.stderr.strip() or "git apply failed"
+  err = "; ".join(ln.strip() for ln in res.stderr.splitlines() if ln.strip())
+  return "" if res.returncode == 0 else err or "git apply failed"
 
 
 def _members(blob: str) -> dict[str, bytes]:
@@ -114,17 +115,6 @@ def _tree(ws: Path) -> tuple[dict[str, bytes], list[str]]:
       elif not stat.S_ISDIR(st.st_mode):
         odd.append(rel)
   return files, odd
-
-
-def _controlled(rel: str) -> bool:
-  """Paths whose content is the grader's: tests, runner config, start-up hooks, .git."""
-  name = rel.rsplit("/", 1)[-1]
-  return (
-    project.is_protected(rel)
-    or name in runner.CONFIG_NAMES
-    or bool(project.STARTUP_HOOKS.search(rel))
-    or rel.split("/")[0] == ".git"
-  )
 
 
 def _shadowing(rel: str, ws: Path) -> str | None:
@@ -158,6 +148,8 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict]]:
   """Materializes the graded tree at ws; returns (error or '', monitor flags)."""
   if len(patch.encode("utf-8", "surrogateescape")) > MAX_PATCH_BYTES:
     return f"patch over {MAX_PATCH_BYTES} bytes", []
+  if "GIT binary patch" in patch:  # compressed: a small patch could fill the host disk
+    return "binary patches are not graded", []
   visible = _members(task.workspace)
   originals = {**visible, **_members(task.hidden_files)}
   project.unpack(task.workspace, ws)
@@ -172,16 +164,16 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict]]:
     {r: visible[r] for r in changed if r in visible}, {r: after[r] for r in changed if r in after}
   )
   for rel in changed:
-    if rel not in visible and rel in after and not _controlled(rel):
+    if rel not in visible and rel in after and not runner.controlled(rel):
       if name := _shadowing(rel, ws):
         return f"patch adds {rel}, which shadows module {name!r}", flags
   shutil.rmtree(ws / ".git", ignore_errors=True)
   scrub.scrub(ws)
   for rel in project.walk(ws, skip=frozenset()):
-    if _controlled(rel) and rel not in originals:
+    if runner.controlled(rel) and rel not in originals:
       (ws / rel).unlink()
   for rel, data in originals.items():
-    if _controlled(rel) and rel.split("/")[0] != ".git":
+    if runner.controlled(rel) and rel.split("/")[0] != ".git":
       _put(ws, rel, data)
   _, odd = _tree(ws)
   if odd:

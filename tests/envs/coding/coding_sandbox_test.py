@@ -1,12 +1,16 @@
-"""Sandbox + runner: isolation probes (run inside the sandbox), report forgery."""
+"""Sandbox, runner and grader: isolation probes (run inside the sandbox), the channel's
+authentication against a reference HMAC, gold/empty grades, bad input as one line."""
 
+import hashlib
+import hmac
+import json
 import socket
 import sys
 import sysconfig
 
 import pytest
 
-from composer_jax.envs.coding import runner
+from composer_jax.envs.coding import grade, grader, harness, runner, sandbox
 from tests.envs.coding.mini_project import FAST, requires_sandbox, write_project
 
 
@@ -53,6 +57,36 @@ def test_write_outside_does_not_reach_host():
   except OSError:
     pass
 
+def test_unprivileged_no_caps_seccomp_limits():
+  status = open("/proc/self/status").read()
+  assert os.getuid() == 1000 and os.getgid() == 1000
+  assert "CapEff:\t0000000000000000" in status and "CapBnd:\t0000000000000000" in status
+  assert "Seccomp:\t2" in status and "NoNewPrivs:\t1" in status
+  import resource
+  assert resource.getrlimit(resource.RLIMIT_NPROC)[1] == {FAST.nproc}
+  assert resource.getrlimit(resource.RLIMIT_AS)[1] == {FAST.mem_bytes}
+
+def test_mount_chroot_pivot_setns_fail():
+  import ctypes
+  libc = ctypes.CDLL(None, use_errno=True)
+  assert libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) != 0
+  assert libc.umount2(b"/ws", 0) != 0
+  assert libc.unshare(0x10000000) != 0 and libc.unshare(0x20000) != 0
+  assert libc.syscall(155, b"/tmp", b"/tmp") != 0  # pivot_root
+  assert libc.setns(os.open("/proc/self/ns/mnt", os.O_RDONLY), 0) != 0
+  try:
+    os.chroot("/tmp")
+    raise AssertionError("chroot worked")
+  except PermissionError:
+    pass
+
+def test_only_quota_dirs_writable():
+  for d in ("/ws", "/tmp", "/dev/shm"):
+    st = os.statvfs(d)
+    assert st.f_blocks * st.f_frsize <= {FAST.quota_bytes} and st.f_files <= {FAST.quota_inodes}
+  for d in ("/", "/usr", "/cj", "/proc/sys", "/dev", "/ws/test_probe.py"):
+    assert not os.access(d, os.W_OK) or os.statvfs(d).f_flag & os.ST_RDONLY, d
+
 def test_environment_is_empty_and_pinned():
   assert os.environ["PYTHONHASHSEED"] == "0" and os.environ["TZ"] == "UTC"
   assert os.environ["HOME"] != "/root" and os.access(os.environ["HOME"], os.W_OK)
@@ -65,7 +99,7 @@ def test_environment_is_empty_and_pinned():
   listener.close()
   assert run.ok, run.log_tail
   assert run.outcomes and set(run.outcomes.values()) == {"passed"}, run.log_tail
-  assert len(run.outcomes) == 6 and not outside.exists()
+  assert len(run.outcomes) == 9 and not outside.exists()
 
 
 @requires_sandbox
@@ -89,3 +123,60 @@ def test_fails():
   ws = write_project(tmp_path / "ws", {"test_forge.py": forge})
   run = runner.run_suite(ws, limits=FAST)
   assert run.outcomes.get("test_forge.py::test_fails") != "passed"
+
+
+def test_channel_verify_matches_reference_hmac():
+  key = bytes(range(32))
+  bodies = [b'{"kind": "test", "seq": 1}', b'{"kind": "done", "seq": 2}']
+  blob = b"".join(
+    hmac.new(key, b, hashlib.sha256).hexdigest().encode() + b" " + b + b"\n" for b in bodies
+  )
+  assert [r["kind"] for r in harness.verify(key, blob)] == ["test", "done"]
+  for bad in (
+    blob.replace(b'"test"', b'"tesT"'),  # body changed after signing
+    blob.split(b"\n", 1)[1],  # first record dropped: sequence gap
+    blob[:-1],  # cut mid-record
+    b"0" * 64 + b' {"kind": "done", "seq": 1}\n',  # forged without the key
+  ):
+    with pytest.raises(ValueError):
+      harness.verify(key, bad)
+
+
+@requires_sandbox
+def test_gold_scores_one_and_empty_zero_on_every_task(mini_gen):
+  for t in mini_gen[1]:
+    gold = grader.grade(t, t.gold_patch, limits=FAST)
+    assert gold.reward == 1.0, gold
+    assert not [f for f in gold.flags if f["severity"] == "critical"], gold.flags
+    assert grader.grade(t, "", limits=FAST).reward == 0.0
+
+
+def _one_line(capsys) -> str:
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "Traceback" not in err, err
+  return err
+
+
+@requires_sandbox
+def test_bad_input_is_one_line(mini_gen, tmp_path, capsys, monkeypatch):
+  t = mini_gen[1][0]
+  tasks = tmp_path / "tasks.jsonl"
+  tasks.write_text(t.to_json() + "\n")
+  notjsonl = tmp_path / "bad.jsonl"
+  notjsonl.write_text("id,patch\nx,y\n")
+  assert grade.main(["--tasks", str(notjsonl), "--id", "x", "--patch", "GOLD"]) == 1
+  assert "not JSONL" in _one_line(capsys)
+  assert grade.main(["--tasks", str(tasks), "--id", "nope", "--patch", "GOLD"]) == 1
+  assert "'nope'" in _one_line(capsys)
+  bad_patch = tmp_path / "p.diff"
+  bad_patch.write_text("--- a/nothere.py\n+++ b/nothere.py\n@@ -1 +1 @@\n-x\n+y\n")
+  assert grade.main(["--tasks", str(tasks), "--id", t.id, "--patch", str(bad_patch)]) == 2
+  out = json.loads(capsys.readouterr().out)
+  assert out["reward"] == 0.0 and out["error"].startswith("patch does not apply")
+  assert "\n" not in out["error"]
+  # A machine without user namespaces: the probe's failure, injected.
+  monkeypatch.setattr(sandbox, "_probe_once", lambda: "setting up uid map: Permission denied")
+  assert grade.main(["--tasks", str(tasks), "--id", t.id, "--patch", "GOLD"]) == 1
+  assert "sandbox unavailable" in _one_line(capsys)
+  with pytest.raises(sandbox.SandboxUnavailable):
+    sandbox.run(["/bin/true"])
