@@ -142,6 +142,12 @@ def summarize(manifest: list, out: Path) -> dict:
     "tasks": len(kept),
     "duplicates_dropped": len(dropped),
     "by_method": dict(collections.Counter(t.method for t in kept)),
+    # Checked by the generator before a task is kept: gold patch 1.0, empty patch 0.0.
+    "verified": sum(
+      t.provenance.get("verify", {}).get("gold") == 1.0
+      and t.provenance.get("verify", {}).get("empty") == 0.0
+      for t in kept
+    ),
     "projects_with_tasks": len({t.source["name"] for t in kept}),
     "failed": {r["project"]: r["error"] for r in rows if r["status"] == "failed"},
     "difficulty": {k: _dist(v) for k, v in sorted(fields.items())},
@@ -167,7 +173,8 @@ def table(summary: dict) -> str:
       f"{r.get('wall_s', 0):>7.0f}  {why[:110]}"
     )
   lines.append(
-    f"total: {summary['tasks']} tasks {summary['by_method']} from "
+    f"total: {summary['tasks']} tasks {summary['by_method']} ({summary['verified']} verified "
+    "gold 1.0 / empty 0.0) from "
     f"{summary['projects_with_tasks']} projects; {summary['duplicates_dropped']} duplicates "
     f"dropped; {len(summary['failed'])} projects failed"
   )

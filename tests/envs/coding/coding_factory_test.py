@@ -71,6 +71,7 @@ def factory_run(tmp_path_factory):
 def test_manifest_run_both_methods_and_bad_entry(factory_run):
   tmp, _, summary, log, _ = factory_run
   assert summary["by_method"] == {"deletion": 1, "bug": 1} and summary["tasks"] == 2
+  assert summary["verified"] == 0  # this run skips gold/empty grading (verify=False)
   assert summary["failed"] == {
     "broken-1": "manifest entry broken: sha256 'not-a-hash' is not 64 lowercase hex digits"
   }

@@ -47,6 +47,7 @@ def test_pinned_pypi_project_and_bad_entries(tmp_path, monkeypatch):
   assert all("\n" not in e for e in failed.values())
   tasks = task.read_jsonl(tmp_path / "out" / "tasks.jsonl")
   assert {t.method for t in tasks} == {"deletion", "bug"}, summary["projects"][0]
+  assert summary["verified"] == len(tasks) == 2
   for t in tasks:
     assert t.provenance["verify"]["gold"] == 1.0 and t.provenance["verify"]["empty"] == 0.0
     assert t.source["name"] == "inflection" and t.F2P_direct
