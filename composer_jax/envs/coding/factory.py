@@ -102,7 +102,10 @@ def run(
   if finished:
     print(f"resuming: {finished} finished projects skipped", file=log, flush=True)
   start, made = time.monotonic(), 0
-  for i, (_, rec) in enumerate(pool.imap_unordered(run_project, todo), 1):
+  for i, (job, rec) in enumerate(pool.imap_unordered(run_project, todo), 1):
+    if isinstance(rec, BaseException):  # its worker died: no status file, a re-run retries it
+      err = f"worker died: {type(rec).__name__}: {rec}"
+      rec = {"project": project_id(job.entry), "status": "failed", "wall_s": 0.0, "error": err}
     made += rec.get("tasks", 0)
     elapsed = time.monotonic() - start
     eta = elapsed / i * (len(todo) - i)

@@ -5,8 +5,9 @@ One interface, `Pool.imap_unordered(fn, items) -> iterator of (item, result)`, t
          tracebacks readable and costs no process start-up);
   ray    Ray tasks on a cluster (`pip install 'composer_jax[ray]'`; `ray.init()` picks up
          RAY_ADDRESS, or starts a local instance).
-`fn` must be a picklable top-level function and must not raise: jobs report failures in their
-result, so one bad item never stops the others.
+`fn` must be a picklable top-level function and should not raise: jobs report failures in
+their result, so one bad item never stops the others. A job whose worker died (killed, out of
+memory) or that raised anyway yields the exception as its result.
 """
 
 import concurrent.futures as cf
@@ -41,14 +42,18 @@ class Pool:
       yield from self._ray(fn, items)
     elif self.workers == 1:
       for item in items:
-        yield item, fn(item)
+        try:
+          result = fn(item)
+        except Exception as e:
+          result = e
+        yield item, result
     else:
       # fork would copy this process's threads (JAX, pip) into the children; spawn is clean.
       ctx = multiprocessing.get_context("spawn")
       with cf.ProcessPoolExecutor(self.workers, mp_context=ctx) as ex:
         futures = {ex.submit(fn, item): item for item in items}
         for fut in cf.as_completed(futures):
-          yield futures[fut], fut.result()
+          yield futures[fut], fut.exception() or fut.result()
 
   def _ray(self, fn, items):
     import ray
@@ -63,7 +68,11 @@ class Pool:
     while pending:
       done, _ = ray.wait(list(pending), num_returns=1)
       for ref in done:
-        yield pending.pop(ref), ray.get(ref)
+        item = pending.pop(ref)
+        try:
+          yield item, ray.get(ref)
+        except Exception as e:  # RayTaskError, WorkerCrashedError
+          yield item, e
 
 
 def _call(fn, item):

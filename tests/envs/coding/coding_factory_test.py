@@ -4,8 +4,10 @@ manifest entry, resume, the reused coverage map, the summary; the worker pool; d
 import hashlib
 import io
 import math
+import os
 import tarfile
 import textwrap
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
@@ -112,6 +114,11 @@ def test_worker_pool_and_bad_arguments():
   got = dict(workers.Pool(2).imap_unordered(math.factorial, range(6)))
   assert got == {0: 1, 1: 1, 2: 2, 3: 6, 4: 24, 5: 120}
   assert list(workers.Pool(1).imap_unordered(math.factorial, [3])) == [(3, 6)]
+  # A worker that dies (os._exit) or a job that raises yields its exception; the rest go on.
+  (item, err), *_ = workers.Pool(2).imap_unordered(os._exit, [3])
+  assert item == 3 and isinstance(err, BrokenProcessPool)
+  ((_, err),) = workers.Pool(1).imap_unordered(math.sqrt, [-1])
+  assert isinstance(err, ValueError)
   with pytest.raises(ValueError, match="workers=0"):
     workers.Pool(0)
   with pytest.raises(ValueError, match="unknown worker backend 'slurm'"):
