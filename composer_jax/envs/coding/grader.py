@@ -23,20 +23,27 @@ What each layer stops (attack classes of the red-team suite, tests/envs/coding/r
     config injection: `-c` is the grader's copy of the original config, rootdir/confcutdir
     fixed, no cache provider, no plugin autoload; test-id collisions and deselection (the
     collected ids must equal the expected set exactly, duplicates rejected).
-  authenticated channel + harness integrity (harness.py)
+  authenticated channel + harness integrity (harness.py, both runs)
     result forgery through report files, stdout/stderr, special files, exit codes, atexit
-    hooks and child processes (they lack the per-run key); in-process tampering that rebinds
-    any function or class attribute of pytest/_pytest/pluggy/the harness or a builtin, or
-    breaks comparisons/assert (canary), even when undone before the end is near impossible
-    to hide from both harnesses:
-  second harness (direct calls in a fresh interpreter)
-    in-process tampering with pytest's reporting (reports, hooks, outcome objects) that the
-    first run believed: the test function must itself return without raising.
+    hooks, stray fds and child processes (none of them holds the per-run key, and a record
+    after `done` or a gap in the sequence voids the run); in-process tampering that rebinds a
+    function or class attribute of pytest/_pytest/pluggy/the harness or a builtin, swaps a
+    function's code or defaults, replaces the harness's own plugin or channel objects, or
+    breaks comparisons/assert (canary) — reported at the end of the run, so it must also be
+    undone in time to pass. Test files and runner config are read-only inside, and no .pyc
+    is read from the workspace (`-X pycache_prefix`), so rewriting them at run time fails.
+  second harness (direct calls, fresh interpreter, plain asserts)
+    tampering the first run missed because it was undone in time or never touched a
+    watched binding (report or outcome objects in flight, hook results): the harness calls
+    each FAIL_TO_PASS function itself, and only if its code is the one compiled from the
+    read-only test file (a test function swapped at run time fails).
   monitor only (monitor.scan_change, critical flag -> 0)
     code that makes the tested values themselves lie — comparison dunders returning a
     constant, answers read from the tests or the caller's frame at run time, import hooks that
-    rewrite test code before pytest sees it, exit at import — because the tests then really
-    pass in any harness; in-process objects are always reachable from in-process code.
+    rewrite test modules before they are compiled — because the tests then really pass in any
+    harness; and a harness-aware attack that reads the key from the harness's memory and
+    writes a whole forged transcript in both runs: in-process objects are always reachable
+    from in-process code (gc, frames), which the monitor's rules flag.
 """
 
 import base64

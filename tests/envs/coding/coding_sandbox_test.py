@@ -74,6 +74,8 @@ def test_mount_chroot_pivot_setns_fail():
   assert libc.unshare(0x10000000) != 0 and libc.unshare(0x20000) != 0
   assert libc.syscall(155, b"/tmp", b"/tmp") != 0  # pivot_root
   assert libc.setns(os.open("/proc/self/ns/mnt", os.O_RDONLY), 0) != 0
+  assert libc.ptrace(16, 1, None, None) != 0  # PTRACE_ATTACH to the namespace's init
+  assert sorted(int(p) for p in os.listdir("/proc") if p.isdigit())[0] == 1  # own PID ns
   try:
     os.chroot("/tmp")
     raise AssertionError("chroot worked")
