@@ -212,9 +212,9 @@ class Checkpointer:
     try:
       restored = self._mngr.restore(
           step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))
-      return ModelConfig.from_dict(restored["config"]["model"])
     except Exception as e:
       raise self._corrupt(step, e) from None
+    return ModelConfig.from_dict(restored["config"]["model"])
 
   def restore(self, step: int, abstract_state: Any,
               data_iterator: grain.DatasetIterator | None = None) -> Any:
