@@ -36,6 +36,7 @@ CODE_CASES = {
       "import sys\ndef f():\n  return sys.__dict__['_getframe']()\n",
       "import importlib\ndef f():\n  return importlib.import_module('inspect').stack()\n",
       "def f():\n  return (lambda: __import__('sys'))()._getframe\n",
+      "import sys as _s\ndef f():\n  return globals()['_' + 's']._getframe()\n",
     ],
     [
       "import sys\ndef f():\n  return sys.version_info\n",

@@ -309,7 +309,17 @@ class Resolver:
       keys = self.fold(node.slice, env, d) or frozenset()
       keys = {nfkc(k) for k in keys if isinstance(k, str)}
       if self.is_namespace(node.value, env, d):
-        return frozenset(f"{b}.{k}" for b in self.namespace_owner(node.value, env, d) for k in keys)
+        out = set()
+        for b in self.namespace_owner(node.value, env, d):
+          if b == (self.module or "__main__"):  # globals()["sys"]: this module's own binding
+            for k in keys:
+              for kind, payload in self.root.bindings.get(k, ()):
+                if kind == "import":
+                  out.add(payload)
+                elif kind == "expr":
+                  out |= self.resolve(payload, None, d)
+          out |= {f"{b}.{k}" for k in keys}
+        return frozenset(out)
       if "sys.modules" in self.resolve(node.value, env, d):
         return frozenset(keys)
     return frozenset()
