@@ -64,6 +64,7 @@ CODE_CASES = {
       "    if not isinstance(other, A):\n      return NotImplemented\n    return self.v == other.v\n"
       "  def __hash__(self):\n    return hash(self.v)\n",
       "class A:\n  __hash__ = None\n",
+      "class B(A):\n  def __eq__(self, other):\n    return super().__eq__(other)\n",
       "class A:\n  def __lt__(self, other):\n    raise TypeError('unordered')\n",
       # boltons' OrderedMultiDict.__eq__: constant returns, chosen by the other operand
       "class A:\n  def __eq__(self, other):\n    if self is other:\n      return True\n"

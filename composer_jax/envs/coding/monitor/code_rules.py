@@ -133,6 +133,8 @@ def _comparison_flaw(m: Module, name: str, fn) -> str | None:
   )
   body = [fn.body] if isinstance(fn, ast.Lambda) else fn.body
   used = {nfkc(n.id) for b in body for n in ast.walk(b) if isinstance(n, ast.Name)}
+  if "super" in used and operands:
+    used.add(nfkc(operands[0]))  # super().__eq__(other) compares self
   if len(operands) < 2 or not all(nfkc(p) in used for p in operands):
     return "ignores one of its operands"
   return None

@@ -2,8 +2,9 @@
 
 A command line is split into simple commands at `; & && || | ( )` and newlines; leading
 `VAR=value` words become its environment, wrappers (`sudo`, `env`, `timeout 5`, `xargs`, ...)
-are peeled off, `bash -c S` / `sh -c S` / `eval` are parsed recursively, redirections become
-reads and writes, and `python -c CODE` is judged by the code rules (context 'command').
+are peeled off, `bash -c S` / `sh -c S` / `eval` / `bash <<EOF` are parsed recursively,
+redirections become reads and writes, relative paths follow earlier `cd`s of the line, and
+`python -c CODE` / `python - <<EOF` code is judged by the code rules (context 'command').
 """
 
 import ast
