@@ -27,7 +27,8 @@ What each layer stops (attack classes of the red-team suite, tests/envs/coding/r
     result forgery through report files, stdout/stderr, special files, exit codes, atexit
     hooks, stray fds and child processes (none of them holds the per-run key, and a record
     after `done` or a gap in the sequence voids the run); in-process tampering that rebinds a
-    function or class attribute of pytest/_pytest/pluggy/the harness or a builtin, swaps a
+    function or class attribute of pytest/_pytest/pluggy/the harness, of the standard library
+    (math.isclose, operator.eq, unittest's asserts) or a builtin, swaps a
     function's code or defaults, replaces the harness's own plugin or channel objects, or
     breaks comparisons/assert (canary) — reported at the end of the run, so it must also be
     undone in time to pass. Test files and runner config are read-only inside, and no .pyc

@@ -13,8 +13,8 @@ Two modes, two mechanisms:
   "direct": a fresh interpreter; each Function item's test function is called by this harness
             itself (pytest only resolves fixtures), other items (doctests) are judged by a
             wrapper around pytest_runtest_call — never by pytest's reports.
-Both snapshot the runner (every function and class attribute of pytest, _pytest, pluggy and this
-harness, and the builtins) after importing pytest and before importing project code, and report
+Both snapshot the runner (every function and class attribute of pytest, _pytest, pluggy, this
+harness and the loaded standard library, and the builtins) after importing pytest and before importing project code, and report
 every binding that differs at the end; both run a canary (a true and a false comparison and
 assert) before and after the tests. The host rejects the run if either shows tampering.
 Standard library + pytest only; this file is also imported by the host for `verify`.
@@ -32,7 +32,12 @@ import os
 import sys
 import types
 
-_WATCHED = ("pytest", "_pytest", "pluggy", "cj_harness", "__main__")
+# The runner and, through sys.stdlib_module_names, the standard library: a comparison helper
+# (math.isclose, unittest's assertEqual, operator.eq) made to agree with anything is caught.
+_WATCHED = frozenset({"pytest", "_pytest", "pluggy", "cj_harness", "__main__"})
+_PRELOAD = ("unittest", "math", "cmath", "operator", "decimal", "fractions", "difflib", "pprint")
+# Set by coverage (test mapping) and by legitimate tracers for the whole run.
+_EXEMPT = frozenset({("threading", "_trace_hook"), ("threading", "_profile_hook")})
 _MUTABLE_STATE = ("seq", "phases")  # the harness objects' own bookkeeping
 
 
@@ -87,7 +92,8 @@ def _bindings(*instances) -> dict:
   the attributes of the harness's own objects (plugin, channel)."""
   out = {("builtins", k): _parts(v) for k, v in vars(builtins).items()}
   for modname, mod in list(sys.modules.items()):
-    if mod is None or modname.split(".")[0] not in _WATCHED:
+    top = modname.split(".")[0]
+    if mod is None or (top not in _WATCHED and top not in sys.stdlib_module_names):
       continue
     for name, obj in list(vars(mod).items()):
       if callable(obj) or isinstance(obj, type(sys)):
@@ -114,6 +120,8 @@ def _changed(before: dict, *instances) -> list[str]:
   after = _bindings(*instances)
   bad = []
   for key, parts in before.items():
+    if key in _EXEMPT:
+      continue
     now = after.get(key, parts)
     if len(now) != len(parts) or not all(_same(a, b) for a, b in zip(now, parts)):
       bad.append(f"{key[0]}.{key[1]}")
@@ -270,6 +278,8 @@ def main() -> None:
 
   plugin = (Reporter if cfg["mode"] == "pytest" else Direct)(chan)
   _hookimpls(pytest, plugin)
+  for name in _PRELOAD:
+    __import__(name)
   before = _bindings(chan, plugin)
   ok_before = canary()
   rc = int(pytest.main(cfg["args"], plugins=[plugin]))

@@ -10,7 +10,8 @@ Every run, from the outside in:
      net (loopback only), ipc, uts and cgroup namespaces; uid/gid 1000 inside, all capabilities
      dropped, `--new-session`, `--die-with-parent`, a seccomp filter (seccomp.py) that refuses
      mount, chroot, pivot_root, setns, unshare, ptrace and kernel-attack-surface calls. The
-     root holds read-only binds of /usr (and its /bin, /lib* links), the Python runtime with
+     root holds read-only binds of /usr (and its /bin, /lib* links), a four-file /etc
+     (hosts, passwd, group, nsswitch.conf: localhost and the sandbox user), the Python runtime with
      every site-packages/dist-packages directory covered by an empty read-only tmpfs, and the
      grader's own files (`ro`); /proc is the new PID namespace's, /dev a read-only minimal set;
      the root itself is remounted read-only once built.
@@ -23,6 +24,7 @@ If bwrap cannot run here (no unprivileged user namespaces, no libseccomp), avail
 in one line and run() refuses: there is no weaker mode.
 """
 
+import atexit
 import dataclasses
 import functools
 import os
@@ -44,7 +46,7 @@ from composer_jax.envs.coding import seccomp
 
 WS = "/ws"  # the workspace copy inside the sandbox (also its cwd)
 UID = 1000
-_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")  # /etc is synthetic: _etc()
 _STAGE1 = (
   'set -e; q=$1; src=$2; shift 2; mount -t tmpfs -o "$1" cj-quota "$q"; shift; '
   'mkdir "$q/ws" "$q/tmp" "$q/shm"; chmod 1777 "$q/tmp" "$q/shm"; '
@@ -140,7 +142,26 @@ def _root_args() -> tuple[str, ...]:
     args += ["--ro-bind", base, base]
   for d in _site_dirs():
     args += ["--tmpfs", d, "--remount-ro", d]
+  args += ["--ro-bind", _etc(), "/etc"]
   return tuple(args)
+
+
+_ETC = {
+  "hosts": "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
+  "passwd": f"root:x:0:0::/root:/bin/sh\nsandbox:x:{UID}:{UID}::/tmp:/bin/sh\n",
+  "group": f"root:x:0:\nsandbox:x:{UID}:\n",
+  "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+}
+
+
+def _etc() -> str:
+  """A minimal /etc (localhost, the sandbox user), never the host's; once per process."""
+  root = tempfile.mkdtemp(prefix="cj-etc-")
+  atexit.register(shutil.rmtree, root, ignore_errors=True)
+  for name, text in _ETC.items():
+    Path(root, name).write_text(text)
+  os.chmod(root, 0o755)
+  return root
 
 
 def base_env() -> dict:

@@ -5,13 +5,14 @@ import tempfile
 
 import pytest
 
-from composer_jax.envs.coding import runner
+from composer_jax.envs.coding import runner, sandbox
 from tests.envs.coding.redteam.attacks import MARKERS
 
 
 @pytest.fixture(autouse=True)
 def nothing_written_outside(tmp_path, monkeypatch):
-  runner.runtime_binds()  # the per-process pycache tree exists before the guard starts
+  sandbox.require()  # the per-process /etc and pycache trees exist before the guard starts
+  runner.runtime_binds()
   for m in MARKERS:
     if os.path.exists(m):
       os.unlink(m)
