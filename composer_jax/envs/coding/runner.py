@@ -183,6 +183,7 @@ def run_suite(
       *extra_args,
       *(test_ids or []),
     ]
+    frozen = [r for r in project.walk(ws, skip=frozenset()) if controlled(r) and r[:5] != ".git/"]
     cfg = {
       "key": key.hex(),
       "mode": mode,
@@ -190,14 +191,13 @@ def run_suite(
       "site": _SITE,
       "paths": import_paths(),
       "blob": blob,
+      "frozen": [f"{sandbox.WS}/{r}" for r in frozen if r.endswith(".py")],
     }
     res = sandbox.run(
       [sandbox.real_python(), "-I", "-S", "-B", "-X", f"pycache_prefix={_PYC}", _HARNESS],
       workspace=ws,
       ro={**runtime_binds(), f"/cj/cfg/{ini.name}": str(ini)},
-      ro_inside=[
-        r for r in project.walk(ws, skip=frozenset()) if controlled(r) and r[:5] != ".git/"
-      ],
+      ro_inside=frozen,
       stdin=json.dumps(cfg).encode(),
       limits=limits,
     )

@@ -182,3 +182,16 @@ def test_bad_input_is_one_line(mini_gen, tmp_path, capsys, monkeypatch):
   assert "sandbox unavailable" in _one_line(capsys)
   with pytest.raises(sandbox.SandboxUnavailable):
     sandbox.run(["/bin/true"])
+
+
+@requires_sandbox
+def test_direct_harness_runs_tests_inherited_from_another_file(tmp_path):
+  """A test method defined in a base class of another (read-only) test file is the grader's."""
+  files = {
+    "tests/__init__.py": "",
+    "tests/base_cases.py": "class Base:\n  def test_inh(self):\n    assert self.x == 1\n",
+    "tests/test_a.py": "from tests.base_cases import Base\n\n\nclass TestA(Base):\n  x = 1\n",
+  }
+  ws = write_project(tmp_path / "ws", files)
+  run = runner.run_suite(ws, ["tests/test_a.py::TestA::test_inh"], mode="direct", limits=FAST)
+  assert run.ok and run.calls == {"tests/test_a.py::TestA::test_inh": True}, run.log_tail
