@@ -1,10 +1,22 @@
 """Causal self-attention over packed sequences: MLA (DeepSeek-V2/V3) and plain GQA.
 
-Plain-jnp attention: logits and softmax in float32, a boolean mask built from
-segment ids (no cross-document attention, segment 0 = padding) and token order.
-Given a per-layer `kv_cache` buffer and the token positions, both modules write the new
-keys into the cache and attend over it (decoding), returning `(out, new layer cache)`.
+Logits and softmax in float32, masked by segment ids (no cross-document attention,
+segment 0 = padding) and token order. The mask comes either dense (`[B, 1, L, L]` bool:
+decoding, context parallelism, tests; attended by the plain-jnp `reference`) or as
+`SegmentMask(segment_ids)` (training on one device), attended by `cfg.attention_impl`
+(`ATTENTION_IMPLS`): `blocked` (flash-style online softmax over key blocks, never builds
+`[B, H, L, L]`; CPU), `jax_nn` (`jax.nn.dot_product_attention`: cuDNN flash attention on
+GPU) or `reference`. Given a per-layer `kv_cache` buffer and the token positions, both
+modules write the new keys into the cache and attend over it (decoding), returning
+`(out, new layer cache)`.
+
+MLA trains in the expanded form (per-head K/V from the latent): its logits cost
+`dn + dr` (192 for DeepSeek-V3) multiply-adds per query-key pair and head against
+`r + dr` (576) absorbed, so the absorbed form is used only to decode (one query against a
+long cached latent, where it saves expanding the cache).
 """
+
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -40,19 +52,128 @@ def attention_mask(segment_ids: jax.Array, order=None) -> jax.Array:
   return (same & real & causal)[:, None]
 
 
-def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-                          scale: float) -> jax.Array:
-  """softmax(scale * q k^T + mask) v per head.
+class SegmentMask(NamedTuple):
+  """The causal, same-segment mask of `attention_mask(segment_ids)`, not materialized.
+
+  `segment_ids [B, L]` (queries and keys alike; segment 0 = padding).
+  """
+
+  segment_ids: jax.Array
+
+
+def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                        scale: float) -> jax.Array:
+  """softmax(scale * q k^T + mask) v per head, materializing `[B, H, L, S]` logits.
 
   Args:
-    q: `[B, L, H, dk]`, k: `[B, L, H, dk]`, v: `[B, L, H, dv]`, mask: `[B, 1, L, L]` bool.
+    q: `[B, L, H, dk]`, k: `[B, S, H, dk]`, v: `[B, S, H, dv]`, mask: `[B, 1, L, S]` bool.
   Returns:
-    `[B, L, H, dv]` in `v.dtype`; logits and softmax are float32.
+    `[B, L, H, dv]` in `v.dtype`; logits and softmax are float32. Queries with no key
+    to attend get a uniform softmax (finite; mask them out of the loss).
   """
   logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
   logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
   return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
+                      scale: float, block: int) -> jax.Array:
+  """Causal same-segment attention one `block` of queries and keys at a time.
+
+  Flash-attention's online softmax (arXiv 2205.14135, Alg. 1): for each query block, a
+  scan over key blocks keeps the running max `m`, normalizer `norm` and output `acc`;
+  blocks with no allowed (same segment, causal) pair are skipped. Each query block is
+  rematerialized in the backward pass, so no buffer is larger than `[B, H, block, L]`.
+
+  Args:
+    q: `[B, L, H, dk]`, k: `[B, L, H, dk]`, v: `[B, L, H, dv]`, segment_ids: `[B, L]`.
+  Returns:
+    `[B, L, H, dv]` in `v.dtype` (float32 softmax); 0 for queries with no key to attend.
+  """
+  batch, length, heads, _ = q.shape
+  n = -(-length // block)
+  pad = n * block - length  # padded tokens get segment 0: they attend and are attended by none
+  blocks = lambda a: jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2)).reshape(
+      batch, n, block, *a.shape[2:]).swapaxes(0, 1)  # [n, B, block, ...]
+  qb, kb, vb, sb = blocks(q), blocks(k), blocks(v), blocks(segment_ids)
+  pos = jnp.arange(n * block).reshape(n, block)
+
+  @jax.checkpoint
+  def query_block(qi, si, pi):
+    def key_block(carry, j):
+      allowed = ((si[:, :, None] == sb[j][:, None, :]) & (si != 0)[:, :, None]
+                 & (pos[j][None, :] <= pi[:, None])[None])  # [B, block_q, block_k]
+
+      def update(carry):
+        m, norm, acc = carry
+        s = jnp.einsum("bqhd,bkhd->bhqk", qi, kb[j], preferred_element_type=jnp.float32)
+        s = jnp.where(allowed[:, None], s * scale, -jnp.inf)
+        # The result does not depend on m (it cancels), so no gradient flows through it.
+        m_new = jax.lax.stop_gradient(jnp.maximum(m, s.max(-1)))
+        m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+        p = jnp.exp(s - m_safe[..., None])
+        correction = jnp.exp(m - m_safe)
+        pv = jnp.einsum("bhqk,bkhd->bhqd", p.astype(v.dtype), vb[j],
+                        preferred_element_type=jnp.float32)
+        return m_new, norm * correction + p.sum(-1), acc * correction[..., None] + pv
+
+      return jax.lax.cond(allowed.any(), update, lambda c: c, carry), None
+
+    init = (jnp.full((batch, heads, block), -jnp.inf), jnp.zeros((batch, heads, block)),
+            jnp.zeros((batch, heads, block, v.shape[-1])))
+    (_, norm, acc), _ = jax.lax.scan(key_block, init, jnp.arange(n))
+    return (acc / jnp.where(norm > 0, norm, 1.0)[..., None]).astype(v.dtype).swapaxes(1, 2)
+
+  out = jax.lax.map(lambda a: query_block(*a), (qb, sb, pos))  # [n, B, block, H, dv]
+  return out.swapaxes(0, 1).reshape(batch, n * block, heads, -1)[:, :length]
+
+
+def jax_nn_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
+                     scale: float) -> jax.Array:
+  """`jax.nn.dot_product_attention` (cuDNN flash attention on GPU, XLA elsewhere).
+
+  It needs one head dim for q, k and v: v is zero-padded to dk and the output cut back.
+  Shapes as `blocked_attention`.
+  """
+  dv = v.shape[-1]
+  v = jnp.pad(v, [(0, 0)] * 3 + [(0, q.shape[-1] - dv)])
+  out = jax.nn.dot_product_attention(q, k, v, mask=attention_mask(segment_ids), scale=scale)
+  return out[..., :dv]
+
+
+def resolve_attention_impl(name: str, length: int, block: int) -> str:
+  """'auto' -> 'jax_nn' on GPU/TPU; on CPU 'blocked' when `length > block`, else
+  'reference' (one block: nothing to skip). Other names as given."""
+  if name != "auto":
+    return name
+  if jax.default_backend() != "cpu":
+    return "jax_nn"
+  return "blocked" if length > block else "reference"
+
+
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array,
+                          mask: "jax.Array | SegmentMask", scale: float, impl: str = "auto",
+                          block: int = 512) -> jax.Array:
+  """softmax(scale * q k^T + mask) v per head -> `[B, L, H, dv]` in `v.dtype`.
+
+  Args:
+    q: `[B, L, H, dk]`, k: `[B, S, H, dk]`, v: `[B, S, H, dv]`.
+    mask: `[B, 1, L, S]` bool (always the reference), or `SegmentMask` (L = S), attended by
+      `impl` (an `ATTENTION_IMPLS` name or 'auto', `resolve_attention_impl`).
+    block: query/key block of `blocked`.
+  """
+  if not isinstance(mask, SegmentMask):
+    return reference_attention(q, k, v, mask, scale)
+  impl = resolve_attention_impl(impl, q.shape[1], block)
+  if impl == "reference":
+    return reference_attention(q, k, v, attention_mask(mask.segment_ids), scale)
+  fn = ATTENTION_IMPLS[impl]
+  return fn(q, k, v, mask.segment_ids, scale, **({"block": block} if impl == "blocked" else {}))
+
+
+# Implementations of a `SegmentMask`ed attention by name (`ModelConfig.attention_impl`).
+ATTENTION_IMPLS = {"blocked": blocked_attention, "jax_nn": jax_nn_attention}
 
 
 def latent_attention(q: jax.Array, latent: jax.Array, rank: int, mask: jax.Array,
@@ -122,7 +243,7 @@ class MLA(nn.Module):
       k_nope, v = kv[..., :dn], kv[..., dn:]
       k_rope = latent[:, :, None, c.kv_lora_rank:]
       k = jnp.concatenate([k_nope, jnp.broadcast_to(k_rope, k_nope.shape[:-1] + (dr,))], axis=-1)
-      return dot_product_attention(q, k, v, mask, scale)
+      return dot_product_attention(q, k, v, mask, scale, c.attention_impl, c.attention_block)
 
     q = jnp.concatenate([q[..., :dn], q_rope], axis=-1)
     latent = jnp.concatenate([kv_lat, k_rope[:, :, 0]], -1)
@@ -164,7 +285,8 @@ class GQA(nn.Module):
 
     def attend(q, k, v, mask):
       k, v = jnp.repeat(k, h // kvh, axis=2), jnp.repeat(v, h // kvh, axis=2)
-      return dot_product_attention(q, k, v, mask, softmax_scale(hd, c.rope_scaling))
+      return dot_product_attention(q, k, v, mask, softmax_scale(hd, c.rope_scaling),
+                                   c.attention_impl, c.attention_block)
 
     if cache is None and context.enabled():  # context parallel: ranks all-gather k|v
       out = context.attention(lambda q, kv, m: attend(q, kv[..., :hd], kv[..., hd:], m), q,

@@ -11,6 +11,7 @@ import dataclasses
 
 ATTENTION_KINDS = ("mla", "gqa")
 MOE_DISPATCH_KINDS = ("dropless", "capacity", "dense", "expert_parallel")
+ATTENTION_IMPL_KINDS = ("auto", "reference", "blocked", "jax_nn")  # see model/attention.py
 GROUPED_MATMUL_KINDS = ("auto", "ragged_dot", "tiled")  # see model/moe.py GROUPED_MATMULS
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -50,6 +51,10 @@ class ModelConfig:
   qk_nope_head_dim: int = 16
   qk_rope_head_dim: int = 8
   v_head_dim: int = 16
+  # Training attention kernel: "auto" = "jax_nn" (cuDNN flash) on GPU/TPU, "blocked" on CPU
+  # (reference when the sequence fits one block); `attention_block`: its query/key block.
+  attention_impl: str = "auto"
+  attention_block: int = 512
   # GQA (only when attention == "gqa"); head_dim is used for q, k and v.
   num_kv_heads: int = 2
   head_dim: int = 16
@@ -83,6 +88,10 @@ class ModelConfig:
   dtype: str = "float32"  # activations / compute
   param_dtype: str = "float32"
   remat_policy: str = "none"
+  # Layer stacks: one `scan` loop per stack (compile time flat in depth, less memory), or
+  # the loop fully unrolled (`scan_layers=False`: longer compile, no per-layer loop overhead).
+  # Same parameter tree either way.
+  scan_layers: bool = True
 
   def __post_init__(self):
     _validate(self)
@@ -121,6 +130,8 @@ def _validate(c: ModelConfig) -> None:
     bad(f"attention={c.attention!r}; valid: {ATTENTION_KINDS}")
   if c.moe_dispatch not in MOE_DISPATCH_KINDS:
     bad(f"moe_dispatch={c.moe_dispatch!r}; valid: {MOE_DISPATCH_KINDS}")
+  if c.attention_impl not in ATTENTION_IMPL_KINDS:
+    bad(f"attention_impl={c.attention_impl!r}; valid: {ATTENTION_IMPL_KINDS}")
   if c.moe_grouped_matmul not in GROUPED_MATMUL_KINDS:
     bad(f"moe_grouped_matmul={c.moe_grouped_matmul!r}; valid: {GROUPED_MATMUL_KINDS}")
   if c.remat_policy not in REMAT_POLICIES:
@@ -131,7 +142,7 @@ def _validate(c: ModelConfig) -> None:
   positive = ["vocab_size", "hidden_size", "num_layers", "num_heads", "kv_lora_rank",
               "qk_rope_head_dim", "v_head_dim", "moe_intermediate_size", "n_routed_experts",
               "max_position_embeddings", "rope_theta", "rms_norm_eps", "capacity_factor",
-              "moe_tile_rows"]
+              "moe_tile_rows", "attention_block"]
   if c.first_k_dense_replace:
     positive.append("intermediate_size")
   if c.attention == "gqa":

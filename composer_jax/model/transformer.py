@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from composer_jax.model import kv_cache
-from composer_jax.model.attention import GQA, MLA, attention_mask
+from composer_jax.model.attention import GQA, MLA, SegmentMask, attention_mask
 from composer_jax.model.config import ModelConfig
 from composer_jax.model.layers import Embed, RMSNorm, SwiGLU, param_init
 from composer_jax.model.moe import MoE
@@ -63,7 +63,11 @@ class Block(nn.Module):
 
 
 def _stack(cfg: ModelConfig, moe: bool, length: int, name: str) -> nn.Module:
-  """`length` Blocks as one scanned (optionally rematerialized) module."""
+  """`length` Blocks as one scanned (optionally rematerialized) module.
+
+  `cfg.scan_layers=False` unrolls the scan fully: the same parameters (leading 'layers' axis),
+  one straight-line program.
+  """
   block = Block
   if cfg.remat_policy != "none":
     # prevent_cse=False is safe (and faster) inside scan.
@@ -71,7 +75,7 @@ def _stack(cfg: ModelConfig, moe: bool, length: int, name: str) -> nn.Module:
   # The layer cache is scanned (one slice per layer); everything else is shared.
   scanned = nn.scan(block, variable_axes={"params": 0, "router": 0},
                     split_rngs={"params": True}, in_axes=(nn.broadcast,) * 4 + (0, nn.broadcast),
-                    length=length,
+                    length=length, unroll=1 if cfg.scan_layers else length,
                     metadata_params={nn.PARTITION_NAME: "layers"})
   return scanned(cfg, moe, name=name)
 
@@ -107,8 +111,10 @@ class Transformer(nn.Module):
     rope_dim = c.qk_rope_head_dim if c.attention == "mla" else c.head_dim
     cos, sin = rope_tables(positions, rope_dim, c.rope_theta, c.rope_scaling)
     valid, new_cache = segment_ids != 0, {}
-    if cache is None:
+    if cache is None and context.enabled():  # rows in zig-zag order: a dense mask
       mask = attention_mask(segment_ids, context.sequence_order(tokens.shape[1]))
+    elif cache is None:  # attention picks its kernel (cfg.attention_impl)
+      mask = SegmentMask(segment_ids)
     else:
       mask = kv_cache.mask(positions, jax.tree.leaves(cache)[0].shape[2])
     layer_cache = lambda name: None if cache is None else cache[name]

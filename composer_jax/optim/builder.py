@@ -62,7 +62,7 @@ def build_optimizer(optim_cfg, logical_axes_tree: Any,
     optim_cfg: ConfigDict with the fields listed in SPEC.md (name, lr, adam_lr,
       schedule, warmup_steps, total_steps, min_lr_ratio, wsd_decay_fraction,
       weight_decay, b1, b2, eps, momentum, nesterov, ns_coeffs, ns_steps,
-      muon_scale, grad_clip).
+      muon_scale, grad_clip; optional ns_precision, default 'float32').
     logical_axes_tree: logical axes of the TRAINABLE tree, i.e.
       `transformer.logical_axes(cfg)['params']` (leaves: tuples of names).
     param_shardings: optional tree of NamedSharding like `logical_axes_tree`
@@ -77,7 +77,8 @@ def build_optimizer(optim_cfg, logical_axes_tree: Any,
   if optim_cfg.name == MUON:
     kwargs = dict(momentum=optim_cfg.momentum, nesterov=optim_cfg.nesterov,
                   ns_coeffs=optim_cfg.ns_coeffs, ns_steps=optim_cfg.ns_steps,
-                  scale_mode=optim_cfg.muon_scale)
+                  scale_mode=optim_cfg.muon_scale,
+                  ns_precision=optim_cfg.get("ns_precision", "float32"))
     if param_shardings is not None and _spans_devices(param_shardings):
       direction = sharded_muon.sharded_scale_by_muon(logical_axes_tree, param_shardings, **kwargs)
     else:

@@ -163,8 +163,8 @@ def muon_transform(directions: Callable[[optax.Updates], optax.Updates], momentu
 
 def scale_by_muon(logical_axes: Any, *, momentum: float = 0.95, nesterov: bool = True,
                   ns_coeffs: newton_schulz.Coeffs = "quintic", ns_steps: int = 5,
-                  scale_mode: str = "consistent_rms",
-                  eps: float = 1e-7) -> optax.GradientTransformation:
+                  scale_mode: str = "consistent_rms", eps: float = 1e-7,
+                  ns_precision: str = "float32") -> optax.GradientTransformation:
   """Muon direction U_t (module doc) for every leaf; no learning rate, no weight decay.
 
   Args:
@@ -175,15 +175,17 @@ def scale_by_muon(logical_axes: Any, *, momentum: float = 0.95, nesterov: bool =
     nesterov: bias-corrected Nesterov momentum (module doc) or plain EMA.
     ns_coeffs, ns_steps, eps: see `newton_schulz.orthogonalize`.
     scale_mode: one of SCALE_MODES.
+    ns_precision: Newton–Schulz matmul precision (`newton_schulz.PRECISIONS`).
 
   Returns:
     An optax GradientTransformation with state `MuonState`.
   """
   table = checked_table(scale_mode, ns_coeffs, ns_steps)
+  newton_schulz.check_precision(ns_precision)
 
   def direction(m_hat, names):
     mats, restore = to_matrices(m_hat, names)
-    o = restore(newton_schulz.orthogonalize(mats, table, len(table), eps))
+    o = restore(newton_schulz.orthogonalize(mats, table, len(table), eps, ns_precision))
     return scaled_direction(o, m_hat.shape, names, scale_mode, m_hat.dtype)
 
   return muon_transform(lambda m_hat: map_muon_leaves(direction, m_hat, logical_axes),

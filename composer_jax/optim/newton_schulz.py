@@ -27,7 +27,11 @@ Coefficient presets:
   the input is normalized by 1.01·||G||_F — here folded into the first row.
 
 Numerics: the iteration runs in float32 (float64 only for float64 input) and
-returns the input dtype. The
+returns the input dtype. `precision` (`PRECISIONS`) trades accuracy for matmul speed:
+'mixed' feeds the matmuls bfloat16 inputs with float32 accumulation and a float32
+iterate; 'bfloat16' keeps the iterate in bfloat16 too (modded-nanogpt's Muon). Their
+error against float32 is measured in `tests/optim/newton_schulz_test.py` and by
+`experiments.bench.muon`. The
 Frobenius normalization is optax's x / sqrt(sum x^2) wherever that sum is a normal
 float; where it would underflow or overflow (|x| ~ 1e-20 or 1e20 in float32) it
 first divides by the max-abs entry, as LAPACK's nrm2 does. So the result is scale
@@ -132,26 +136,49 @@ def frobenius_normalize(x: jax.Array, eps: float = 1e-7) -> jax.Array:
   return jnp.where(safe, x / jnp.sqrt(sumsq), rescaled)
 
 
-def newton_schulz_iterate(x: jax.Array, table: np.ndarray) -> jax.Array:
+# precision -> (matmul input dtype, iterate dtype); None = the input's compute dtype.
+PRECISIONS = {"float32": (None, None), "mixed": (jnp.bfloat16, None),
+              "bfloat16": (jnp.bfloat16, jnp.bfloat16)}
+
+
+def check_precision(precision: str) -> None:
+  """One-line ValueError for a name not in `PRECISIONS`."""
+  if precision not in PRECISIONS:
+    raise ValueError(f"Unknown Newton-Schulz precision {precision!r}; valid: "
+                     f"{sorted(PRECISIONS)}")
+
+
+def newton_schulz_iterate(x: jax.Array, table: np.ndarray,
+                          precision: str = "float32") -> jax.Array:
   """Applies X <- aX + (bA + cA^2)X, A = X X^T, for each row of `table` [steps, 3].
 
   Args:
     x: [..., m, n] float32 (or float64) with m <= n (A is the small [m, m] Gram matrix) and
       singular values <= 1 (e.g. from `frobenius_normalize`).
     table: static per-step coefficients from `coefficient_schedule`.
+    precision: a `PRECISIONS` name (module doc); the result has x's dtype.
   """
+  check_precision(precision)
+  in_dtype, state_dtype = PRECISIONS[precision]
+  state_dtype = state_dtype or x.dtype
+  in_dtype = in_dtype or x.dtype
+
+  def mm(a, b):
+    return jnp.matmul(a.astype(in_dtype), b.astype(in_dtype), preferred_element_type=state_dtype)
+
   def step(x, abc):
     a, b, c = abc[0], abc[1], abc[2]
-    gram = x @ jnp.swapaxes(x, -1, -2)
-    poly = b * gram + (c * gram) @ gram
-    return a * x + poly @ x, None
+    gram = mm(x, jnp.swapaxes(x, -1, -2))
+    poly = b * gram + mm(c * gram, gram)
+    return a * x + mm(poly, x), None
 
   # A scan (not an unrolled loop) compiles the three matmuls once per shape.
-  return jax.lax.scan(step, x, jnp.asarray(table, x.dtype))[0]
+  out = jax.lax.scan(step, x.astype(state_dtype), jnp.asarray(table, state_dtype))[0]
+  return out.astype(x.dtype)
 
 
 def orthogonalize(x: jax.Array, coeffs: Coeffs = "quintic", steps: int = 5,
-                  eps: float = 1e-7) -> jax.Array:
+                  eps: float = 1e-7, precision: str = "float32") -> jax.Array:
   """Approximate polar factor U V^T of every trailing matrix of x [..., m, n].
 
   Leading axes are independent matrices (batched matmuls, no vmap). Tall
@@ -163,9 +190,11 @@ def orthogonalize(x: jax.Array, coeffs: Coeffs = "quintic", steps: int = 5,
     coeffs: see `coefficient_schedule`.
     steps: number of iterations.
     eps: see `frobenius_normalize`.
+    precision: matmul / iterate precision (`PRECISIONS`, module doc).
 
   Returns:
-    [..., m, n] in x.dtype, computed in float32 (float64 for float64 input).
+    [..., m, n] in x.dtype, computed in float32 (float64 for float64 input) unless
+    `precision` says otherwise.
   """
   if x.ndim < 2:
     raise ValueError(f"orthogonalize needs an array [..., m, n] of rank >= 2, got shape "
@@ -176,6 +205,6 @@ def orthogonalize(x: jax.Array, coeffs: Coeffs = "quintic", steps: int = 5,
   y = x.reshape((-1,) + x.shape[-2:])
   tall = x.shape[-2] > x.shape[-1]
   y = jnp.swapaxes(y, -1, -2) if tall else y
-  y = newton_schulz_iterate(frobenius_normalize(y, eps), table)
+  y = newton_schulz_iterate(frobenius_normalize(y, eps), table, precision)
   y = jnp.swapaxes(y, -1, -2) if tall else y
   return y.reshape(x.shape).astype(x.dtype)

@@ -107,7 +107,8 @@ def _scatter_matrices(y, a: int, c: int, group: Group):
   return y.reshape(a * c * b, m // a, n // c)
 
 
-def orthogonalize_sharded(xs: list[jax.Array], leaves: list[Leaf], mesh, table, eps):
+def orthogonalize_sharded(xs: list[jax.Array], leaves: list[Leaf], mesh, table, eps,
+                          precision: str = "float32"):
   """NS of every matrix of every leaf (global arrays sharded on `mesh` as `leaf.spec`).
 
   Returns arrays in `newton_schulz.compute_dtype` with the same shapes and shardings.
@@ -132,7 +133,8 @@ def orthogonalize_sharded(xs: list[jax.Array], leaves: list[Leaf], mesh, table, 
         x = _gather_matrices(x, a, c, g)
       stacked.append(x)
     # All forward all-to-alls above, all NS chains here, all backward ones below.
-    stacked = [newton_schulz.orthogonalize(x, table, len(table), eps) for x in stacked]
+    stacked = [newton_schulz.orthogonalize(x, table, len(table), eps, precision)
+               for x in stacked]
     outs = [None] * len(blocks)
     for g, y, n in zip(groups, stacked, sizes):
       a, c = _size(mesh, g.row_axes), _size(mesh, g.col_axes)
@@ -173,7 +175,8 @@ def muon_leaves(tree: Any, logical_axes: Any, shardings: Any) -> dict[Any, list[
 def sharded_scale_by_muon(logical_axes: Any, shardings: Any, *, momentum: float = 0.95,
                           nesterov: bool = True, ns_coeffs: newton_schulz.Coeffs = "quintic",
                           ns_steps: int = 5, scale_mode: str = "consistent_rms",
-                          eps: float = 1e-7) -> optax.GradientTransformation:
+                          eps: float = 1e-7,
+                          ns_precision: str = "float32") -> optax.GradientTransformation:
   """`muon.scale_by_muon` for sharded parameters, NS via grouped all-to-alls.
 
   Args:
@@ -182,20 +185,22 @@ def sharded_scale_by_muon(logical_axes: Any, shardings: Any, *, momentum: float 
       use `optax.partition` for mixed trees, masked leaves pass through).
     shardings: tree like the params of NamedSharding (e.g.
       `composer_jax.parallel.rules.param_shardings`); updates must be laid out so.
-    momentum, nesterov, ns_coeffs, ns_steps, scale_mode, eps: as in
+    momentum, nesterov, ns_coeffs, ns_steps, scale_mode, eps, ns_precision: as in
       `muon.scale_by_muon`.
 
   Returns:
     GradientTransformation with state `muon.MuonState`; updates keep `shardings`.
   """
   table = muon.checked_table(scale_mode, ns_coeffs, ns_steps)
+  newton_schulz.check_precision(ns_precision)
 
   def directions(m_hat):
     flat, treedef = jax.tree.flatten(m_hat, is_leaf=lambda x: isinstance(x, optax.MaskedNode))
     shards = treedef.flatten_up_to(shardings)
     out = list(flat)
     for mesh, leaves in muon_leaves(m_hat, logical_axes, shardings).items():
-      ys = orthogonalize_sharded([flat[leaf.index] for leaf in leaves], leaves, mesh, table, eps)
+      ys = orthogonalize_sharded([flat[leaf.index] for leaf in leaves], leaves, mesh, table, eps,
+                                 ns_precision)
       for leaf, y in zip(leaves, ys):
         y = muon.scaled_direction(y, leaf.shape, leaf.names, scale_mode, flat[leaf.index].dtype)
         out[leaf.index] = jax.lax.with_sharding_constraint(y, shards[leaf.index])

@@ -38,7 +38,8 @@ from composer_jax.model.config import ModelConfig
 # Fields that change numerics or memory but not the parameter tree: a checkpoint written
 # under one value restores under another.
 _RUNTIME_FIELDS = ("dtype", "remat_policy", "moe_dispatch", "capacity_factor",
-                   "ep_capacity_factor", "moe_grouped_matmul", "moe_tile_rows")
+                   "ep_capacity_factor", "moe_grouped_matmul", "moe_tile_rows", "scan_layers",
+                   "attention_impl", "attention_block")
 
 
 def model_config_diff(saved: ModelConfig, current: ModelConfig,

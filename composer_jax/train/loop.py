@@ -21,7 +21,7 @@ from absl import logging
 
 from composer_jax import data as data_lib
 from composer_jax.model.config import ModelConfig, get_preset
-from composer_jax.train import checkpointing, init_from, memory_plan, placement
+from composer_jax.train import checkpointing, compile_cache, init_from, memory_plan, placement
 from composer_jax.train import programs as programs_lib
 from composer_jax.train.metrics import MetricsWriter, quiet_library_logs
 
@@ -161,6 +161,7 @@ def train(config, workdir: str) -> list[dict]:
     plan = memory_plan.memory_plan(config, model_cfg, t.dry_run_devices)
     print(memory_plan.format_plan(plan, t.dry_run_devices))
     return []
+  compile_cache.enable(compile_cache.cache_dir(t.compile_cache_dir, workdir))
   train_iter = _make_iterator(config, "train")
   progs = programs_lib.programs(config, model_cfg)
   ckpt = checkpointing.Checkpointer(workdir, keep=t.keep)
@@ -178,26 +179,38 @@ def train(config, workdir: str) -> list[dict]:
   tokens_per_step = t.batch_size * t.seq_len
   run_config = config.to_dict()
   records, window_start, window_steps = [], time.perf_counter(), 0
+  pending = None  # (step, device metrics) of the newest step, fetched after the next dispatch
+
+  def check(done_step, device_metrics):
+    """Fetches a step's metrics (blocks until it ran); raises on a non-finite loss/update."""
+    metrics = {k: float(v) for k, v in jax.device_get(device_metrics).items()}
+    if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["update_norm"])):
+      last = ckpt.latest_step()
+      raise NonFiniteLossError(
+          f"Non-finite training loss/update at step {done_step} (loss={metrics['loss']}, "
+          f"grad_norm={metrics['grad_norm']}, update_norm={metrics['update_norm']}); stopped "
+          f"without checkpointing it. Last good checkpoint: "
+          f"{f'{ckpt.directory}/{last}' if last is not None else 'none'}")
+    return metrics
+
   try:
     while step < t.steps:
       batch = _split_micro(next(train_iter), t.grad_accum)
       if step + 1 == t.nan_at_step:  # Testing aid: a corrupt batch, same compiled program.
         batch["loss_mask"] = batch["loss_mask"] * np.float32(np.nan)
-      state, metrics = progs.train_step(state, placement.to_global(batch, progs.train_batch_sharding))
-      metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+      state, device_metrics = progs.train_step(
+          state, placement.to_global(batch, progs.train_batch_sharding))
+      # The previous step's metrics are fetched only now, with this step already dispatched,
+      # so the host never waits on the device before queueing the next step.
+      if pending is not None:
+        check(*pending)
       step += 1
       window_steps += 1
-      if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["update_norm"])):
-        last = ckpt.latest_step()
-        raise NonFiniteLossError(
-            f"Non-finite training loss/update at step {step} (loss={metrics['loss']}, "
-            f"grad_norm={metrics['grad_norm']}, update_norm={metrics['update_norm']}); stopped "
-            f"without checkpointing it. Last good checkpoint: "
-            f"{f'{ckpt.directory}/{last}' if last is not None else 'none'}")
+      pending = (step, device_metrics)
       record = {}
       if step % t.log_every == 0 or step == t.steps:
         elapsed = time.perf_counter() - window_start
-        record.update(metrics, tokens_per_s=window_steps * tokens_per_step / elapsed)
+        record.update(check(*pending), tokens_per_s=window_steps * tokens_per_step / elapsed)
       if (t.eval_every and step % t.eval_every == 0) or step == t.steps:
         record["eval_loss"] = evaluate(state)
       if record:
@@ -209,6 +222,7 @@ def train(config, workdir: str) -> list[dict]:
         window_start, window_steps = time.perf_counter(), 0
       preempted = stop.event.is_set() or ckpt.reached_preemption(step)
       if step % t.ckpt_every == 0 or step == t.steps or preempted:
+        check(*pending)  # Never checkpoint a non-finite state.
         ckpt.save(step, state, train_iter, model_cfg, run_config)
       if preempted:
         ckpt.wait()

@@ -6,13 +6,23 @@ Runs on 8 fake CPU devices (XLA_FLAGS set below, before jax is imported). For
 each preset, both optimizers are full Muon + AdamW optimizers with the same
 hyperparameters (`optax.contrib.muon` with the MuonDimensionNumbers of our
 logical-axis table, vs `sharded_scale_by_muon` + AdamW in the same `partition`),
-jitted with the parameters' layout shardings. Prints per preset the step times,
-their ratio, and the achieved Newton–Schulz FLOP/s (useful FLOPs of
-`composer_jax.optim.muon_cost`, all 8 devices together, over our step time) as
-a fraction of the measured matmul FLOP/s of one device and of all 8 devices
-running matmuls at once. The 8 fake devices share this machine's cores, so one
-fake device's matmul rate is not a ceiling for all 8 together: the second fraction
-is the meaningful one on CPU. Last line: `speedup_vs_optax=X` for the last preset.
+jitted with the parameters' layout shardings. Prints per preset:
+
+* the median step time of each side over `--iters` interleaved rounds, and their ratio;
+* the FLOPs each side's compiled program does (XLA's `cost_analysis`, per device x 8;
+  it counts a loop body once, so both sides count one of their 5 NS iterations: compare
+  the two with each other) next to the useful Newton–Schulz FLOPs of all 5 iterations
+  (`composer_jax.optim.muon_cost`). On one
+  machine's fake devices the ratio is not a network figure: it is mostly the redundant
+  work GSPMD gives optax's per-leaf Newton–Schulz (each device repeats matmuls on
+  replicated matrices), which sharded Muon avoids by orthogonalizing whole matrices once;
+* the achieved useful NS FLOP/s against a measured yardstick: the FLOP/s of one
+  2048 x 2048 float32 matmul on one device, and of all 8 devices running such matmuls
+  at once (the 8 fake devices share this machine's cores, so the second is the ceiling).
+
+Then Newton–Schulz at `precision` 'mixed' / 'bfloat16' (`optim.newton_schulz`) vs float32
+on the preset's largest matrix shape: relative Frobenius error, and time.
+Last line: `speedup_vs_optax=X` for the last preset (a step-time ratio on this machine).
 """
 
 import os
@@ -20,8 +30,6 @@ import os
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-import time  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -33,16 +41,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 from composer_jax.model import axes as axes_lib  # noqa: E402
 from composer_jax.model import transformer  # noqa: E402
 from composer_jax.model.config import get_preset  # noqa: E402
-from composer_jax.optim import muon, muon_cost  # noqa: E402
+from composer_jax.optim import muon, muon_cost, newton_schulz  # noqa: E402
 from composer_jax.optim.sharded_muon import sharded_scale_by_muon  # noqa: E402
 from composer_jax.parallel.mesh import make_meshes  # noqa: E402
 from composer_jax.parallel.rules import param_shardings  # noqa: E402
+from experiments.bench import timing  # noqa: E402
 from experiments.configs import layouts  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("presets", ["tiny", "wide"], "Model presets ('wide' = tiny at 4x width).")
 flags.DEFINE_string("layout", "fsdp_ep", "Layout name in experiments.configs.layouts.")
-flags.DEFINE_integer("iters", 5, "Timed steps per optimizer (after one warm-up).")
+flags.DEFINE_integer("iters", 7, "Timed rounds (one step per optimizer per round).")
 
 # tiny with every matrix 4x wider and twice the experts: NS dominates the step.
 _WIDE = dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
@@ -51,25 +60,36 @@ _WIDE = dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
 _LR = 0.02
 
 
-def _timed(fn, *args, iters):
-  """Best wall seconds of fn(*args) over `iters` calls after a warm-up (robust to load)."""
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(iters):
-    t = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - t)
-  return min(times)
+def _median(fn, *args, iters):
+  """Median wall seconds of fn(*args) over `iters` calls after a warm-up."""
+  return timing.interleaved({"f": lambda: fn(*args)}, iters, jax.block_until_ready)["f"]
 
 
-def matmul_flops_per_s(devices, iters: int) -> float:
-  """Measured float32 matmul FLOP/s of `devices` together (32 x [256, 512] @ [512, 512] each)."""
-  n = len(devices)
+def matmul_flops_per_s(devices, iters: int, n: int = 2048) -> float:
+  """Measured float32 FLOP/s of one [n, n] @ [n, n] matmul on each of `devices`, together."""
+  k = len(devices)
   sharding = NamedSharding(Mesh(np.asarray(devices), ("d",)), PartitionSpec("d"))
-  x = jax.device_put(jnp.ones((32 * n, 256, 512), jnp.float32), sharding)
-  w = jax.device_put(jnp.ones((32 * n, 512, 512), jnp.float32), sharding)
-  seconds = _timed(jax.jit(lambda a, b: a @ b), x, w, iters=iters)
-  return 2 * 32 * n * 256 * 512 * 512 / seconds
+  x = jax.device_put(jnp.ones((k, n, n), jnp.float32), sharding)
+  return 2 * k * n**3 / _median(jax.jit(lambda a: a @ a), x, iters=iters)
+
+
+def _program_flops(fn, *args) -> float:
+  """FLOPs of the compiled (per-device SPMD) program, times the device count."""
+  cost = jax.jit(fn).lower(*args).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, list) else cost
+  return float(cost.get("flops", 0.0)) * jax.device_count()
+
+
+def ns_precision_errors(shape, iters):
+  """{precision: (relative Frobenius error vs float32, median seconds)} on `shape`."""
+  x = jax.random.normal(jax.random.key(0), shape, jnp.float32)
+  out, seconds = {}, {}
+  for p in newton_schulz.PRECISIONS:
+    fn = jax.jit(lambda a, p=p: newton_schulz.orthogonalize(a, precision=p))
+    out[p] = fn(x)
+    seconds[p] = _median(fn, x, iters=iters)
+  err = lambda y: float(jnp.linalg.norm(y - out["float32"]) / jnp.linalg.norm(out["float32"]))
+  return {p: (err(y), seconds[p]) for p, y in out.items()}
 
 
 def bench_preset(cfg, layout_cfg, iters):
@@ -92,14 +112,17 @@ def bench_preset(cfg, layout_cfg, iters):
                    out_shardings=shardings)()
   grads = jax.jit(lambda p: jax.tree.map(lambda x: jnp.sin(1e3 * x), p),
                   out_shardings=shardings)(params)
-  seconds = {}
+  calls, program_flops = {}, {}
   for name, opt in (("ours", ours), ("optax", theirs)):
     state = jax.jit(opt.init)(params)
     step = jax.jit(opt.update)
-    seconds[name] = _timed(step, grads, state, params, iters=iters)
+    calls[name] = lambda step=step, state=state: step(grads, state, params)
+    program_flops[name] = _program_flops(opt.update, grads, state, params)
+  seconds = timing.interleaved(calls, iters, jax.block_until_ready)
   mats = muon_cost.muon_matrices(names, shapes)
   flops = sum(m.count * muon_cost.ns_flops(m.fan_in, m.fan_out) for m in mats)
-  return seconds, flops
+  largest = max(mats, key=lambda m: m.fan_in * m.fan_out)
+  return seconds, flops, program_flops, (largest.fan_in, largest.fan_out)
 
 
 def main(argv):
@@ -108,18 +131,28 @@ def main(argv):
   one = matmul_flops_per_s(jax.devices()[:1], FLAGS.iters)
   every = matmul_flops_per_s(jax.devices(), FLAGS.iters)
   print(f"devices={jax.device_count()} ({jax.devices()[0].platform}) layout={FLAGS.layout}; "
-        f"f32 matmul: one device {one / 1e9:.1f} GFLOP/s, all {jax.device_count()} devices "
-        f"at once {every / 1e9:.1f} GFLOP/s")
+        f"yardstick 2048^2 f32 matmul (median of {FLAGS.iters}): one device "
+        f"{one / 1e9:.1f} GFLOP/s, all {jax.device_count()} devices at once "
+        f"{every / 1e9:.1f} GFLOP/s")
   ratio = None
   for preset in FLAGS.presets:
     cfg = get_preset("tiny", **_WIDE) if preset == "wide" else get_preset(preset)
-    seconds, flops = bench_preset(cfg, layout_cfg, FLAGS.iters)
+    seconds, flops, program_flops, shape = bench_preset(cfg, layout_cfg, FLAGS.iters)
     ratio = seconds["optax"] / seconds["ours"]
     achieved = flops / seconds["ours"]
-    print(f"{preset}: sharded muon {seconds['ours'] * 1e3:.1f} ms, optax.contrib.muon "
-          f"{seconds['optax'] * 1e3:.1f} ms, ratio {ratio:.2f}x; NS {flops / 1e9:.2f} GFLOP -> "
-          f"{achieved / 1e9:.1f} GFLOP/s = {achieved / one:.2f} of one device's matmul, "
-          f"{achieved / every:.2f} of all devices' matmul")
+    print(f"{preset}: median of {FLAGS.iters} interleaved steps: sharded muon "
+          f"{seconds['ours'] * 1e3:.1f} ms, optax.contrib.muon {seconds['optax'] * 1e3:.1f} "
+          f"ms, ratio {ratio:.2f}x")
+    print(f"{preset}: useful NS {flops / 1e9:.2f} GFLOP; compiled programs (all devices, "
+          f"loop bodies counted once): "
+          f"ours {program_flops['ours'] / 1e9:.2f} GFLOP, optax "
+          f"{program_flops['optax'] / 1e9:.2f} GFLOP (x{program_flops['optax'] / max(program_flops['ours'], 1):.1f}"
+          f" ours: GSPMD's redundant work on optax's side, not a network effect)")
+    print(f"{preset}: useful NS FLOP/s {achieved / 1e9:.1f} GFLOP/s = {achieved / one:.2f} of "
+          f"one device's 2048^2 matmul, {achieved / every:.2f} of all devices' together")
+    for p, (err, sec) in ns_precision_errors((8, *shape), FLAGS.iters).items():
+      print(f"{preset}: NS precision {p:8s} on [8, {shape[0]}, {shape[1]}]: rel. error vs "
+            f"float32 {err:.4f}, {sec * 1e3:.1f} ms")
   print(f"speedup_vs_optax={ratio:.2f}")
 
 

@@ -15,7 +15,9 @@ overridable as `--config.a.b=v`):
   aux-loss-free bias update), z_loss, loss_chunk (tokens per vocab-projection chunk),
   init_from ('' = random init; else an import_hf output dir or an HF dir), dry_run (print
   the per-device memory plan for dry_run_devices devices and exit), nan_at_step (testing
-  aid: that step's loss mask is multiplied by NaN, to exercise the non-finite-loss stop).
+  aid: that step's loss mask is multiplied by NaN, to exercise the non-finite-loss stop),
+  compile_cache_dir (JAX's persistent compilation cache: '' = `<workdir>/compile_cache`,
+  'none' = off; `composer_jax.train.compile_cache`).
 * `mesh`, `rules`: the parallel layout (`composer_jax.parallel`); `layout` names it. The
   default 'single' is one device.
 """
@@ -50,12 +52,14 @@ def get_base_config() -> ml_collections.ConfigDict:
       "ckpt_every": 100, "keep": 3, "seed": 0,
       "router_bias_rate": 1e-3, "z_loss": 1e-4, "loss_chunk": 1024,
       "init_from": "", "dry_run": False, "dry_run_devices": 1, "nan_at_step": 0,
+      "compile_cache_dir": "",
   })
   c.optim = ml_collections.ConfigDict({
       "name": "muon", "lr": 0.02, "adam_lr": 3e-3, "schedule": "cosine",
       "warmup_steps": 20, "total_steps": c.train.get_ref("steps"), "min_lr_ratio": 0.1,
       "wsd_decay_fraction": 0.2, "weight_decay": 0.0, "b1": 0.9, "b2": 0.95, "eps": 1e-8,
       "momentum": 0.95, "nesterov": True, "ns_coeffs": "quintic", "ns_steps": 5,
+      "ns_precision": "float32",
       "muon_scale": "consistent_rms", "grad_clip": 1.0,
   })
   c.data = data.default_config()
