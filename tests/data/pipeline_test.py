@@ -150,9 +150,10 @@ def test_tiktoken_tokenizer_in_pipeline(tmp_path, tiny_tiktoken):
     {"paths": str(tmp_path / "text.md"), "tokenizer": tiny_tiktoken, "validation_fraction": 0.0}
   )
   (batch,) = _take(make_iterator(data_cfg, seq_len=8, batch_size=1, seed=0), 1)
-  # BOS=259 EOS=260 PAD=261 follow the 259 ranks; "hello hello" -> [258, 111, 32, 258, 111].
-  np.testing.assert_array_equal(batch["tokens"][0], [259, 258, 111, 32, 258, 111, 260, 261])
-  np.testing.assert_array_equal(batch["targets"][0], [258, 111, 32, 258, 111, 260, 261, 261])
+  # Specials sit at Kimi's offsets after the 259 ranks: BOS +0 = 259, EOS +1 = 260, PAD +255 = 514
+  # (as [PAD] 163839 = 163584 + 255); "hello hello" -> [258, 111, 32, 258, 111].
+  np.testing.assert_array_equal(batch["tokens"][0], [259, 258, 111, 32, 258, 111, 260, 514])
+  np.testing.assert_array_equal(batch["targets"][0], [258, 111, 32, 258, 111, 260, 514, 514])
 
 
 def test_stdlib_default_corpus():
