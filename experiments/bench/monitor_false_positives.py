@@ -49,7 +49,8 @@ def definitions(text: str) -> list[tuple[int, int, int]]:
 
 def without(text: str, first: int, last: int, indent: int) -> str:
   lines = text.splitlines(keepends=True)
-  return "".join(lines[: first - 1] + [" " * indent + "pass\n"] + lines[last:])
+  lead = lines[first - 1][:indent]  # the definition's own indentation (tabs stay tabs)
+  return "".join(lines[: first - 1] + [lead + "pass\n"] + lines[last:])
 
 
 def stdlib_files() -> dict[str, str]:
