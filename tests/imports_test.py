@@ -13,9 +13,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # packages of LOWER layers only, never a package of its own layer or above. `parallel` is at
 # the bottom because the model runs its shard_map layers (context-parallel attention,
 # expert-parallel MoE) on it; the optimizer reads parameter shardings, the trainer joins them.
+# `chat` (the Kimi chat format) needs only the tokenizer from `data`.
 LAYERS = (
     ("data", "parallel"),
-    ("model",),
+    ("model", "chat"),
     ("optim", "hf"),
     ("train", "tools"),
     ("rl",),

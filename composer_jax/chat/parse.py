@@ -1,0 +1,106 @@
+"""Parses an assistant turn as the model wrote it; never raises on malformed output.
+
+The input is the assistant body as the template renders it (`<think>...</think>content`,
+then an optional tool-calls section, then an optional `<|im_end|>`), i.e. the sampled
+tokens decoded with their special-token names kept, after any `<think>` pre-fill of the
+generation prompt. A problem does not raise: `error` is one line naming it, fit to show
+the model as an observation and to flag the turn for feedback, and the fields hold what
+was readable (the calls well formed before the problem).
+"""
+
+import dataclasses
+import json
+import re
+
+from composer_jax.chat.messages import Message, ToolCall
+
+SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+CALL_BEGIN, ARG_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+END = "<|im_end|>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_CALL_TOKENS = (CALL_BEGIN, ARG_BEGIN, CALL_END, SECTION_END)
+_CALL_ID = re.compile(r"functions\.(?P<name>[^\s:]+):(?P<index>\d+)")
+FORMAT_HINT = (f"write calls as {SECTION_BEGIN}{CALL_BEGIN}functions.NAME:INDEX{ARG_BEGIN}"
+               f"{{JSON object}}{CALL_END}{SECTION_END}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedAssistant:
+  """An assistant turn read back: `error` is None when the turn was well formed."""
+
+  content: str
+  think: str
+  tool_calls: tuple[ToolCall, ...]
+  error: str | None = None
+
+  def to_message(self) -> Message:
+    return Message("assistant", self.content, self.think, self.tool_calls)
+
+
+def parse_assistant(text: str) -> ParsedAssistant:
+  """Reads `<think>THINK</think>CONTENT[tool-calls section][<|im_end|>]`; never raises."""
+  body, error = text, None
+  if body.endswith(END):
+    body = body[: -len(END)]
+  if END in body:
+    body, error = body[: body.index(END)], f"text after {END}"
+
+  think = ""
+  if body.startswith(THINK_OPEN):
+    close = body.find(THINK_CLOSE)
+    if close < 0:
+      return ParsedAssistant("", body[len(THINK_OPEN):], (), f"{THINK_OPEN} is never closed "
+                             f"by {THINK_CLOSE}")
+    think, body = body[len(THINK_OPEN):close], body[close + len(THINK_CLOSE):]
+
+  content, section = body, None
+  if SECTION_BEGIN in body:
+    at = body.index(SECTION_BEGIN)
+    content, section = body[:at], body[at + len(SECTION_BEGIN):]
+  stray = next((t for t in _CALL_TOKENS if t in content), None)
+  if stray:
+    return ParsedAssistant(content, think, (), f"malformed tool call: {stray} outside a "
+                           f"tool-calls section; {FORMAT_HINT}")
+  if section is None:
+    return ParsedAssistant(content, think, (), error)
+  calls, section_error = _parse_section(section)
+  return ParsedAssistant(content, think, calls, section_error or error)
+
+
+def _parse_section(section: str) -> tuple[tuple[ToolCall, ...], str | None]:
+  """Calls of the text after SECTION_BEGIN, and the first problem (or None)."""
+  if SECTION_END not in section:
+    return _parse_calls(section, "")[0], f"malformed tool call: {SECTION_END} is missing; " + FORMAT_HINT
+  inner, after = section.split(SECTION_END, 1)
+  calls, error = _parse_calls(inner, after)
+  return calls, error
+
+
+def _parse_calls(inner: str, after: str) -> tuple[tuple[ToolCall, ...], str | None]:
+  calls, rest = [], inner
+  while rest:
+    if not rest.startswith(CALL_BEGIN):
+      return tuple(calls), f"malformed tool call: expected {CALL_BEGIN}, got {rest[:40]!r}; " + FORMAT_HINT
+    rest = rest[len(CALL_BEGIN):]
+    if ARG_BEGIN not in rest or CALL_END not in rest or rest.index(CALL_END) < rest.index(ARG_BEGIN):
+      return tuple(calls), (f"malformed tool call {len(calls)}: needs {ARG_BEGIN} then "
+                            f"{CALL_END}; " + FORMAT_HINT)
+    header, rest = rest.split(ARG_BEGIN, 1)
+    arguments, rest = rest.split(CALL_END, 1)
+    match = _CALL_ID.fullmatch(header)
+    if not match:
+      return tuple(calls), (f"malformed tool call {len(calls)}: id {header[:60]!r} is not "
+                            "functions.NAME:INDEX")
+    try:
+      value = json.loads(arguments)
+    except ValueError as e:
+      return tuple(calls), f"malformed tool call {header}: arguments are not valid JSON ({e})"
+    if not isinstance(value, dict):
+      return tuple(calls), (f"malformed tool call {header}: arguments must be a JSON object, "
+                            f"got {type(value).__name__}")
+    calls.append(ToolCall(match["name"], arguments, int(match["index"])))
+  if not calls:
+    return (), "malformed tool call: empty tool-calls section; " + FORMAT_HINT
+  if after:
+    return tuple(calls), f"text after {SECTION_END}: {after[:40]!r}"
+  return tuple(calls), None
