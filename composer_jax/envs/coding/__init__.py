@@ -17,5 +17,10 @@ Pipeline (SWE-smith style, with the doors seen at scale closed):
   monitor   reward-hacking rules over the code of a change (AST) and an agent's commands
   curriculum pass-rate pool that retires trivial/impossible tasks, admits easy -> hard by
             difficulty, and asks for harder ones
+  agent_tools    the agent's tools over a task workspace (list/read/search/edit/write/run/
+            submit), sandboxed commands, budgets; bad input becomes an observation
+  agent_episode  one model turn's calls applied; the end of an episode judged (monitor, grader)
+  agent_env      CodingEnv: the rl.env.Env plug-in (Kimi K2 chat format, tool calls, reward)
+  agent_feedback feedback kinds for coding behaviour (flagged turns + hints)
 CLIs: `python -m composer_jax.envs.coding.make_tasks` and `python -m composer_jax.envs.coding.grade`.
 """

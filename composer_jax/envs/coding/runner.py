@@ -45,7 +45,7 @@ RUNTIME_MODULES = (
 # Every config file name the installed pytest reads, in its order of preference.
 CONFIG_NAMES = tuple(findpaths.CONFIG_LOADERS_BY_NAME)
 _HERE = Path(__file__).parent
-_SITE = "/cj/site"
+SITE = "/cj/site"  # the read-only pytest runtime inside the sandbox
 _HARNESS = "/cj/harness.py"
 _PYC = "/cj/pyc"  # sys.pycache_prefix inside: no .pyc is ever read from or written to /ws
 
@@ -74,16 +74,16 @@ def runtime_binds() -> dict[str, str]:
   pycache (`-X pycache_prefix`) — see pycache()."""
   binds = {
     _HARNESS: str(_HERE / "harness.py"),
-    f"{_SITE}/cj_covplugin.py": str(_HERE / "covplugin.py"),
+    f"{SITE}/cj_covplugin.py": str(_HERE / "covplugin.py"),
   }
   for name in RUNTIME_MODULES:
     spec = importlib.util.find_spec(name)
     if spec is None:
       continue
     if spec.submodule_search_locations:
-      binds[f"{_SITE}/{name}"] = next(iter(spec.submodule_search_locations))
+      binds[f"{SITE}/{name}"] = next(iter(spec.submodule_search_locations))
     else:
-      binds[f"{_SITE}/{Path(spec.origin).name}"] = spec.origin
+      binds[f"{SITE}/{Path(spec.origin).name}"] = spec.origin
   stdlib = sysconfig.get_paths()["stdlib"]
   sources = {stdlib: stdlib, **{inside: host for inside, host in binds.items()}}
   binds[_PYC] = pycache(tuple(sorted(sources.items())))
@@ -188,7 +188,7 @@ def run_suite(
       "key": key.hex(),
       "mode": mode,
       "args": args,
-      "site": _SITE,
+      "site": SITE,
       "paths": import_paths(),
       "blob": blob,
       "frozen": [f"{sandbox.WS}/{r}" for r in frozen if r.endswith(".py")],

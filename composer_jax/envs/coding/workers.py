@@ -7,7 +7,11 @@ One interface, `Pool.imap_unordered(fn, items) -> iterator of (item, result)`, t
          RAY_ADDRESS, or starts a local instance).
 `fn` must be a picklable top-level function and should not raise: jobs report failures in
 their result, so one bad item never stops the others. A job whose worker died (killed, out of
-memory) or that raised anyway yields the exception as its result.
+memory) or that raised anyway yields the exception as its result. `map(fn, items)` returns the
+results in order and raises the first failure instead (for callers that cannot go on without
+every result, e.g. the steps of a batch of episodes).
+Used as a context manager (`with Pool(...) as pool:`) a local pool keeps its worker processes
+between calls, so many small batches (one per episode step) do not each pay process start-up.
 """
 
 import concurrent.futures as cf
@@ -34,6 +38,35 @@ class Pool:
           "worker backend 'ray' needs ray: pip install 'composer_jax[ray]'"
         ) from None
     self.workers, self.backend = workers, backend
+    self._executor = None
+
+  def __enter__(self):
+    if self.backend == "local" and self.workers > 1 and self._executor is None:
+      self._executor = self._new_executor()
+    return self
+
+  def __exit__(self, *exc):
+    if self._executor is not None:
+      self._executor.shutdown(cancel_futures=True)
+      self._executor = None
+
+  def _new_executor(self):
+    # fork would copy this process's threads (JAX, pip) into the children; spawn is clean.
+    ctx = multiprocessing.get_context("spawn")
+    return cf.ProcessPoolExecutor(self.workers, mp_context=ctx)
+
+  def map(self, fn: Callable, items: Iterable) -> list:
+    """[fn(item) for item in items], run on the pool; raises RuntimeError naming the first
+    item whose job failed."""
+    items = list(items)
+    results = {}
+    for (_, i, _), r in self.imap_unordered(_indexed, [(fn, i, x) for i, x in enumerate(items)]):
+      results[i] = r
+    for i in range(len(items)):
+      if isinstance(results[i], BaseException):
+        r = results[i]
+        raise RuntimeError(f"job {i} of {len(items)} failed: {type(r).__name__}: {r}") from r
+    return [results[i] for i in range(len(items))]
 
   def imap_unordered(self, fn: Callable, items: Iterable) -> Iterator[tuple]:
     """Yields (item, fn(item)) as jobs finish, at most `workers` at a time."""
@@ -47,13 +80,11 @@ class Pool:
         except Exception as e:
           result = e
         yield item, result
+    elif self._executor is not None:
+      yield from _as_completed(self._executor, fn, items)
     else:
-      # fork would copy this process's threads (JAX, pip) into the children; spawn is clean.
-      ctx = multiprocessing.get_context("spawn")
-      with cf.ProcessPoolExecutor(self.workers, mp_context=ctx) as ex:
-        futures = {ex.submit(fn, item): item for item in items}
-        for fut in cf.as_completed(futures):
-          yield futures[fut], fut.exception() or fut.result()
+      with self._new_executor() as ex:
+        yield from _as_completed(ex, fn, items)
 
   def _ray(self, fn, items):
     import ray
@@ -73,6 +104,18 @@ class Pool:
           yield item, ray.get(ref)
         except Exception as e:  # RayTaskError, WorkerCrashedError
           yield item, e
+
+
+def _as_completed(ex, fn, items):
+  futures = {ex.submit(fn, item): item for item in items}
+  for fut in cf.as_completed(futures):
+    yield futures[fut], fut.exception() or fut.result()
+
+
+def _indexed(job):
+  """(fn, index, item) -> fn(item): the index tells `map` where the result goes."""
+  fn, _, item = job
+  return fn(item)
 
 
 def _call(fn, item):

@@ -63,15 +63,20 @@ FEEDBACK_KINDS: dict[str, Callable[..., Feedback]] = {
 }
 
 
-def make_feedback(kinds: Sequence[str], options: dict[str, dict] | None = None) -> list[Feedback]:
-  """Builds the named kinds; `options[name]` are keyword arguments of that kind's factory."""
-  options = options or {}
-  unknown = [k for k in list(kinds) + list(options) if k not in FEEDBACK_KINDS]
+def make_feedback(
+  kinds: Sequence[str],
+  options: dict[str, dict] | None = None,
+  registry: dict[str, Callable[..., Feedback]] | None = None,
+) -> list[Feedback]:
+  """Builds the named kinds of `registry` (default: this env's `FEEDBACK_KINDS`; the coding env
+  passes its own); `options[name]` are keyword arguments of that kind's factory."""
+  options, registry = options or {}, FEEDBACK_KINDS if registry is None else registry
+  unknown = [k for k in list(kinds) + list(options) if k not in registry]
   if unknown:
-    raise ValueError(f"unknown feedback kinds {unknown}; valid: {sorted(FEEDBACK_KINDS)}")
+    raise ValueError(f"unknown feedback kinds {unknown}; valid: {sorted(registry)}")
   if not kinds:
-    raise ValueError(f"give at least one feedback kind from {sorted(FEEDBACK_KINDS)}")
-  return [FEEDBACK_KINDS[k](**options.get(k, {})) for k in kinds]
+    raise ValueError(f"give at least one feedback kind from {sorted(registry)}")
+  return [registry[k](**options.get(k, {})) for k in kinds]
 
 
 def flag_turns(feedbacks: Sequence[Feedback], env, episode: Episode) -> list[tuple[int, list[int]]]:
