@@ -169,3 +169,11 @@ def load_tokenizer(data_cfg) -> ByteTokenizer | TiktokenTokenizer:
     raise ValueError(f"tokenizer {name!r} is neither 'byte' nor an existing tiktoken file")
   path = os.path.abspath(path)
   return _load_tiktoken(path, os.stat(path).st_mtime_ns)
+
+
+def write_byte_ranks(path: str) -> str:
+  """Writes a tiktoken file of the 256 single bytes and no merges (`vocab_size` 512 with Kimi's
+  special tokens): a tokenizer for tiny CPU runs of the chat format. Returns `path`."""
+  with open(path, "w") as f:
+    f.write("".join(f"{base64.b64encode(bytes([i])).decode()} {i}\n" for i in range(256)))
+  return path

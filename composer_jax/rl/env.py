@@ -14,6 +14,8 @@ as sampled or sent, never re-tokenized (`rl.trajectory`).
         the hint that the self-distillation teacher reads before that turn
     episode_metrics(episodes) -> {name: float}   episode metadata logged per RL step
     pad_id, stop_ids                          padding id; the ids that end a model turn
+    step_many(states, model_turn_ids)         optional: `step` of many episodes at once (e.g.
+                                              concurrently on workers; `rl.episodes`)
 
 Episode states have a `done` attribute.
 """

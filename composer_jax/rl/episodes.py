@@ -10,7 +10,11 @@ An environment provides
     reset(task) -> (state, first_turn_ids)
     step(state, model_turn_ids) -> (state, reply_ids)   # [] when nothing is said back
     reward(state) -> float
-and its state has a `done` attribute. The policy is
+and its state has a `done` attribute. An environment whose steps are slow (sandboxed commands,
+grading) may also provide
+    step_many(states, model_turn_ids) -> [(state, reply_ids), ...]
+which must equal `step` on each pair; the runner then steps all live episodes of a round in one
+call, so the environment can run them concurrently. The policy is
     policy(prompts [B, P] int32, prompt_lens [B] int32, key) ->
         (tokens [B, N] int32, logprobs [B, N] float32, lengths [B] int32)
 (e.g. `functools.partial(sampler.sample, ...)`); the first lengths[b] tokens of row b are the turn,
@@ -82,14 +86,19 @@ def run_episodes(
     prompts, lens = _prompts(histories, prompt_len, pad_id)
     out = policy(prompts, lens, jax.random.fold_in(key, round_))
     tokens, logprobs, lengths = (np.asarray(x) for x in out)
-    for b, state in enumerate(states):
-      if state.done:
-        continue
+    live = [b for b, state in enumerate(states) if not state.done]
+    for b in live:
       n = int(lengths[b])
       if n < 1:
         raise ValueError(f"the policy returned an empty turn for episode {b} in round {round_}")
       turns[b].append(Turn(tokens[b, :n].tolist(), logprobs[b, :n].tolist()))
-      states[b], reply = env.step(state, tokens[b, :n])
+    model_turns = [tokens[b, : int(lengths[b])] for b in live]
+    if hasattr(env, "step_many"):
+      stepped = env.step_many([states[b] for b in live], model_turns)
+    else:
+      stepped = [env.step(states[b], t) for b, t in zip(live, model_turns)]
+    for b, (state, reply) in zip(live, stepped, strict=True):
+      states[b] = state
       if reply:
         turns[b].append(Turn(reply))
     round_ += 1

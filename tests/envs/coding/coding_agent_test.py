@@ -9,9 +9,10 @@ import json
 
 import pytest
 
+from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
 from composer_jax.envs.coding import agent_env, agent_tools, sandbox
+from composer_jax.envs.coding import agent_scripts as S
 from composer_jax.rl import env as rl_env
-from tests.envs.coding import agent_scripts as S
 from tests.envs.coding.mini_project import requires_sandbox
 
 pytestmark = requires_sandbox
@@ -28,7 +29,7 @@ BUDGET = agent_tools.Budget(max_turns=6, max_tokens=12000, command=sandbox.Limit
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-  return S.byte_tokenizer(tmp_path_factory.mktemp("tok") / "bytes.tiktoken")
+  return TiktokenTokenizer(write_byte_ranks(str(tmp_path_factory.mktemp("tok") / "bytes.tiktoken")))
 
 
 @pytest.fixture(scope="module")
@@ -208,3 +209,23 @@ def test_turn_budget_ends_the_episode(tok, hypot_task):
   (ep,) = S.play(env, [hypot_task], [[turn] * 5])
   assert ep.state.end == "turn budget 2 used" and len(ep.state.records) == 2
   assert ep.state.reward == 0.0
+
+
+def _summary(episode):
+  s = episode.state
+  errors = [[c.observation.error for c in r.calls] for r in s.records]
+  return s.reward, s.end, errors, sorted((f["kind"], f["turn"]) for f in s.flags)
+
+
+def test_step_many_on_worker_processes_equals_sequential(env, episodes, tok, hypot_task):
+  names = ["oracle", "noop", "git_history", "faults"]
+  scripts = _scripts(tok, hypot_task)
+  pooled = agent_env.CodingEnv(
+    [hypot_task], tok, budget=BUDGET, max_turn_tokens=2500, feedback_kinds=KINDS, workers=2
+  )
+  with pooled:
+    played = S.play(pooled, [hypot_task] * len(names), [scripts[n] for n in names])
+  assert [_summary(e) for e in played] == [_summary(episodes[n]) for n in names]
+  for n, e in zip(names, played):
+    if n != "oracle":  # the oracle's test run prints its own duration
+      assert e.trajectory.tokens.tolist() == episodes[n].trajectory.tokens.tolist()

@@ -182,3 +182,11 @@ def test_difficulty_fields_and_dedup_by_hand():
   kept, dropped = difficulty.dedup([t, newer])
   assert [k.id for k in kept] == ["p-1-x"] and [d.id for d in dropped] == ["p-2-y"]
   assert task.direct_partial(t, {"t::a": "passed", "t::b": "failed", "t::d": "passed"}) == 1.0
+
+
+def test_pool_map_keeps_order_and_raises_the_failure():
+  with workers.Pool(2) as pool:  # the workers stay up between calls
+    assert pool.map(abs, [-3, 1, -2]) == [3, 1, 2]
+    assert pool.map(abs, [-5]) == [5]
+  with pytest.raises(RuntimeError, match="job 1 of 2 failed: TypeError"):
+    workers.Pool(1).map(abs, [1, "x"])

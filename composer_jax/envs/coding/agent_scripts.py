@@ -1,7 +1,12 @@
-"""Scripted coding agents for the CodingEnv tests: model turns written as chat messages and
-played through the real environment and `rl.episodes.run_episodes`."""
+"""Scripted coding agents: fixed model turns in the Kimi K2 format, played through `CodingEnv`
+and `rl.episodes.run_episodes` (tests, the episode benchmark, format warm-up data).
 
-import base64
+  oracle_calls(task)   the gold patch as harness calls (`edit` per changed block, `write_file`)
+  turn_ids(tok, calls) the tokens a policy writes for one assistant turn
+  scripted_policy      an `rl.episodes` policy that plays fixed turns, one per round
+  play(env, tasks, scripts)  the episodes
+"""
+
 import difflib
 import json
 import tempfile
@@ -11,15 +16,8 @@ import jax
 import numpy as np
 
 from composer_jax import chat
-from composer_jax.data.tokenizer import TiktokenTokenizer
 from composer_jax.envs.coding import grader, project
 from composer_jax.rl.episodes import run_episodes
-
-
-def byte_tokenizer(path: Path) -> TiktokenTokenizer:
-  """A tiktoken file of the 256 single bytes (no merges): vocab 512 with Kimi's specials."""
-  path.write_text("".join(f"{base64.b64encode(bytes([i])).decode()} {i}\n" for i in range(256)))
-  return TiktokenTokenizer(str(path))
 
 
 def call(name: str, **arguments) -> tuple[str, str]:
