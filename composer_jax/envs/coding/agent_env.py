@@ -29,12 +29,14 @@ Ray; `with env:` keeps the workers up between steps); `rl.episodes.run_episodes`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
+from absl import logging
 
 from composer_jax import chat
 from composer_jax.envs.coding import agent_episode, agent_feedback, agent_tools, sandbox
+from composer_jax.envs.coding import curriculum as curriculum_lib
 from composer_jax.envs.coding import workers as workers_lib
 from composer_jax.envs.coding.task import Task
 from composer_jax.envs.tools import feedback as feedback_lib
@@ -79,7 +81,7 @@ class CodingEnv:
   """Coding episodes over `tasks` (module docstring).
 
   Args:
-    tasks: the task pool; `set_active(ids)` narrows what `sample_task` draws (curriculum).
+    tasks: the tasks `sample_task` draws from (uniformly, or the curriculum's active ones).
     tokenizer: a tiktoken tokenizer with Kimi's special tokens (`data.tokenizer`).
     budget: turns, tokens, wall time, observation length, command limits (`agent_tools`).
     tools: the tools offered (names of `agent_tools.TOOLS`).
@@ -88,6 +90,11 @@ class CodingEnv:
       `feedback`, and their options.
     workers / backend: the pool `step_many` uses (1: in this process).
     grade_limits: sandbox limits of the grader's test runs.
+    curriculum: None (every task stays in play), or `curriculum.TaskPool` options
+      (min_rollouts, easy_rate, max_active): `episode_metrics` records each episode's reward
+      as its task's rollout, then retires never / always solved tasks, admits waiting ones and
+      asks `harder` for variants of easy ones (`TaskPool.refresh`); logged and in the metrics.
+    harder: task -> harder variants (e.g. `generator.Generator.harder`), for the curriculum.
   """
 
   def __init__(
@@ -104,11 +111,14 @@ class CodingEnv:
     backend: str = "local",
     grade_limits: sandbox.Limits = sandbox.DEFAULT_LIMITS,
     system: str = SYSTEM,
+    curriculum: dict | None = None,
+    harder: Callable[[Task], list[Task]] | None = None,
   ):
     if not tasks:
       raise ValueError("CodingEnv needs at least one task")
     self.tasks = {t.id: t for t in tasks}
-    self.active = sorted(self.tasks)
+    self.pool = None if curriculum is None else curriculum_lib.TaskPool(list(tasks), **curriculum)
+    self.harder = harder
     self.tokenizer, self.budget, self.tools = tokenizer, budget, tuple(tools)
     agent_tools.Session.check_tools(self.tools)
     declared = [t for t in agent_tools.TOOLS if t["function"]["name"] in self.tools]
@@ -128,26 +138,34 @@ class CodingEnv:
     self._feedbacks = feedback_lib.make_feedback(
       feedback_kinds, feedback_options, agent_feedback.FEEDBACK_KINDS
     )
-    self.pool = workers_lib.Pool(workers, backend)
+    self.workers = workers_lib.Pool(workers, backend)
 
   # -- worker pool lifetime ------------------------------------------------------------------
   def __enter__(self):
-    self.pool.__enter__()
+    self.workers.__enter__()
     return self
 
   def __exit__(self, *exc):
-    self.pool.__exit__(*exc)
+    self.workers.__exit__(*exc)
 
   # -- tasks ---------------------------------------------------------------------------------
-  def set_active(self, ids: Sequence[str]) -> None:
-    """The task ids `sample_task` draws from (the curriculum's active set)."""
-    unknown = sorted(set(ids) - set(self.tasks))
-    if unknown or not ids:
-      raise ValueError(f"unknown or no active task ids {unknown or list(ids)}")
-    self.active = sorted(ids)
+  def active(self) -> list[str]:
+    """The task ids `sample_task` draws from: the curriculum's active set, or all tasks (also
+    once the curriculum has retired every task: the run goes on, as logged)."""
+    ids = self.pool.active() if self.pool is not None else []
+    return ids or sorted(self.tasks)
 
   def sample_task(self, rng: np.random.Generator) -> Task:
-    return self.tasks[self.active[int(rng.integers(len(self.active)))]]
+    ids = self.active()
+    return self.tasks[ids[int(rng.integers(len(ids)))]]
+
+  def state_dict(self) -> dict:
+    """What a checkpoint keeps of the env: the curriculum's statistics (JSON-able)."""
+    return {"curriculum": self.pool.state_dict()} if self.pool is not None else {}
+
+  def load_state_dict(self, blob: dict) -> None:
+    if self.pool is not None and blob.get("curriculum"):
+      self.pool.load_state_dict(blob["curriculum"])
 
   # -- episodes ------------------------------------------------------------------------------
   def reset(self, task: Task) -> tuple[CodingState, list[int]]:
@@ -209,7 +227,7 @@ class CodingEnv:
   def step_many(self, states, turns) -> list[tuple[CodingState, list[int]]]:
     """`step` of many episodes, their calls and grading run concurrently on the pool."""
     jobs = [self._job(s, t) for s, t in zip(states, turns, strict=True)]
-    outs = self.pool.map(agent_episode.act, [job for job, _ in jobs])
+    outs = self.workers.map(agent_episode.act, [job for job, _ in jobs])
     return [self._reply(s, parsed, out) for s, (_, parsed), out in zip(states, jobs, outs)]
 
   def reward(self, state: CodingState) -> float:
@@ -227,8 +245,10 @@ class CodingEnv:
     return feedback_lib.flag_turns(self._feedbacks, self, episode)
 
   def episode_metrics(self, episodes) -> dict[str, float]:
-    """Reward, turns, tokens, tool errors, monitor flags and grading time per episode."""
+    """Reward, turns, tokens, tool errors, monitor flags and grading time per episode; with a
+    curriculum, records the episodes as rollouts and refreshes it (class docstring)."""
     states = [e.state for e in episodes]
+    extra = self._curriculum(states) if self.pool is not None else {}
     calls = [c for s in states for r in s.records for c in r.calls if c.observation]
     mean = lambda xs: float(np.mean(xs)) if len(xs) else 0.0
     n = len(states)
@@ -242,4 +262,23 @@ class CodingEnv:
       critical_flag_rate=mean([any(f["severity"] == "critical" for f in s.flags) for s in states]),
       submitted_rate=mean([s.end == "submit" for s in states]),
       grading_s=mean([s.grading_s for s in states]),
+      **extra,
     )
+
+  def _curriculum(self, states) -> dict[str, float]:
+    for s in states:
+      self.pool.record(s.task.id, s.reward)
+    change = self.pool.refresh(self.harder)
+    for tid in change["added"]:
+      self.tasks[tid] = self.pool.tasks[tid]
+    for key in ("retired", "added", "admitted"):
+      if change[key]:
+        logging.info("curriculum: %s %s", key, ", ".join(change[key]))
+    if not self.pool.active():
+      logging.warning("curriculum: every task is retired; sampling from all %d", len(self.tasks))
+    rates = [self.pool.stats[t].rate for t in self.pool.active() if self.pool.stats[t].rollouts]
+    return {
+      "curriculum/active": float(len(self.pool.active())),
+      "curriculum/retired": float(len(self.pool.retired)),
+      "curriculum/pass_rate": float(np.mean(rates)) if rates else 0.0,
+    }

@@ -111,25 +111,26 @@ class TaskPool:
         retired.append(tid)
     return {"retired": retired, "added": added, "admitted": self._admit()}
 
-  def save(self, path: Path) -> None:
-    Path(path).write_text(
-      json.dumps(
-        {
-          "stats": {k: dataclasses.asdict(v) for k, v in self.stats.items()},
-          "retired": self.retired,
-          "expanded": sorted(self.expanded),
-          "admitted": sorted(self.admitted),
-        },
-        indent=1,
-        sort_keys=True,
-      )
-    )
+  def state_dict(self) -> dict:
+    """The pool's statistics and sets as JSON-able data (a checkpoint's share)."""
+    return {
+      "stats": {k: dataclasses.asdict(v) for k, v in self.stats.items()},
+      "retired": dict(self.retired),
+      "expanded": sorted(self.expanded),
+      "admitted": sorted(self.admitted),
+    }
 
-  def load(self, path: Path) -> None:
-    blob = json.loads(Path(path).read_text())
+  def load_state_dict(self, blob: dict) -> None:
+    """Restores `state_dict()` output (entries of unknown tasks are ignored)."""
     for k, v in blob["stats"].items():
       if k in self.stats:
         self.stats[k] = Stats(**v)
     self.retired.update({k: v for k, v in blob["retired"].items() if k in self.tasks})
     self.expanded.update(blob["expanded"])
     self.admitted = {t for t in blob.get("admitted", self.admitted) if t in self.tasks}
+
+  def save(self, path: Path) -> None:
+    Path(path).write_text(json.dumps(self.state_dict(), indent=1, sort_keys=True))
+
+  def load(self, path: Path) -> None:
+    self.load_state_dict(json.loads(Path(path).read_text()))

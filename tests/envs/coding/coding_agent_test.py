@@ -7,6 +7,7 @@ Kimi-format turns; expected rewards and flagged turns are written by hand from t
 
 import json
 
+import numpy as np
 import pytest
 
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
@@ -227,5 +228,28 @@ def test_step_many_on_worker_processes_equals_sequential(env, episodes, tok, hyp
     played = S.play(pooled, [hypot_task] * len(names), [scripts[n] for n in names])
   assert [_summary(e) for e in played] == [_summary(episodes[n]) for n in names]
   for n, e in zip(names, played):
-    if n != "oracle":  # the oracle's test run prints its own duration
+    if n in ("noop", "git_history"):  # no pytest run: its output holds its own duration
       assert e.trajectory.tokens.tolist() == episodes[n].trajectory.tokens.tolist()
+
+
+def test_curriculum_retires_solved_tasks_from_rollouts(tok, mini_gen, episodes):
+  tasks = mini_gen[1]
+  other = next(t for t in tasks if t.id != episodes["oracle"].task.id)
+  cur = agent_env.CodingEnv(tasks, tok, budget=BUDGET, max_turn_tokens=2500,
+                            curriculum={"min_rollouts": 2, "easy_rate": 0.8})
+  m = cur.episode_metrics([episodes["oracle"]])  # one rollout: not measured yet
+  assert (m["curriculum/active"], m["curriculum/retired"]) == (2.0, 0.0)
+  saved = cur.state_dict()
+  m = cur.episode_metrics([episodes["oracle"], episodes["noop"]])  # 2 of 3 solved: 0.67
+  assert m["curriculum/retired"] == 0.0
+  m = cur.episode_metrics([episodes["oracle"]] * 3)  # 5 of 6 > easy_rate, not yet always
+  m = cur.episode_metrics([episodes["oracle"]])
+  assert cur.active() == [t.id for t in tasks]  # 6/7 is neither 0 nor 1: stays
+  fresh = agent_env.CodingEnv(tasks, tok, budget=BUDGET, max_turn_tokens=2500,
+                              curriculum={"min_rollouts": 2, "easy_rate": 0.8})
+  fresh.load_state_dict(saved)
+  m = fresh.episode_metrics([episodes["oracle"]])  # 2 of 2 solved: always solved, retired
+  assert fresh.active() == [other.id]
+  assert (m["curriculum/active"], m["curriculum/retired"]) == (1.0, 1.0)
+  rng = np.random.default_rng(0)
+  assert {fresh.sample_task(rng).id for _ in range(5)} == {other.id}
