@@ -254,7 +254,7 @@ class MLA(nn.Module):
     out = context.attention(lambda q, lat, m, w: attend(q, lat, m, expand(w)), q, latent, mask,
                             kv_dims=("batch", "seq", None),
                             weights=(kv_b.variables["params"]["kernel"],),
-                            weight_dims=((None, "heads", None),))
+                            weight_dims=((None, "act_heads", None),))
     return o(out)
 
 
@@ -291,7 +291,7 @@ class GQA(nn.Module):
     if cache is None and context.enabled():  # context parallel: ranks all-gather k|v
       out = context.attention(lambda q, kv, m: attend(q, kv[..., :hd], kv[..., hd:], m), q,
                               jnp.concatenate([k, v], -1), mask,
-                              kv_dims=("batch", "seq", "heads", None))
+                              kv_dims=("batch", "seq", "act_heads", None))
     else:
       out = attend(q, k, v, mask)
     out = Linear((h, hd), d, ("heads", "head_dim", "embed"), name="o", **lin)(out)

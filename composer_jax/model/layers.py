@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from composer_jax.model import axes
+from composer_jax.parallel import context_mesh
 
 
 def param_init(stddev: float, names: tuple[str, ...]):
@@ -100,5 +101,9 @@ class Embed(nn.Module):
   def __call__(self, tokens: jax.Array) -> jax.Array:
     table = self.param("embedding", param_init(self.init_std, ("vocab", "embed")),
                        (self.vocab, self.embed), self.param_dtype)
+    # Gathered (FSDP) before the lookup: a lookup into the table as stored, `embed` split over
+    # fsdp x context, comes out split on D, and GSPMD can only reshard that to batch x seq
+    # (fsdp, context) by replicating it (XLA's "involuntary full rematerialization").
+    table = context_mesh.constrain(table, ("vocab", "act_embed"))
     return jnp.take(table, tokens, axis=0).astype(self.dtype)
 

@@ -22,7 +22,9 @@ token, shared by all heads) and each rank expands K/V locally with `kv_b`: DeepS
 gathers 576 floats per token instead of the 40,960 of its K/V (`H (d_nope + d_rope + d_v)`),
 71x less. GQA gathers `k | v` (`2 G d_head` per token).
 
-Selected by the trainer's dual mesh (`context_mesh.current()`, context size > 1).
+Selected by the trainer's dual mesh (`context_mesh.current()`, context size > 1). Every
+in/out spec of the `shard_map` comes from the layout's dense rules (`context_mesh.current_rules()`)
+through `parallel.rules.logical_to_spec`, with the activation names `batch`, `seq`, `act_heads`.
 """
 
 from __future__ import annotations
@@ -34,12 +36,10 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from composer_jax.parallel import context_mesh
+from composer_jax.parallel import rules as rules_lib
 from composer_jax.parallel.mesh import DualMesh
 from composer_jax.parallel.validation import check_context_split
 
-# Dense-view mesh axes of activation dims inside the shard_map (the default `batch`, `seq`
-# and `act_heads` rules of `parallel.rules`); weights are whole there except their heads dim.
-_DIM_AXES = {"batch": ("replica", "fsdp"), "seq": ("context",), "heads": ("tensor",)}
 Dims = Sequence[str | None]
 
 
@@ -84,21 +84,21 @@ def enabled() -> bool:
   return context_size(context_mesh.current()) > 1
 
 
-def _spec(mesh, dims: Dims) -> PartitionSpec:
-  def axes(dim):
-    names = tuple(a for a in _DIM_AXES.get(dim, ()) if mesh.shape[a] > 1)
-    return None if not names else names[0] if len(names) == 1 else names
-  return PartitionSpec(*(axes(d) for d in dims))
+def _spec(dims: Dims) -> PartitionSpec:
+  """Dense-view spec of logical `dims` under the traced layout's rules."""
+  rules = context_mesh.current_rules()
+  return rules_lib.logical_to_spec(dims, rules.dense, context_mesh.current().dense,
+                                   where="context-parallel attention")
 
 
 def attention(attend: Callable, q: jax.Array, kv: jax.Array, mask: jax.Array, *, kv_dims: Dims,
               weights: Sequence[jax.Array] = (), weight_dims: Sequence[Dims] = ()) -> jax.Array:
   """`attend(q, kv, mask, *weights)` with queries sharded over `context`, kv all-gathered.
 
-  Runs in `jax.shard_map` over the dense view of `context_mesh.current()`: batch over
-  `replica x fsdp`, sequence over `context`, heads over `tensor`. Each rank gathers `kv`
-  along the sequence (one all-gather), so `attend` sees its own `L / CP` queries and all
-  `L` keys, in zig-zag order.
+  Runs in `jax.shard_map` over the dense view of `context_mesh.current()`, dims placed by
+  the layout's rules (by default batch over `replica x fsdp`, sequence over `context`,
+  heads over `tensor`). Each rank gathers `kv` along the sequence (one all-gather), so
+  `attend` sees its own `L / CP` queries and all `L` keys, in zig-zag order.
 
   Args:
     attend: `(q [b, L/CP, h, dq], kv [b, L, ...], mask [b, 1, L/CP, L], *weights)
@@ -106,20 +106,25 @@ def attention(attend: Callable, q: jax.Array, kv: jax.Array, mask: jax.Array, *,
     q: `[B, L, H, dq]` queries.
     kv: `[B, L, ...]` per-token key/value inputs (for MLA the latent, for GQA k|v).
     mask: `[B, 1, L, L]` bool, built with `attention_mask(segment_ids, zigzag order)`.
-    kv_dims: 'batch' | 'seq' | 'heads' | None per dim of `kv`.
-    weights: arrays `attend` needs whole on each shard (except a 'heads' dim).
-    weight_dims: dims of each weight, like `kv_dims`.
+    kv_dims: logical activation name per dim of `kv`: 'batch', 'seq', 'act_heads' or None.
+    weights: arrays `attend` needs whole on each shard (except a heads dim).
+    weight_dims: dims of each weight, like `kv_dims` ('act_heads' for its heads dim).
   Returns:
     `[B, L, H, dv]`, sharded like `q`.
+  Raises:
+    ValueError: the rules do not shard 'seq' over exactly the `context` axis.
   """
   mesh = context_mesh.current().dense
-  q_spec = _spec(mesh, ("batch", "seq", "heads", None))
+  q_spec = _spec(("batch", "seq", "act_heads", None))
+  if q_spec[1] != "context":  # the zig-zag order and the kv all-gather are over `context`
+    raise ValueError(f"context-parallel attention needs the dense rule 'seq' -> 'context'; the "
+                     f"layout's rules shard the sequence over {q_spec[1]!r}")
 
   def local(q, kv, mask, *weights):
     kv = jax.lax.all_gather(kv, "context", axis=1, tiled=True)
     return attend(q, kv, mask, *weights)
 
-  in_specs = (q_spec, _spec(mesh, kv_dims), _spec(mesh, ("batch", None, "seq", None)),
-              *(_spec(mesh, d) for d in weight_dims))
+  in_specs = (q_spec, _spec(kv_dims), _spec(("batch", None, "seq", None)),
+              *(_spec(d) for d in weight_dims))
   return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=q_spec)(
       q, kv, mask, *weights)

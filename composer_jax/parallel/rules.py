@@ -1,5 +1,11 @@
 """Logical-axis rules: parameter / activation axis names -> mesh axes, per mesh view.
 
+`logical_to_spec` is the one place a PartitionSpec is made: parameter and optimizer-state
+shardings (`param_shardings`, `composer_jax.train.placement`), batches, activation
+constraints (`composer_jax.parallel.context_mesh.constrain`) and the in/out specs of the
+model's `shard_map` layers (context-parallel attention, expert-parallel MoE) all resolve
+logical names through the rules of the run's layout.
+
 Rules are config data (`ml_collections.ConfigDict` with `dense` and `expert`
 lists of `(logical_name, mesh_axes)`, mesh_axes None | str | tuple of str), in
 the style of MaxText's `logical_axis_rules`. For one tensor, dims are resolved
@@ -42,7 +48,7 @@ _DENSE_RULES = (
     ("batch", ("replica", "fsdp")),
     ("seq", "context"),
     ("act_embed", None),
-    ("act_heads", "tensor"),
+    ("act_heads", "tensor"),  # attention heads (and weights' heads dims) inside attention
 )
 _EXPERT_RULES = (
     ("layers", None),
@@ -75,7 +81,8 @@ def logical_to_spec(names: Sequence[str], rules: Sequence, mesh: Mesh,
   """PartitionSpec on `mesh` for a tensor with logical axes `names`.
 
   Args:
-    names: one logical name per dim, e.g. ('layers', 'embed', 'mlp').
+    names: one logical name per dim, e.g. ('layers', 'embed', 'mlp'); None = a dim that is
+      never sharded (e.g. a per-head feature dim inside attention).
     rules: sequence of (logical_name, None | mesh axis | tuple of mesh axes).
     mesh: the mesh view the tensor lives on.
     shape: optional dims; each must be divisible by the product of its mesh axes.
@@ -91,6 +98,9 @@ def logical_to_spec(names: Sequence[str], rules: Sequence, mesh: Mesh,
     table.setdefault(name, axes)
   used, spec = set(), []
   for d, name in enumerate(names):
+    if name is None:
+      spec.append(None)
+      continue
     if name not in table:
       raise ValueError(f"No sharding rule for logical axis {name!r} of {where} {tuple(names)}; "
                        f"rules cover {sorted(table)}")
@@ -111,6 +121,18 @@ def logical_to_spec(names: Sequence[str], rules: Sequence, mesh: Mesh,
   return PartitionSpec(*spec)
 
 
+def param_sharding(names: Sequence[str], dual_mesh: DualMesh, rules_cfg,
+                   shape: Sequence[int] | None = None, where: Any = "") -> NamedSharding:
+  """NamedSharding of one parameter (or a state leaf that mirrors one) on its view.
+
+  Routed-expert leaves (`view_of(names)`) go to `dual_mesh.expert` with the `expert`
+  rules, the rest to `dual_mesh.dense` with the `dense` rules.
+  """
+  view = view_of(names)
+  mesh = dual_mesh.view(view)
+  return NamedSharding(mesh, logical_to_spec(names, rules_cfg[view], mesh, shape, where))
+
+
 def param_shardings(logical_axes_tree, dual_mesh: DualMesh, rules_cfg, shapes=None):
   """Tree of NamedSharding like `logical_axes_tree`.
 
@@ -127,10 +149,7 @@ def param_shardings(logical_axes_tree, dual_mesh: DualMesh, rules_cfg, shapes=No
     `dual_mesh.dense`.
   """
   def one(path, names, shape=None):
-    view = view_of(names)
-    spec = logical_to_spec(names, rules_cfg[view], dual_mesh.view(view), shape,
-                           where=jax.tree_util.keystr(path))
-    return NamedSharding(dual_mesh.view(view), spec)
+    return param_sharding(names, dual_mesh, rules_cfg, shape, where=jax.tree_util.keystr(path))
 
   if shapes is None:
     return jax.tree_util.tree_map_with_path(one, logical_axes_tree, is_leaf=_is_names)

@@ -41,7 +41,7 @@ def memory_plan(config, model_cfg: ModelConfig, device_count: int) -> dict:
   key = jax.ShapeDtypeStruct((2,), np.uint32)
   abstract = abstract_state(model_cfg, optimizer, key)
   dm = placement.abstract_mesh(config.mesh, device_count, model_cfg, config.train.seq_len)
-  shard = placement.state_shardings(abstract, axes, dm, config.rules)
+  shard = placement.state_shardings(abstract, optimizer, axes, dm, config.rules)
   per_device = {
       "params": placement.per_device_bytes(abstract.params, shard.params),
       "opt_state": placement.per_device_bytes(abstract.opt_state, shard.opt_state),

@@ -3,18 +3,20 @@
 The run config's `mesh` section gives the axis sizes of both mesh views (see
 `composer_jax.parallel.mesh`; all 1 = one device) and `rules` the logical-axis rules
 (`composer_jax.parallel.rules`). Parameters are sharded by their logical axes; optimizer
-state leaves that mirror a parameter (Adam moments, Muon momentum) get that parameter's
-sharding, everything else (step counters, the router bias, the PRNG key) is replicated.
+state leaves that the optimizer's init builds from a parameter (Adam moments, Muon momentum;
+found by `jax.eval_shape` of the init over boxed params) get that parameter's sharding,
+everything else (step counters, the router bias, the PRNG key) is replicated.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
+import flax.linen as nn
 import jax
 import numpy as np
+import optax
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
 from composer_jax.model.config import ModelConfig
@@ -68,44 +70,56 @@ def abstract_mesh(mesh_cfg, device_count: int, model_cfg: ModelConfig,
   return DualMesh(dense=AbstractMesh(dense, DENSE_AXES), expert=AbstractMesh(expert, EXPERT_AXES))
 
 
-def _dict_suffix(path: Sequence[Any]) -> tuple[str, ...]:
-  """Trailing dict keys of a pytree path: the parameter path inside an optimizer state."""
-  keys = []
-  for k in reversed(path):
-    if not isinstance(k, jax.tree_util.DictKey):
-      break
-    keys.append(k.key)
-  return tuple(reversed(keys))
+def _is_names(x) -> bool:
+  return isinstance(x, tuple) and all(isinstance(n, str) for n in x)
 
 
-def state_shardings(abstract: TrainState, logical_axes: Any, dm: DualMesh, rules_cfg) -> TrainState:
+def opt_state_shardings(optimizer: optax.GradientTransformation, params: Any, logical_axes: Any,
+                        dm: DualMesh, rules_cfg) -> Any:
+  """NamedSharding tree like `optimizer.init(params)`, from the optimizer's own init.
+
+  `jax.eval_shape(optimizer.init, ...)` runs over the params boxed with their logical axes
+  (flax `nn.Partitioned`, as the model creates them): a state leaf the optimizer builds from
+  a parameter (`zeros_like`: Adam moments, Muon momentum) comes out boxed with that
+  parameter's names and is placed by the rules like it; the rest (step counters) is
+  replicated.
+
+  Args:
+    optimizer: the optax transformation.
+    params: tree of arrays / ShapeDtypeStructs (the trainable params).
+    logical_axes: their logical-axis tree (`transformer.logical_axes(cfg)['params']`).
+    dm: dual mesh (concrete or `abstract_mesh`).
+    rules_cfg: ConfigDict with `dense` and `expert` rule lists.
+  """
+  boxed = jax.tree.map(lambda names, x: nn.Partitioned(x, names), logical_axes, params,
+                       is_leaf=_is_names)
+  is_box = lambda x: isinstance(x, nn.Partitioned)
+  replicated = NamedSharding(dm.dense, PartitionSpec())
+
+  def one(path, x):
+    if not is_box(x):
+      return replicated
+    return rules_lib.param_sharding(tuple(x.names), dm, rules_cfg, x.value.shape,
+                                    where=jax.tree_util.keystr(path))
+
+  return jax.tree_util.tree_map_with_path(one, jax.eval_shape(optimizer.init, boxed),
+                                          is_leaf=is_box)
+
+
+def state_shardings(abstract: TrainState, optimizer: optax.GradientTransformation,
+                    logical_axes: Any, dm: DualMesh, rules_cfg) -> TrainState:
   """NamedSharding tree like `abstract` (a TrainState of ShapeDtypeStructs).
 
   Args:
-    abstract: `state.abstract_state(...)`.
+    abstract: `state.abstract_state(model_cfg, optimizer, ...)`.
+    optimizer: the optax transformation `abstract.opt_state` belongs to.
     logical_axes: logical-axis tree of the params (`transformer.logical_axes(cfg)['params']`).
     dm: dual mesh (concrete or `abstract_mesh`).
     rules_cfg: ConfigDict with `dense` and `expert` rule lists.
   """
   params = rules_lib.param_shardings(logical_axes, dm, rules_cfg, shapes=abstract.params)
+  opt = opt_state_shardings(optimizer, abstract.params, logical_axes, dm, rules_cfg)
   replicated = NamedSharding(dm.dense, PartitionSpec())
-  by_path = {}
-  for path, s in jax.tree_util.tree_flatten_with_path(params)[0]:
-    by_path[_dict_suffix(path)] = s
-
-  flat_params = dict(
-      (_dict_suffix(p), x) for p, x in jax.tree_util.tree_flatten_with_path(abstract.params)[0])
-
-  def opt_leaf(path, x):
-    key = _dict_suffix(path)
-    # The longest dict-key suffix that names a parameter of the same shape.
-    for i in range(len(key)):
-      k = key[i:]
-      if k in by_path and flat_params[k].shape == x.shape:
-        return by_path[k]
-    return replicated
-
-  opt = jax.tree_util.tree_map_with_path(opt_leaf, abstract.opt_state)
   rep = lambda t: jax.tree.map(lambda _: replicated, t)
   return TrainState(step=replicated, params=params, router=rep(abstract.router), opt_state=opt,
                     rng=replicated)
@@ -113,8 +127,9 @@ def state_shardings(abstract: TrainState, logical_axes: Any, dm: DualMesh, rules
 
 def batch_shardings(dm: DualMesh, rules_cfg) -> tuple[NamedSharding, NamedSharding]:
   """(train `[G, B, L]`, eval `[B, L]`) shardings: batch over data axes, seq over context."""
-  bl = rules_lib.logical_to_spec(("batch", "seq"), rules_cfg.dense, dm.dense, where="batch")
-  return (NamedSharding(dm.dense, PartitionSpec(None, *bl)), NamedSharding(dm.dense, bl))
+  spec = lambda names: NamedSharding(dm.dense, rules_lib.logical_to_spec(
+      names, rules_cfg.dense, dm.dense, where="batch"))
+  return spec((None, "batch", "seq")), spec(("batch", "seq"))
 
 
 def to_global(batch: dict, sharding: NamedSharding) -> dict:

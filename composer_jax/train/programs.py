@@ -62,7 +62,7 @@ def _build(config, model_cfg: ModelConfig) -> Programs:
   optimizer = build_optimizer(
       config.optim, axes, rules_lib.param_shardings(axes, dm, config.rules, shapes=param_shapes))
   abstract = abstract_state(model_cfg, optimizer, jax.ShapeDtypeStruct((2,), "uint32"))
-  shardings = placement.state_shardings(abstract, axes, dm, config.rules)
+  shardings = placement.state_shardings(abstract, optimizer, axes, dm, config.rules)
   target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                         abstract, shardings)
   train_sharding, eval_sharding = placement.batch_shardings(dm, config.rules)
@@ -77,10 +77,10 @@ def _build(config, model_cfg: ModelConfig) -> Programs:
                    out_shardings=shardings),
       # The model's shard_map layers (context-parallel attention, expert-parallel MoE) read the
       # mesh while tracing; init needs none (single-device semantics).
-      train_step=jax.jit(context_mesh.with_mesh(dm, train_step), donate_argnums=0,
+      train_step=jax.jit(context_mesh.with_mesh(dm, config.rules, train_step), donate_argnums=0,
                          out_shardings=(shardings, None)),
       eval_step=jax.jit(context_mesh.with_mesh(
-          dm, step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk))))
+          dm, config.rules, step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk))))
 
 
 def programs(config, model_cfg: ModelConfig) -> Programs:

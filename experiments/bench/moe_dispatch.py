@@ -41,6 +41,7 @@ from composer_jax.model import loss as model_loss
 from composer_jax.model import moe, transformer
 from composer_jax.parallel import expert_parallel
 from composer_jax.parallel.mesh import EXPERT_AXES, default_mesh_config, make_meshes
+from composer_jax.parallel.rules import default_rules
 from experiments.bench import timing
 
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "small"], "Model presets to time.")
@@ -113,7 +114,7 @@ def _time_experts(cfg: model_config.ModelConfig, num_tokens: int,
   mesh = make_meshes(default_mesh_config()).expert
   dispatches = {"dropless": moe.dropless,
                 "ep": functools.partial(expert_parallel.dispatch, expert_fn=moe.grouped_swiglu,
-                                        mesh=mesh)}
+                                        mesh=mesh, rules=default_rules().expert)}
 
   def grads(fn, x, weights, gate, up, down):
     def loss(*a):

@@ -103,7 +103,7 @@ def test_model_equals_unsharded(attention, cp):
   _, eval_sharding = placement.batch_shardings(dm, default_rules())
   sharded_batch = placement.to_global(batch, eval_sharding)  # zig-zag order, seq over context
   assert sharded_batch["tokens"].sharding.spec[1] == "context"
-  (loss, logits), grads = _jit(context_mesh.with_mesh(dm, fn))(
+  (loss, logits), grads = _jit(context_mesh.with_mesh(dm, default_rules(), fn))(
       params, variables["router"], sharded_batch)
 
   chex.assert_trees_all_close(loss, want_loss, rtol=1e-5)
@@ -117,7 +117,7 @@ def test_mla_gathers_the_latent_not_kv():
   dm = make_meshes(default_mesh_config(fsdp=1, context=2), jax.devices()[:2])
   tokens = jax.device_put(jnp.zeros((2, _L), jnp.int32),
                           NamedSharding(dm.dense, PartitionSpec(None, "context")))
-  fwd = context_mesh.with_mesh(dm, lambda v, t: transformer.forward(cfg, v, t)[0])
+  fwd = context_mesh.with_mesh(dm, default_rules(), lambda v, t: transformer.forward(cfg, v, t)[0])
   hlo = _jit(fwd).lower(variables, tokens).compile().as_text()  # params replicated
   gathered = re.findall(r"= f32\[([\d,]+)\]\{[^}]*\} all-gather(?:-start)?\(", hlo)
   latent = cfg.kv_lora_rank + cfg.qk_rope_head_dim
@@ -133,6 +133,17 @@ def test_sequence_not_divisible_by_2cp_raises():
     context.zigzag_order(12, 4)
   dm = _mesh(4)
   variables = jax.eval_shape(lambda: transformer.init(_CFG, jax.random.key(0)))
-  with context_mesh.use_mesh(dm), pytest.raises(ValueError, match="seq_len=12 is not divisible"):
+  with context_mesh.use_mesh(dm, default_rules()), pytest.raises(ValueError, match="seq_len=12 is not divisible"):
     jax.eval_shape(lambda v: transformer.forward(_CFG, v, jnp.zeros((2, 12), jnp.int32)),
+                   variables)
+
+
+def test_rules_must_shard_the_sequence_over_context():
+  rules = default_rules()
+  rules.dense = [("seq", None)] + [r for r in rules.dense if r[0] != "seq"]
+  variables = jax.eval_shape(lambda: transformer.init(_CFG, jax.random.key(0)))
+  with context_mesh.use_mesh(_mesh(2), rules), pytest.raises(
+      ValueError, match="needs the dense rule 'seq' -> 'context'; the layout's rules shard the "
+                        "sequence over None"):
+    jax.eval_shape(lambda v: transformer.forward(_CFG, v, jnp.zeros((2, _L), jnp.int32)),
                    variables)

@@ -60,7 +60,8 @@ def _value_and_grads(fn, *args):
 @functools.cache
 def _ep(ep, capacity_factor=None, ragged=False):
   return functools.partial(expert_parallel.dispatch, expert_fn=moe.grouped_swiglu,
-                           mesh=_expert_mesh(ep), capacity_factor=capacity_factor, ragged=ragged)
+                           mesh=_expert_mesh(ep), rules=default_rules().expert,
+                           capacity_factor=capacity_factor, ragged=ragged)
 
 
 @pytest.mark.parametrize("ep,routing", [(8, "random"), (4, "random"), (8, "one_expert")])
@@ -157,8 +158,14 @@ def test_bad_inputs_clear_errors():
                                        "parallelism 8"):
     _ep(8)(*args)
   dense_view = make_meshes(default_mesh_config()).dense
-  with pytest.raises(ValueError, match="lack \\['expert_replica', 'expert'\\]"):
-    expert_parallel.dispatch(*args, expert_fn=moe.grouped_swiglu, mesh=dense_view)
+  with pytest.raises(ValueError, match="names mesh axis 'expert_replica', not in this view's"):
+    expert_parallel.dispatch(*args, expert_fn=moe.grouped_swiglu, mesh=dense_view,
+                             rules=default_rules().expert)
+  # Rules that split the experts' matrices (the `fsdp` layout) cannot run this dispatch.
+  fsdp = layouts.get_config("fsdp")
+  with pytest.raises(ValueError, match="shard 'experts' over one mesh axis and leave 'embed'"):
+    expert_parallel.dispatch(*_inputs(), expert_fn=moe.grouped_swiglu,
+                             mesh=make_meshes(fsdp.mesh).expert, rules=fsdp.rules.expert)
 
 
 def test_moe_layer_with_sharded_params_matches_dropless():
@@ -173,7 +180,7 @@ def test_moe_layer_with_sharded_params_matches_dropless():
   params = jax.device_put(nn.meta.unbox(variables["params"]),
                           param_shardings(jax.tree.map(tuple, axes), dm, default_rules()))
   apply = lambda c, p: moe.MoE(c).apply({**nn.meta.unbox(variables), "params": p}, x, valid)
-  y, stats = jax.jit(context_mesh.with_mesh(dm, functools.partial(apply, cfg)))(params)
+  y, stats = jax.jit(context_mesh.with_mesh(dm, default_rules(), functools.partial(apply, cfg)))(params)
   want_y, _ = apply(cfg.replace(moe_dispatch="dropless"), nn.meta.unbox(variables["params"]))
   assert float(stats["dropped_tokens"]) == 0.0
   chex.assert_trees_all_close(y, want_y, atol=1e-5, rtol=1e-5)
@@ -186,7 +193,8 @@ def test_train_step_reports_dropped_assignments():
   all routed assignments is reported."""
   cfg = get_preset("tiny", moe_dispatch="expert_parallel", num_layers=1, first_k_dense_replace=0,
                    ep_capacity_factor=0.25)
-  dm = make_meshes(layouts.get_config("cp2_ep8").mesh)
+  layout = layouts.get_config("cp2_ep8")
+  dm = make_meshes(layout.mesh)
   state = init_state(cfg, optax.sgd(0.1), jax.random.key(0))
   rng = np.random.default_rng(0)
   tokens = rng.integers(0, cfg.vocab_size, (2, 4, 16), dtype=np.int32)  # [G, B, L]
@@ -197,8 +205,8 @@ def test_train_step_reports_dropped_assignments():
   step = step_lib.make_train_step(cfg, optax.sgd(0.1), optax.constant_schedule(0.1),
                                   jax.tree.map(lambda _: "adamw", state.params), loss_chunk=64,
                                   z_loss=0.0, router_bias_rate=0.0)
-  _, metrics = jax.jit(context_mesh.with_mesh(dm, step))(state, batch)
-  forward = jax.jit(context_mesh.with_mesh(dm, lambda t, p: transformer.forward(
+  _, metrics = jax.jit(context_mesh.with_mesh(dm, layout.rules, step))(state, batch)
+  forward = jax.jit(context_mesh.with_mesh(dm, layout.rules, lambda t, p: transformer.forward(
       cfg, {"params": state.params, "router": state.router}, t, positions=p)[1]))
   per_micro = [forward(t, p) for t, p in zip(batch["tokens"], batch["positions"])]
   want = sum(float(a["dropped_tokens"]) for a in per_micro)

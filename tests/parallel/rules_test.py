@@ -1,4 +1,5 @@
-"""Tests for composer_jax.parallel.rules: logical names -> NamedSharding per view."""
+"""Tests for composer_jax.parallel.rules: logical names -> NamedSharding per view, and the
+shard_map specs derived from them."""
 
 import jax
 import pytest
@@ -6,7 +7,8 @@ from jax.sharding import PartitionSpec as P
 
 from composer_jax.model import transformer
 from composer_jax.model.config import get_preset
-from composer_jax.parallel.mesh import make_meshes
+from composer_jax.parallel import expert_parallel
+from composer_jax.parallel.mesh import default_mesh_config, make_meshes
 from composer_jax.parallel.rules import activation_sharding, default_rules, param_shardings
 from experiments.configs import layouts
 
@@ -114,3 +116,26 @@ def test_every_layout_shards_the_whole_tiny_model(tiny_tree, name):
   assert experts.mesh is dm.expert
   assert got["params"]["moe_layers"]["moe"]["shared"]["gate"]["kernel"].mesh is dm.dense
   assert len(jax.tree.leaves(got)) == len(jax.tree.leaves(shapes))
+
+
+def test_none_names_a_dim_that_is_never_sharded():
+  cfg = layouts.get_config("cp2_ep8")
+  assert activation_sharding((None, "batch", "seq"), make_meshes(cfg.mesh), cfg.rules).spec == P(
+      None, "fsdp", "context")
+
+
+@pytest.mark.parametrize("mesh, batch_rule, want_tokens", [
+    (dict(), ("expert_replica", "expert"), P("expert", None)),  # fsdp_ep: EP 8
+    (dict(expert_replica=2, expert=4), ("expert_replica", "expert"),
+     P(("expert_replica", "expert"), None)),
+    (dict(expert_replica=2, expert=4), "expert", P("expert", None)),  # tokens over EP only
+])
+def test_expert_parallel_specs_follow_the_rules(mesh, batch_rule, want_tokens):
+  # The shard_map specs of the dispatch, by hand from the rule tables.
+  rules = default_rules()
+  rules.expert = [("batch", batch_rule)] + [r for r in rules.expert if r[0] != "batch"]
+  got = expert_parallel.specs(make_meshes(default_mesh_config(**mesh)).expert, rules.expert)
+  assert got.tokens == want_tokens and got.rows == P(want_tokens[0])
+  assert got.gate_up == got.down == P("expert", None, None) and got.ep_axis == "expert"
+  assert got.token_axes == ((want_tokens[0],) if isinstance(want_tokens[0], str)
+                            else want_tokens[0])

@@ -4,8 +4,9 @@ import math
 
 import jax
 import numpy as np
+import optax
 import pytest
-from jax.sharding import PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
 from composer_jax.model import transformer
 from composer_jax.optim import build_optimizer
@@ -15,40 +16,46 @@ from composer_jax.train.state import abstract_state
 from experiments.configs import base, default
 
 
-def _setup(layout):
+def _setup(layout, optim="muon"):
   config = default.get_config()
   base.set_layout(config, layout)
+  config.optim.name = optim
   model_cfg = loop.model_config(config)
   axes = transformer.logical_axes(model_cfg)["params"]
-  abstract = abstract_state(model_cfg, build_optimizer(config.optim, axes),
-                            jax.ShapeDtypeStruct((2,), np.uint32))
-  return config, model_cfg, axes, abstract
+  optimizer = build_optimizer(config.optim, axes)
+  abstract = abstract_state(model_cfg, optimizer, jax.ShapeDtypeStruct((2,), np.uint32))
+  return config, model_cfg, axes, abstract, optimizer
 
 
-def test_optimizer_state_follows_param_shardings():
-  config, model_cfg, axes, abstract = _setup("fsdp_ep")
+@pytest.mark.parametrize("optim", ["muon", "adamw"])
+def test_optimizer_state_follows_param_shardings(optim):
+  config, model_cfg, axes, abstract, optimizer = _setup("fsdp_ep", optim)
   dm = placement.build_mesh(config.mesh, model_cfg)
-  shard = placement.state_shardings(abstract, axes, dm, config.rules)
+  shard = placement.state_shardings(abstract, optimizer, axes, dm, config.rules)
   expected = rules_lib.param_shardings(axes, dm, config.rules, shapes=abstract.params)
   assert shard.params == expected
   gate = shard.params["moe_layers"]["moe"]["experts"]["gate"]
   assert gate.spec == PartitionSpec(None, "expert", None, None) and gate.mesh == dm.expert
-  # Every optimizer-state leaf shaped like a parameter is sharded like it (Adam moments,
-  # Muon momentum); the rest (counters) is replicated.
-  by_shape = {}
-  for x, s in zip(jax.tree.leaves(abstract.params), jax.tree.leaves(expected)):
-    by_shape.setdefault(x.shape, set()).add(s)
-  for x, s in zip(jax.tree.leaves(abstract.opt_state), jax.tree.leaves(shard.opt_state)):
-    if x.shape in by_shape:
-      assert s in by_shape[x.shape]
-    else:
-      assert s.spec == PartitionSpec()
+  # Reference by optax's own field names: every moment tree (`mu`, `nu`: Adam moments, Muon
+  # momentum; MaskedNode where `optax.partition` gives a parameter to the other group) is
+  # sharded leaf by leaf like the params; every other leaf is a replicated scalar counter.
+  moments = [m for name in ("mu", "nu")
+             for _, m in optax.tree_utils.tree_get_all_with_path(shard.opt_state, name)]
+  matched = []
+  for m in moments:
+    jax.tree.map(lambda e, s: matched.append(s == e) if isinstance(s, NamedSharding) else None,
+                 expected, m)
+  assert matched and all(matched)
+  others = [(x, s) for x, s in zip(jax.tree.leaves(abstract.opt_state),
+                                   jax.tree.leaves(shard.opt_state)) if x.shape == ()]
+  assert all(s.spec == PartitionSpec() for _, s in others)
+  assert len(matched) + len(others) == len(jax.tree.leaves(shard.opt_state))
   assert shard.step.spec == PartitionSpec() and shard.rng.spec == PartitionSpec()
 
 
 @pytest.mark.parametrize("layout,devices", [("single", 1), ("fsdp_ep", 8)])
 def test_memory_plan_matches_hand_count(layout, devices):
-  config, model_cfg, axes, abstract = _setup(layout)
+  config, model_cfg, axes, abstract, _ = _setup(layout)
   plan = memory_plan.memory_plan(config, model_cfg, devices)
   dm = placement.abstract_mesh(config.mesh, devices, model_cfg)
   specs = rules_lib.param_shardings(axes, dm, config.rules, shapes=abstract.params)
