@@ -14,8 +14,9 @@ three interchangeable dispatches of the routed experts (`cfg.moe_dispatch`):
 * `dense`: every expert on every token, weighted by the sparse gate — the reference.
 * `expert_parallel`: the experts sharded over the `expert` mesh axis, tokens exchanged with
   all-to-all, each shard running `grouped_swiglu` on its experts
-  (`composer_jax.parallel.expert_parallel`) on the mesh of `context_mesh.current()` (set by
-  the trainer); `dropless` outside any mesh.
+  (`composer_jax.parallel.expert_parallel`) on the expert view of `context_mesh.current()`
+  with the expert rules of `context_mesh.current_rules()` (set by the trainer); `dropless`
+  outside any mesh.
 """
 
 import functools
@@ -204,6 +205,7 @@ class Experts(nn.Module):
     dual_mesh = context_mesh.current()
     if c.moe_dispatch == "expert_parallel" and dual_mesh is not None:
       return expert_parallel.dispatch(*args, expert_fn=expert_fn, mesh=dual_mesh.expert,
+                                      rules=context_mesh.current_rules().expert,
                                       capacity_factor=c.ep_capacity_factor)
     if c.moe_dispatch in ("dropless", "expert_parallel"):  # no mesh: one device
       return dropless(*args, expert_fn=expert_fn)

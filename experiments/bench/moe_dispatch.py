@@ -34,14 +34,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding
 
 from composer_jax.model import config as model_config
 from composer_jax.model import loss as model_loss
 from composer_jax.model import moe, transformer
 from composer_jax.parallel import expert_parallel
-from composer_jax.parallel.mesh import EXPERT_AXES, default_mesh_config, make_meshes
+from composer_jax.parallel.mesh import default_mesh_config
 from composer_jax.parallel.rules import default_rules
+from composer_jax.train import placement
 from experiments.bench import timing
 
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "small"], "Model presets to time.")
@@ -111,10 +112,10 @@ def _time_experts(cfg: model_config.ModelConfig, num_tokens: int,
   experts = jax.lax.top_k(jax.random.normal(keys[4], (num_tokens, e)), k)[1]
   weights = jax.random.uniform(keys[5], (num_tokens, k))
   valid = jnp.ones((num_tokens,), bool)
-  mesh = make_meshes(default_mesh_config()).expert
+  mesh, rules = placement.build_mesh(default_mesh_config(), cfg).expert, default_rules().expert
   dispatches = {"dropless": moe.dropless,
                 "ep": functools.partial(expert_parallel.dispatch, expert_fn=moe.grouped_swiglu,
-                                        mesh=mesh, rules=default_rules().expert)}
+                                        mesh=mesh, rules=rules)}
 
   def grads(fn, x, weights, gate, up, down):
     def loss(*a):
@@ -123,8 +124,9 @@ def _time_experts(cfg: model_config.ModelConfig, num_tokens: int,
     return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(x, weights, gate, up, down)
 
   args = (x, weights, gate, up, down)
-  sharded = jax.device_put(args, (NamedSharding(mesh, PartitionSpec(EXPERT_AXES)),) * 2
-                           + (NamedSharding(mesh, PartitionSpec("expert")),) * 3)
+  sp = expert_parallel.specs(mesh, rules)  # the dispatch's own layout of its inputs
+  sharded = jax.device_put(args, tuple(NamedSharding(mesh, s) for s in (
+      sp.tokens, sp.rows, sp.gate_up, sp.gate_up, sp.down)))
   return {name: _time(jax.jit(functools.partial(grads, fn)),
                       sharded if name == "ep" else args, iters)
           for name, fn in dispatches.items()}

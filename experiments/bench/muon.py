@@ -43,8 +43,8 @@ from composer_jax.model import transformer  # noqa: E402
 from composer_jax.model.config import get_preset  # noqa: E402
 from composer_jax.optim import muon, muon_cost, newton_schulz  # noqa: E402
 from composer_jax.optim.sharded_muon import sharded_scale_by_muon  # noqa: E402
-from composer_jax.parallel.mesh import make_meshes  # noqa: E402
 from composer_jax.parallel.rules import param_shardings  # noqa: E402
+from composer_jax.train import placement  # noqa: E402
 from experiments.bench import timing  # noqa: E402
 from experiments.configs import layouts  # noqa: E402
 
@@ -95,7 +95,7 @@ def ns_precision_errors(shape, iters):
 def bench_preset(cfg, layout_cfg, iters):
   names = transformer.logical_axes(cfg)["params"]
   shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))["params"]
-  shardings = param_shardings(names, make_meshes(layout_cfg.mesh), layout_cfg.rules,
+  shardings = param_shardings(names, placement.build_mesh(layout_cfg.mesh, cfg), layout_cfg.rules,
                               shapes=shapes)
   is_muon = jax.tree.map(axes_lib.uses_muon, names, is_leaf=muon.is_axes_leaf)
   labels = jax.tree.map(lambda m: "muon" if m else "adam", is_muon)
