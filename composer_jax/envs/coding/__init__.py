@@ -22,5 +22,8 @@ Pipeline (SWE-smith style, with the doors seen at scale closed):
   agent_episode  one model turn's calls applied; the end of an episode judged (monitor, grader)
   agent_env      CodingEnv: the rl.env.Env plug-in (Kimi K2 chat format, tool calls, reward)
   agent_feedback feedback kinds for coding behaviour (flagged turns + hints)
+  split     train / held-out tasks by project (a hash of the project's name)
+  evaluate  a policy on tasks: pass@k and behaviour per episode; JSON, CSV and PNG reports
+            (the CLI is `python -m experiments.eval`)
 CLIs: `python -m composer_jax.envs.coding.make_tasks` and `python -m composer_jax.envs.coding.grade`.
 """

@@ -58,8 +58,20 @@ def read_jsonl(path: Path) -> list[Task]:
   return [Task(**json.loads(line)) for line in Path(path).read_text().splitlines() if line]
 
 
+def load_jsonl(path: Path) -> list[Task]:
+  """`read_jsonl`, with a one-line ValueError for a file that is not a task file."""
+  try:
+    return read_jsonl(path)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is not JSONL (one task object per line): {e.msg}") from None
+  except TypeError as e:
+    raise ValueError(f"{path}: a line is not a task record ({e})") from None
+  except UnicodeDecodeError:
+    raise ValueError(f"{path} is not JSONL: not UTF-8 text") from None
+
+
 def find(path: Path, task_id: str) -> Task:
-  tasks = read_jsonl(path)
+  tasks = load_jsonl(path)
   for t in tasks:
     if t.id == task_id:
       return t

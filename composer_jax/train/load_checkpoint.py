@@ -1,0 +1,79 @@
+"""Model weights from any checkpoint directory, for inference (evaluation, sampling).
+
+  load(path) -> (ModelConfig, {'params', 'router'})  numpy leaves, host memory
+
+The directory's layout says what it is:
+  imported  `config.json` + `variables/` (`python -m composer_jax.tools.import_hf`)
+  hf        `config.json` + `*.safetensors`, a Hugging Face DeepSeek-V3 / Kimi-K2 checkpoint
+            (read whole: for small models; import big ones first)
+  workdir   `checkpoints/<step>/{state, config}` of a training run (`train.checkpointing`) or
+            an RL run (`rl.run`): the newest step, its `state` item restored as saved
+Anything else is one clear ValueError naming the directory and the layouts accepted.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from composer_jax.hf import checkpoint as hf_checkpoint
+from composer_jax.hf import importer
+from composer_jax.model.config import ModelConfig
+
+LAYOUTS = ("an imported checkpoint (config.json + variables/)",
+           "a Hugging Face directory (config.json + *.safetensors)",
+           "a training or RL workdir (checkpoints/<step>/)")
+
+
+def kind(path: str) -> str:
+  """'imported', 'hf' or 'workdir'; ValueError (one line) for anything else."""
+  if os.path.isfile(os.path.join(path, hf_checkpoint.CONFIG_FILE)):
+    if os.path.isdir(os.path.join(path, hf_checkpoint.VARIABLES_DIR)):
+      return "imported"
+    if glob.glob(os.path.join(path, "*.safetensors")):
+      return "hf"
+  if _steps(path):
+    return "workdir"
+  raise ValueError(f"checkpoint {path!r} is none of: {'; '.join(LAYOUTS)}")
+
+
+def _steps(path: str) -> list[int]:
+  directory = os.path.join(path, "checkpoints")
+  if not os.path.isdir(directory):
+    return []
+  return sorted(int(d) for d in os.listdir(directory) if d.isdigit())
+
+
+def load(path: str) -> tuple[ModelConfig, dict]:
+  """`(model config, {'params', 'router'})` of the checkpoint at `path` (module docstring).
+
+  Raises:
+    ValueError: not a checkpoint layout, or a workdir checkpoint without the router bias.
+    FileNotFoundError / OSError: unreadable files (the message names them).
+  """
+  path = os.path.abspath(os.path.expanduser(path))
+  found = kind(path)
+  if found == "imported":
+    return hf_checkpoint.load_config(path), hf_checkpoint.load(path)
+  if found == "hf":
+    return importer.load_hf(path)
+  step = _steps(path)[-1]
+  mngr = ocp.CheckpointManager(os.path.join(path, "checkpoints"), item_names=("state", "config"))
+  try:
+    restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                         config=ocp.args.JsonRestore()))
+  finally:
+    mngr.close()
+  cfg, state = ModelConfig.from_dict(restored["config"]["model"]), restored["state"]
+  if "router" not in state:
+    # An RL run keeps its initial router bias fixed and does not save it (rl.run).
+    if cfg.num_moe_layers:
+      raise ValueError(f"checkpoint {path}/checkpoints/{step} has no router bias (an RL run "
+                       "saves params only); evaluate a checkpoint that holds {'params', "
+                       "'router'}: the run's init or an imported checkpoint")
+    state = {**state, "router": {}}
+  return cfg, jax.tree.map(np.asarray, {"params": state["params"], "router": state["router"]})

@@ -1,0 +1,97 @@
+"""Evaluates a checkpoint on coding tasks: pass@k on a held-out split and behaviour metrics.
+
+  python -m experiments.eval --tasks F.jsonl --checkpoint DIR --k K [--out DIR]
+
+`--checkpoint`: an imported checkpoint (`composer_jax.tools.import_hf`), a Hugging Face
+directory, or a training / RL workdir (newest checkpoint) — `train.load_checkpoint`.
+`--tokenizer`: a tiktoken file with Kimi's special tokens (or a directory holding
+`tiktoken.model`); default: the checkpoint's own `tiktoken.model`.
+Tasks are split by project (`envs.coding.split`, `--heldout-fraction`, `--split-seed`); the
+held-out split is evaluated unless `--split all`. Writes `eval.json`, `episodes.csv` and
+`eval.png` under `--out` (default `<checkpoint>/eval`) and prints the summary. Bad input
+(no tasks, a missing tokenizer, an unreadable checkpoint) exits 1 with one line.
+"""
+
+import argparse
+import json
+import sys
+
+from composer_jax.data import tokenizer as tok_lib
+from composer_jax.envs.coding import agent_tools, evaluate, sandbox, split
+from composer_jax.envs.coding import task as task_lib
+from composer_jax.train import load_checkpoint
+
+
+def _args(argv):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--tasks", required=True, help="task JSONL (envs/coding make_tasks output)")
+  p.add_argument("--checkpoint", required=True, help="checkpoint directory (module docstring)")
+  p.add_argument("--k", type=int, default=1, help="largest k of pass@k")
+  p.add_argument("--samples", type=int, default=0, help="episodes per task (default k)")
+  p.add_argument("--tokenizer", default="", help="tiktoken file or directory")
+  p.add_argument("--out", default="", help="output directory (default <checkpoint>/eval)")
+  p.add_argument("--split", choices=("heldout", "train", "all"), default="heldout")
+  p.add_argument("--heldout-fraction", type=float, default=0.2)
+  p.add_argument("--split-seed", type=int, default=0)
+  p.add_argument("--temperature", type=float, default=1.0)
+  p.add_argument("--top-p", type=float, default=1.0)
+  p.add_argument("--max-turns", type=int, default=30)
+  p.add_argument("--max-tokens", type=int, default=32768, help="episode token budget")
+  p.add_argument("--max-turn-tokens", type=int, default=1024)
+  p.add_argument("--batch", type=int, default=8, help="episodes per policy call")
+  p.add_argument("--workers", type=int, default=1, help="processes running tools and grading")
+  p.add_argument("--seed", type=int, default=0)
+  return p.parse_args(argv)
+
+
+def _tasks(args) -> list:
+  tasks = task_lib.load_jsonl(args.tasks)
+  if not tasks:
+    raise ValueError(f"{args.tasks} holds no tasks (one task JSON object per line expected)")
+  if args.split == "all":
+    return tasks
+  train, held = split.split_by_project(tasks, args.heldout_fraction, args.split_seed)
+  chosen = held if args.split == "heldout" else train
+  if not chosen:
+    raise ValueError(f"the {args.split} split of {args.tasks} is empty (projects: "
+                     f"{sorted({split.project_of(t) for t in tasks})}, --heldout-fraction "
+                     f"{args.heldout_fraction}); change the fraction or use --split all")
+  return chosen
+
+
+def _tokenizer(args):
+  path = args.tokenizer or tok_lib.find_tokenizer_near(args.checkpoint)
+  if not path:
+    raise ValueError(f"no tokenizer: {args.checkpoint} has no {tok_lib.TIKTOKEN_FILENAME}; pass "
+                     "--tokenizer FILE (a tiktoken file with Kimi's special tokens)")
+  tok = tok_lib.load_tokenizer({"tokenizer": path})
+  if not isinstance(tok, tok_lib.TiktokenTokenizer):
+    raise ValueError(f"--tokenizer {path!r}: the chat format needs a tiktoken file, not 'byte'")
+  return tok
+
+
+def main(argv=None) -> int:
+  args = _args(argv)
+  try:
+    tasks = _tasks(args)
+    tokenizer = _tokenizer(args)
+    model_cfg, variables = load_checkpoint.load(args.checkpoint)
+    if tokenizer.vocab_size > model_cfg.vocab_size:
+      raise ValueError(f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} ids, more than "
+                       f"the checkpoint's vocab_size {model_cfg.vocab_size}")
+    cfg = evaluate.EvalConfig(
+      k=args.k, samples=args.samples, temperature=args.temperature, top_p=args.top_p,
+      max_turn_tokens=args.max_turn_tokens, batch=args.batch, seed=args.seed,
+      budget=agent_tools.Budget(max_turns=args.max_turns, max_tokens=args.max_tokens))
+    report = evaluate.evaluate(tasks, model_cfg, variables, tokenizer, cfg, args.workers)
+  except (OSError, ValueError, sandbox.SandboxUnavailable) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  meta = {**vars(args), "split_projects": sorted({split.project_of(t) for t in tasks})}
+  paths = evaluate.write_report(report, args.out or f"{args.checkpoint}/eval", meta)
+  print(json.dumps({**report["summary"], "files": paths}, indent=1, sort_keys=True))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

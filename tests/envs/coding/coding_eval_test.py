@@ -1,0 +1,136 @@
+"""The eval CLI (`python -m experiments.eval`) on the CI mini project, pass@k, the split."""
+
+import csv
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from composer_jax.data.tokenizer import write_byte_ranks
+from composer_jax.envs.coding import evaluate, split
+from composer_jax.envs.coding import task as task_lib
+from composer_jax.hf import checkpoint as hf_checkpoint
+from composer_jax.model import config as model_config
+from composer_jax.model import transformer
+from experiments import eval as eval_cli
+from tests.envs.coding.mini_project import requires_sandbox
+
+
+@pytest.fixture(scope="module")
+def random_checkpoint(tmp_path_factory) -> Path:
+  """A tiny random policy as an imported checkpoint, with a byte tiktoken file beside it."""
+  ckpt = tmp_path_factory.mktemp("ckpt")
+  cfg = model_config.get_preset("tiny", num_layers=2, max_position_embeddings=4096)
+  variables = jax.tree.map(np.asarray, transformer.init(cfg, jax.random.key(0)))
+  hf_checkpoint.save(str(ckpt), cfg, variables)
+  write_byte_ranks(str(ckpt / "tiktoken.model"))
+  return ckpt
+
+
+def _one_line_error(capsys) -> str:
+  err = capsys.readouterr().err.strip()
+  assert "\n" not in err and err.startswith("error: "), err
+  return err
+
+
+@requires_sandbox
+@pytest.mark.slow
+def test_eval_cli_writes_json_csv_png(mini_gen, random_checkpoint, tmp_path, capsys):
+  tasks_file = tmp_path / "tasks.jsonl"
+  task_lib.write_jsonl(tasks_file, mini_gen[1])
+  out = tmp_path / "out"
+  rc = eval_cli.main(["--tasks", str(tasks_file), "--checkpoint", str(random_checkpoint),
+                      "--k", "2", "--samples", "3", "--heldout-fraction", "1", "--max-turns",
+                      "2", "--max-tokens", "2600", "--max-turn-tokens", "16", "--out", str(out)])
+  assert rc == 0, capsys.readouterr().err
+  report = json.loads((out / "eval.json").read_text())
+  assert (out / "eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  with open(out / "episodes.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert len(rows) == 3 * len(mini_gen[1]) == report["summary"]["episodes"]
+  # pass@k recomputed from the CSV with binomials (Chen et al. eq. 1), independently.
+  for k in (1, 2):
+    per_task = []
+    for t in mini_gen[1]:
+      passed = [r["passed"] == "True" for r in rows if r["task"] == t.id]
+      n, c = len(passed), sum(passed)
+      per_task.append(1 - math.comb(n - c, k) / math.comb(n, k))
+    assert report["summary"][f"pass@{k}"] == pytest.approx(np.mean(per_task))
+  for name in evaluate.BEHAVIOUR:
+    column = [float(r[name] == "True") if r[name] in ("True", "False") else float(r[name])
+              for r in rows]
+    assert report["summary"][f"{name}_per_episode"] == pytest.approx(np.mean(column))
+  # Every episode ran to an end through the harness: the prompt alone is > 2000 tokens.
+  assert all(r["end"] and int(r["tokens"]) > 2000 and 1 <= int(r["turns"]) <= 2 for r in rows)
+  assert report["meta"]["split_projects"] == ["minipkg-1.0"]
+  printed = json.loads(capsys.readouterr().out)
+  assert printed["files"]["png"] == str(out / "eval.png")
+
+
+def _fake_task(name: str, project: str) -> task_lib.Task:
+  return task_lib.Task(id=name, source={"name": project}, features=[], problem_statement="x",
+                       deletion_diff="", gold_patch="", workspace="", hidden_files="",
+                       FAIL_TO_PASS=["t"], PASS_TO_PASS=["u"], provenance={})
+
+
+@pytest.mark.parametrize("case, expected", [
+  ("empty_tasks", "holds no tasks"),
+  ("not_jsonl", "is not JSONL"),
+  ("no_task_file", "No such file"),
+  ("no_tokenizer", "has no tiktoken.model; pass --tokenizer"),
+  ("missing_tokenizer", "neither 'byte' nor an existing tiktoken file"),
+  ("byte_tokenizer", "needs a tiktoken file"),
+  ("not_a_checkpoint", "is none of"),
+  ("empty_split", "heldout split of"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
+  tasks_file, ckpt = tmp_path / "tasks.jsonl", tmp_path / "ckpt"
+  ckpt.mkdir()
+  task_lib.write_jsonl(tasks_file, [_fake_task("a", "proj")])
+  write_byte_ranks(str(ckpt / "tiktoken.model"))
+  args = ["--tasks", str(tasks_file), "--checkpoint", str(ckpt), "--heldout-fraction", "1"]
+  if case == "empty_tasks":
+    tasks_file.write_text("")
+  elif case == "not_jsonl":
+    tasks_file.write_text("{not json\n")
+  elif case == "no_task_file":
+    tasks_file.unlink()
+  elif case == "no_tokenizer":
+    (ckpt / "tiktoken.model").unlink()
+  elif case == "missing_tokenizer":
+    args += ["--tokenizer", str(tmp_path / "absent.model")]
+  elif case == "byte_tokenizer":
+    args += ["--tokenizer", "byte"]
+  elif case == "empty_split":
+    args += ["--heldout-fraction", "0"]
+  assert eval_cli.main(args) == 1
+  assert expected in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("n, c, k", [(1, 0, 1), (1, 1, 1), (5, 2, 1), (5, 2, 3), (10, 3, 4),
+                                     (10, 7, 4), (200, 13, 100)])
+def test_pass_at_k_matches_binomials(n, c, k):
+  assert evaluate.pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k))
+
+
+def test_pass_at_k_rejects_k_above_n():
+  with pytest.raises(ValueError, match="1 <= k=3 <= n=2"):
+    evaluate.pass_at_k(2, 1, 3)
+
+
+def test_split_is_by_project_and_stable():
+  tasks = [_fake_task(f"{p}-{i}", p) for p in (f"proj{j}" for j in range(40)) for i in range(3)]
+  train, held = split.split_by_project(tasks, 0.25, seed=1)
+  held_projects = {split.project_of(t) for t in held}
+  assert held_projects.isdisjoint(split.project_of(t) for t in train)
+  assert len(train) + len(held) == len(tasks) and 3 <= len(held_projects) <= 17
+  # A project's side depends on itself only: the same with other projects around, or alone.
+  _, held_alone = split.split_by_project([t for t in tasks if t.source["name"] == "proj5"], 0.25, 1)
+  assert bool(held_alone) == ("proj5" in held_projects)
+  assert split.split_by_project(tasks, 0.0)[1] == [] and split.split_by_project(tasks, 1.0)[0] == []
+  moved = dataclasses.replace(tasks[0], id="again")
+  assert (moved in split.split_by_project([moved], 0.25, 1)[1]) == (tasks[0] in held)
