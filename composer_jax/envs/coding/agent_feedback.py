@@ -91,6 +91,22 @@ def ruff_violations(text: str, path: str, select: tuple[str, ...] = ()) -> list[
   return [(v["code"] or "E999", v["message"]) for v in json.loads(res.stdout or "[]")]
 
 
+def added_violations(record, select: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+  """(path, rule code, message) of each ruff violation a model turn's edits / write_files of
+  .py files add: per file, the text after the turn's last change minus before its first (so a
+  violation that a later edit of the same turn removes does not count)."""
+  spans: dict[str, list] = {}  # path -> [text before the turn's first change, after its last]
+  for c in record.calls:
+    if c.change is not None and c.change[0].endswith(".py"):
+      spans.setdefault(c.change[0], [c.change[1], None])[1] = c.change[2]
+  new = []
+  for path, (before, after) in sorted(spans.items()):
+    old = collections.Counter(ruff_violations(before, path, select) if before else [])
+    added = collections.Counter(ruff_violations(after, path, select)) - old
+    new += [(path, code, msg) for code, msg in sorted(added.elements())]
+  return new
+
+
 def style(select: tuple[str, ...] = ()) -> Feedback:
   """Flags edits of .py files that add ruff violations (`select`: ruff rules, () = ruff's
   defaults); the hint names each new rule and its message."""
@@ -99,15 +115,7 @@ def style(select: tuple[str, ...] = ()) -> Feedback:
   def feedback(env, episode):
     out = []
     for r in _records(episode):
-      spans: dict[str, list] = {}  # path -> [text before the turn's first change, after its last]
-      for c in r.calls:
-        if c.change is not None and c.change[0].endswith(".py"):
-          spans.setdefault(c.change[0], [c.change[1], None])[1] = c.change[2]
-      new = []
-      for path, (before, after) in sorted(spans.items()):
-        old = collections.Counter(ruff_violations(before, path, select) if before else [])
-        added = collections.Counter(ruff_violations(after, path, select)) - old
-        new += [f"{path}: {code} {msg}" for code, msg in sorted(added)]
+      new = list(dict.fromkeys(f"{p}: {code} {msg}" for p, code, msg in added_violations(r, select)))
       if new:
         text = "reminder: your edit adds style violations (ruff): " + "; ".join(new)
         out.append((r.index, env.hint(text)))

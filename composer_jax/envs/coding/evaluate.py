@@ -8,8 +8,8 @@ an episode passes when its reward is 1. Per task, with c passing episodes of n,
 
 the unbiased estimate of "at least one of k samples passes", averaged over tasks. Behavioural
 metrics, per episode: turns, tokens, tool calls and tool errors, malformed turns, edits and
-the ruff violations each edit adds (`agent_feedback.ruff_violations`, counted as the style
-feedback kind counts them), monitor flags and critical ones, how the episode ended.
+the ruff violations they add (per turn, as the style feedback kind counts them:
+`agent_feedback.added_violations`), monitor flags and critical ones, how the episode ended.
 
 `write_report` writes the report as JSON (everything), CSV (one row per episode) and a PNG
 (pass@k against k, and the behavioural means).
@@ -76,45 +76,26 @@ class EvalConfig:
       raise ValueError(f"need k={self.k} >= 1, samples={self.n} >= k and batch={self.batch} >= 1")
 
 
-def _edits_and_style(state: agent_env.CodingState) -> tuple[int, int]:
-  """(successful edits/write_files, ruff violations those edits of .py files added)."""
-  edits = added = 0
-  for record in state.records:
-    for call in record.calls:
-      if call.change is None:
-        continue
-      edits += 1
-      path, before, after = call.change
-      if path.endswith(".py"):
-        old = collections.Counter(agent_feedback.ruff_violations(before, path) if before else [])
-        added += sum((collections.Counter(agent_feedback.ruff_violations(after, path)) - old)
-                     .values())
-  return edits, added
-
-
 def episode_row(task: Task, sample: int, state: agent_env.CodingState) -> dict:
   """One episode's outcome and behaviour, flat (a CSV row)."""
   calls = [c for r in state.records for c in r.calls]
-  edits, style = _edits_and_style(state)
   return dict(
     task=task.id, project=project_of(task), sample=sample, reward=float(state.reward),
     passed=bool(state.reward >= 1.0), end=state.end, turns=len(state.records),
     tokens=state.history, tool_calls=len(calls),
     tool_errors=sum(bool(c.observation and c.observation.error) for c in calls),
     malformed_turns=sum(r.parse_error is not None for r in state.records),
-    edits=edits, style_violations=style, monitor_flags=len(state.flags),
+    edits=sum(c.change is not None for c in calls),
+    style_violations=sum(len(agent_feedback.added_violations(r)) for r in state.records),
+    monitor_flags=len(state.flags),
     critical_flags=sum(f["severity"] == "critical" for f in state.flags),
     submitted=state.end == "submit", grading_s=round(state.grading_s, 3))
 
 
 def evaluate(tasks: Sequence[Task], model_cfg: ModelConfig, variables: dict, tokenizer,
              cfg: EvalConfig, workers: int = 1) -> dict:
-  """Plays `cfg.n` episodes per task with the policy `variables`; returns the report dict:
-  `summary` (pass@1..k and behavioural means), `tasks` (per task) and `episodes` (rows)."""
-  if not tasks:
-    raise ValueError("no tasks to evaluate")
-  env = agent_env.CodingEnv(tasks, tokenizer, budget=cfg.budget,
-                            max_turn_tokens=cfg.max_turn_tokens, workers=workers)
+  """Plays `cfg.n` episodes per task with the model `variables` as the policy (sampling at
+  `cfg.temperature`, `cfg.top_p`); returns the report of `play`."""
   prompt_len = cfg.budget.max_tokens
   if prompt_len + cfg.max_turn_tokens - 1 > model_cfg.max_position_embeddings:
     raise ValueError(
@@ -122,17 +103,39 @@ def evaluate(tasks: Sequence[Task], model_cfg: ModelConfig, variables: dict, tok
       f"model's max_position_embeddings={model_cfg.max_position_embeddings}; lower them")
   sampling = ml_collections.ConfigDict(dict(max_new_tokens=cfg.max_turn_tokens,
                                             temperature=cfg.temperature, top_p=cfg.top_p))
-  policy = rl_train.make_policy(model_cfg, sampling, env.stop_ids, env.pad_id)
+  stop_ids = (tokenizer.special_tokens["<|im_end|>"],)
+  policy = rl_train.make_policy(model_cfg, sampling, stop_ids, tokenizer.pad_id)
   variables = jax.tree.map(jax.numpy.asarray, variables)
+  return play(tasks, lambda *a: policy(variables, *a), tokenizer, cfg, workers)
+
+
+def play(tasks: Sequence[Task], policy, tokenizer, cfg: EvalConfig, workers: int = 1) -> dict:
+  """Plays `cfg.n` episodes per task, `cfg.batch` at a time, through `agent_env.CodingEnv`.
+
+  Args:
+    tasks: the tasks; episode `(task, sample)` for every task and sample < `cfg.n`.
+    policy: an `rl.episodes` policy, `(prompts [B, P], prompt_lens [B], key) -> (tokens,
+      logprobs, lengths)`.
+    tokenizer: the policy's tiktoken tokenizer.
+    cfg: samples, k, budgets, batch, seed.
+    workers: processes running the tools and the grader (`CodingEnv.step_many`).
+
+  Returns:
+    `summarize(rows, cfg.k)`: `summary` (pass@1..k and behavioural means), `tasks` (per task)
+    and `episodes` (one row per episode).
+  """
+  if not tasks:
+    raise ValueError("no tasks to evaluate")
+  env = agent_env.CodingEnv(tasks, tokenizer, budget=cfg.budget,
+                            max_turn_tokens=cfg.max_turn_tokens, workers=workers)
   jobs = [(t, s) for t in tasks for s in range(cfg.n)]
   key, rows = jax.random.key(cfg.seed), []
   with env:
     for start in range(0, len(jobs), cfg.batch):
       chunk = jobs[start:start + cfg.batch]
-      episodes = run_episodes(
-        env, [t for t, _ in chunk], list(range(len(chunk))),
-        lambda *a: policy(variables, *a), jax.random.fold_in(key, start),
-        prompt_len=prompt_len, pad_id=env.pad_id)
+      episodes = run_episodes(env, [t for t, _ in chunk], list(range(len(chunk))), policy,
+                              jax.random.fold_in(key, start), prompt_len=cfg.budget.max_tokens,
+                              pad_id=env.pad_id)
       rows += [episode_row(t, s, e.state) for (t, s), e in zip(chunk, episodes, strict=True)]
   return summarize(rows, cfg.k)
 

@@ -4,14 +4,15 @@ import csv
 import dataclasses
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
-from composer_jax.data.tokenizer import write_byte_ranks
-from composer_jax.envs.coding import evaluate, split
+from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
+from composer_jax.envs.coding import agent_scripts, agent_tools, evaluate, split
 from composer_jax.envs.coding import task as task_lib
 from composer_jax.hf import checkpoint as hf_checkpoint
 from composer_jax.model import config as model_config
@@ -134,3 +135,30 @@ def test_split_is_by_project_and_stable():
   assert split.split_by_project(tasks, 0.0)[1] == [] and split.split_by_project(tasks, 1.0)[0] == []
   moved = dataclasses.replace(tasks[0], id="again")
   assert (moved in split.split_by_project([moved], 0.25, 1)[1]) == (tasks[0] in held)
+
+
+@requires_sandbox
+@pytest.mark.slow
+def test_scripted_policies_are_counted_right(hypot_task):
+  """Samples of one task played by scripts through the real harness and grader: the oracle
+  passes, a no-op and an edit adding an unused import fail; pass@k and behaviour by hand."""
+  tok = TiktokenTokenizer(write_byte_ranks(tempfile.mktemp(suffix=".tiktoken")))
+  gold = agent_scripts.oracle_calls(hypot_task)
+  t = lambda *calls: agent_scripts.turn_ids(tok, calls)
+  submit = agent_scripts.call("submit")
+  unused_import = agent_scripts.call("edit", path="minipkg/core.py", old_text="def add_numbers(",
+                                     new_text="import os\n\n\ndef add_numbers(")
+  scripts = [[t(*gold), t(submit)], [t(submit)], [t(unused_import), t(submit)]]
+  cfg = evaluate.EvalConfig(k=3, budget=agent_tools.Budget(max_turns=4, max_tokens=12000),
+                            max_turn_tokens=2500, batch=3)
+  report = evaluate.play([hypot_task], agent_scripts.scripted_policy(scripts, tok.pad_id), tok,
+                         cfg)
+  rows = report["episodes"]
+  assert [r["passed"] for r in rows] == [True, False, False]
+  assert [r["edits"] for r in rows] == [len(gold), 0, 1]
+  assert [r["style_violations"] for r in rows] == [0, 0, 1]  # F401 `os` imported but unused
+  assert [r["turns"] for r in rows] == [2, 1, 2] and all(r["submitted"] for r in rows)
+  assert report["summary"]["pass@1"] == pytest.approx(1 / 3)
+  assert report["summary"]["pass@2"] == pytest.approx(1 - 1 / 3)  # 1 - C(2,2)/C(3,2)
+  assert report["summary"]["pass@3"] == 1.0
+  assert report["summary"]["style_violations_per_edit"] == pytest.approx(1 / (len(gold) + 1))
