@@ -9,6 +9,11 @@ The directory's layout says what it is:
   workdir   `checkpoints/<step>/{state, config}` of a training run (`train.checkpointing`) or
             an RL run (`rl.run`): the newest step, its `state` item restored as saved
 Anything else is one clear ValueError naming the directory and the layouts accepted.
+
+An RL run keeps its initial router bias fixed and saves params only, so for an RL workdir the
+router bias is the one the run started from: its supervised warm-up's (`<workdir>/warmup`,
+the tool-feedback program), else its `train.init_from` checkpoint's, else a random init's,
+which is all zeros (`model.moe`: the bias starts at 0; only the supervised loop updates it).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import orbax.checkpoint as ocp
 
 from composer_jax.hf import checkpoint as hf_checkpoint
 from composer_jax.hf import importer
+from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 
 LAYOUTS = ("an imported checkpoint (config.json + variables/)",
@@ -52,7 +58,7 @@ def load(path: str) -> tuple[ModelConfig, dict]:
   """`(model config, {'params', 'router'})` of the checkpoint at `path` (module docstring).
 
   Raises:
-    ValueError: not a checkpoint layout, or a workdir checkpoint without the router bias.
+    ValueError: not a checkpoint layout.
     FileNotFoundError / OSError: unreadable files (the message names them).
   """
   path = os.path.abspath(os.path.expanduser(path))
@@ -69,11 +75,21 @@ def load(path: str) -> tuple[ModelConfig, dict]:
   finally:
     mngr.close()
   cfg, state = ModelConfig.from_dict(restored["config"]["model"]), restored["state"]
-  if "router" not in state:
-    # An RL run keeps its initial router bias fixed and does not save it (rl.run).
-    if cfg.num_moe_layers:
-      raise ValueError(f"checkpoint {path}/checkpoints/{step} has no router bias (an RL run "
-                       "saves params only); evaluate a checkpoint that holds {'params', "
-                       "'router'}: the run's init or an imported checkpoint")
-    state = {**state, "router": {}}
-  return cfg, jax.tree.map(np.asarray, {"params": state["params"], "router": state["router"]})
+  router = state["router"] if "router" in state else _initial_router(path, cfg, restored["config"])
+  return cfg, jax.tree.map(np.asarray, {"params": state["params"], "router": router})
+
+
+def _initial_router(path: str, cfg: ModelConfig, saved_config: dict):
+  """The router bias an RL run in `path` started from (module docstring)."""
+  warmup = os.path.join(path, "warmup")
+  if os.path.isdir(warmup):
+    with ocp.CheckpointManager(warmup, item_names=("variables", "config")) as mngr:
+      step = mngr.latest_step()
+      if step is not None:
+        return mngr.restore(step, args=ocp.args.Composite(
+            variables=ocp.args.StandardRestore()))["variables"]["router"]
+  init_from = saved_config.get("run", {}).get("train", {}).get("init_from")
+  if init_from:
+    return load(init_from)[1]["router"]
+  shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))["router"]
+  return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)

@@ -24,7 +24,7 @@ def _assert_same(got, want):
   jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
-def _workdir(path, items, state, cfg=CFG):
+def _workdir(path, items, state, cfg=CFG, run=None):
   """A run's checkpoint as its driver writes one: orbax items under checkpoints/<step>."""
   mngr = ocp.CheckpointManager(str(path / "checkpoints"), item_names=items + ("config",),
                                options=ocp.CheckpointManagerOptions(create=True))
@@ -32,7 +32,7 @@ def _workdir(path, items, state, cfg=CFG):
     bumped = jax.tree.map(lambda x, s=step: x + s, state)
     mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(bumped),
                                             config=ocp.args.JsonSave({"model": cfg.to_dict(),
-                                                                      "run": {}})))
+                                                                      "run": run or {}})))
   mngr.wait_until_finished()
   mngr.close()
 
@@ -63,19 +63,31 @@ def test_training_workdir_newest_step(tmp_path, variables):
   _assert_same(got, jax.tree.map(lambda x: x + 10, variables))
 
 
-def test_rl_workdir_needs_a_router_for_moe(tmp_path, variables):
-  _workdir(tmp_path, ("state", "rng"), {"params": variables["params"], "opt_state": {}})
-  with pytest.raises(ValueError, match="has no router bias"):
-    load_checkpoint.load(str(tmp_path))
+def _biased(variables, value):
+  return {**variables, "router": jax.tree.map(lambda b: np.full_like(b, value), variables["router"])}
 
 
-def test_rl_workdir_of_a_dense_model(tmp_path):
-  dense = CFG.replace(first_k_dense_replace=CFG.num_layers)
-  params = jax.tree.map(np.asarray, transformer.init(dense, jax.random.key(0)))["params"]
-  _workdir(tmp_path, ("state", "rng"), {"params": params, "opt_state": {}}, cfg=dense)
-  cfg, got = load_checkpoint.load(str(tmp_path))
-  assert cfg == dense and got["router"] == {}
-  _assert_same(got["params"], jax.tree.map(lambda x: x + 10, params))
+@pytest.mark.parametrize("start", ["random_init", "init_from", "warmup"])
+def test_rl_workdir_router_is_the_one_the_run_started_from(tmp_path, variables, start):
+  """RL saves params only: the router bias comes from where the run started."""
+  run, want = {"train": {"init_from": ""}}, variables["router"]  # a fresh init: zeros
+  if start == "init_from":
+    init = _biased(variables, 0.25)
+    hf_checkpoint.save(str(tmp_path / "imported"), CFG, init)
+    run, want = {"train": {"init_from": str(tmp_path / "imported")}}, init["router"]
+  elif start == "warmup":
+    warm = _biased(variables, -0.5)
+    with ocp.CheckpointManager(str(tmp_path / "run" / "warmup"), item_names=("variables", "config"),
+                               options=ocp.CheckpointManagerOptions(create=True)) as mngr:
+      mngr.save(3, args=ocp.args.Composite(variables=ocp.args.StandardSave(warm),
+                                           config=ocp.args.JsonSave({})))
+    want = warm["router"]
+  _workdir(tmp_path / "run", ("state", "data"), {"params": variables["params"], "opt_state": {}},
+           run=run)
+  cfg, got = load_checkpoint.load(str(tmp_path / "run"))
+  assert cfg == CFG
+  _assert_same(got["router"], want)
+  _assert_same(got["params"], jax.tree.map(lambda x: x + 10, variables["params"]))
 
 
 @pytest.mark.parametrize("layout", ["empty", "config_only"])
