@@ -93,6 +93,16 @@ CONVERSATIONS = {
   "default_system": ([Message("user", "hi  there\n\n"), Message("assistant", "Hello!", "t")],
                      None, False),
   "single_user": ([Message("user", "    indented\n\tcode")], None, True),
+  # Regex-boundary cases: CRLF, trailing blanks, Han runs, long numbers, contractions, a think
+  # ending in a newline, content starting with spaces, non-ASCII JSON, a named user.
+  "tricky_text": ([
+    Message("system", "Rules:\r\n  - be brief  \n"),
+    Message("user", "修复这个 bug: 1234567 items don't load\n\n\n", name="alice"),
+    Message("assistant", "   Let's see.\n", think="Check 2048 rows...\n",
+            tool_calls=(ToolCall("search", '{"pattern": "载入", "max": 10000}', 7),)),
+    Message("tool", "", tool_call_id="functions.search:7"),
+    Message("assistant", "", think="\n"),
+  ], TOOLS[:1], True),
   "empty": ([], TOOLS, True),
 }
 
