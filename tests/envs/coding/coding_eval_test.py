@@ -4,7 +4,6 @@ import csv
 import dataclasses
 import json
 import math
-import tempfile
 from pathlib import Path
 
 import jax
@@ -139,10 +138,10 @@ def test_split_is_by_project_and_stable():
 
 @requires_sandbox
 @pytest.mark.slow
-def test_scripted_policies_are_counted_right(hypot_task):
+def test_scripted_policies_are_counted_right(hypot_task, tmp_path):
   """Samples of one task played by scripts through the real harness and grader: the oracle
   passes, a no-op and an edit adding an unused import fail; pass@k and behaviour by hand."""
-  tok = TiktokenTokenizer(write_byte_ranks(tempfile.mktemp(suffix=".tiktoken")))
+  tok = TiktokenTokenizer(write_byte_ranks(str(tmp_path / "bytes.tiktoken")))
   gold = agent_scripts.oracle_calls(hypot_task)
   t = lambda *calls: agent_scripts.turn_ids(tok, calls)
   submit = agent_scripts.call("submit")
