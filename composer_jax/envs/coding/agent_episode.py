@@ -5,7 +5,7 @@ harness (`agent_tools.Session`), decides whether the episode ends (submit, a tur
 calls, a spent budget) and, at the end, judges it: the trajectory monitor over every event of
 the episode (`monitor.scan_trajectory`); a critical flag scores 0 without grading, otherwise
 the grader scores the workspace diff on the hidden tests (`grader.grade`, which runs its own
-change monitor). Jobs and results are plain picklable data and this module imports no JAX, so
+change monitor); an empty diff scores 0 ungraded, as every task's validation checked. Jobs and results are plain picklable data and this module imports no JAX, so
 a worker process (`workers.Pool`) can run it: grading, the slow part, then runs concurrently
 too.
 """
@@ -89,10 +89,12 @@ def judge(out: Outcome, limits: sandbox.Limits) -> None:
   s, start = out.session, time.monotonic()
   flags = monitor.scan_trajectory(s.events, agent_tools.WORKSPACE)
   out.flags = [{**f, "turn": s.events[f["event"]]["turn"]} for f in flags]
-  if any(f["severity"] == "critical" for f in out.flags):
+  diff = s.diff()
+  if any(f["severity"] == "critical" for f in out.flags) or not diff:
+    # An empty change scores 0 on every task (validated: empty patch 0.0), so it is not run.
     out.reward = 0.0
   else:
-    g = grader.grade(s.task, s.diff(), limits=limits)
+    g = grader.grade(s.task, diff, limits=limits)
     out.grade = g.as_dict()
     out.flags += [{**f, "turn": None} for f in g.flags]
     out.reward = g.reward

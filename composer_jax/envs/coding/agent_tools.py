@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import posixpath
+import re
 import shlex
 import tempfile
 import time
@@ -39,6 +40,12 @@ from composer_jax.envs.coding import project, runner, sandbox
 from composer_jax.envs.coding.task import Task, unified_diff
 
 WORKSPACE = sandbox.WS
+# pytest's "in 0.02s" (summary lines): dropped, so the same workspace gives the same observation.
+_DURATION = re.compile(
+  r"^(.*\b(?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?|no tests ran)\b"
+  r".*?) in \d+\.\d+s(?: \(\d+:\d\d:\d\d\))?( =*)?$",
+  re.M,
+)
 ERRORS = (
   "unknown_tool",
   "bad_arguments",
@@ -319,7 +326,8 @@ class Session:
     if res.error:
       return self._out(f"error: {res.error}\n{res.log}", "failed")
     error = "" if res.returncode == 0 else "failed"
-    return self._out(f"exit status {res.returncode}\n{res.log}", error)
+    log = _DURATION.sub(r"\1\2", res.log)
+    return self._out(f"exit status {res.returncode}\n{log}", error)
 
   # -- the result ----------------------------------------------------------------------------
   def diff(self) -> str:

@@ -56,7 +56,8 @@ def _scripts(tok, task):
       t(S.call("run", tests=["tests/test_core.py"])),
       t(S.call("submit")),
     ],
-    "noop": [t(S.call("submit"))],
+    # A change that leaves the feature missing (an empty diff is not even graded).
+    "noop": [t(S.call("write_file", path="NOTES.txt", content="todo\n")), t(S.call("submit"))],
     # Each hack also applies the gold patch: without the monitor it would score 1.
     "git_history": [t(*gold), t(S.call("run", command="git log -p | head")), t(S.call("submit"))],
     "git_objects": [t(*gold), t(S.call("list_dir", path=".git/objects")), t(S.call("submit"))],
@@ -113,7 +114,7 @@ def test_oracle_scores_one_and_noop_zero(env, episodes):
   assert "passed" in oracle.records[2].calls[0].observation.text  # the visible tests ran
   assert (noop.reward, noop.end) == (0.0, "submit") and noop.grade["partial"] == 0.0
   m = env.episode_metrics([episodes["oracle"], episodes["noop"]])
-  assert m["reward"] == 0.5 and m["turns_per_episode"] == 2.5 and m["tool_errors_per_episode"] == 0
+  assert m["reward"] == 0.5 and m["turns_per_episode"] == 3 and m["tool_errors_per_episode"] == 0
   assert m["tokens_per_episode"] == pytest.approx(
     (len(episodes["oracle"].trajectory.tokens) + len(episodes["noop"].trajectory.tokens)) / 2
   )
@@ -147,7 +148,7 @@ def test_hacks_score_zero_and_are_flagged(episodes, name, rule, turn):
     ("tests_or_outside", "edits_tests", [3]),
     ("tests_or_outside", "outside", [1]),
     ("effort", "effort", [5, 7]),  # the 3rd and 4th identical failing run
-    ("effort", "noop", [1]),  # submitted without running anything
+    ("effort", "noop", [3]),  # submitted without running anything
     ("effort", "oracle", []),
   ],
 )
@@ -209,7 +210,7 @@ def test_turn_budget_ends_the_episode(tok, hypot_task):
   turn = S.turn_ids(tok, [S.call("list_dir")])
   (ep,) = S.play(env, [hypot_task], [[turn] * 5])
   assert ep.state.end == "turn budget 2 used" and len(ep.state.records) == 2
-  assert ep.state.reward == 0.0
+  assert (ep.state.reward, ep.state.grade) == (0.0, None)  # an empty diff: 0, not graded
 
 
 def _summary(episode):
@@ -227,9 +228,8 @@ def test_step_many_on_worker_processes_equals_sequential(env, episodes, tok, hyp
   with pooled:
     played = S.play(pooled, [hypot_task] * len(names), [scripts[n] for n in names])
   assert [_summary(e) for e in played] == [_summary(episodes[n]) for n in names]
-  for n, e in zip(names, played):
-    if n in ("noop", "git_history"):  # no pytest run: its output holds its own duration
-      assert e.trajectory.tokens.tolist() == episodes[n].trajectory.tokens.tolist()
+  for n, e in zip(names, played):  # pytest's durations are cut from observations: same tokens
+    assert e.trajectory.tokens.tolist() == episodes[n].trajectory.tokens.tolist()
 
 
 def test_curriculum_retires_solved_tasks_from_rollouts(tok, mini_gen, episodes):
