@@ -24,6 +24,7 @@ class Deletion:
   removed_names: list[str]  # feature + helper names (for the leak scan)
   removed_code: list[str]  # source of every removed definition (for the leak scan)
   stubs: list[str]  # signature + docstring stubs (for the problem statement)
+  tests: dict[str, str] = dataclasses.field(default_factory=dict)  # guard_test_imports()
 
 
 class _Counter(cst.CSTVisitor):
@@ -124,6 +125,54 @@ def _drop_from_all(stmt, names: set[str]):
   if keep and elements[-1].comma is cst.MaybeSentinel.DEFAULT:
     keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
   return stmt.with_changes(body=[small.with_changes(value=small.value.with_changes(elements=keep))])
+
+
+def guard_test_imports(root: Path, names: set[str]) -> dict[str, str]:
+  """Test modules whose top-level `from m import name` of a deleted name would fail their
+  import, rewritten so that the name falls back to None instead: the tests that use it fail
+  (direct FAIL_TO_PASS), the rest of the module still runs. Unchanged semantics while the
+  name exists, so the original tree (gold) passes them as before. rel path -> new text."""
+  out = {}
+  for rel in project.walk(root):
+    # A conftest.py that imports the name breaks every test: no candidate either way.
+    if not (rel.endswith(".py") and project.is_test_file(rel)) or rel.endswith("conftest.py"):
+      continue
+    text = (root / rel).read_text(encoding="utf-8", errors="replace")
+    if not any(n in text for n in names):
+      continue
+    try:
+      mod = cst.parse_module(text)
+    except cst.ParserSyntaxError:
+      continue
+    body = []
+    for stmt in mod.body:
+      one = isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+      small = stmt.body[0] if one else None
+      hit = []
+      if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+        hit = [a for a in small.names if isinstance(a.name, cst.Name) and a.name.value in names]
+      if not hit:
+        body.append(stmt)
+        continue
+      bound = [(a.asname.name if a.asname else a.name).value for a in hit]
+      rest = stmt
+      for n in bound:
+        rest = _drop_import_alias(rest, n) if rest is not None else None
+      hit[-1] = hit[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+      imp = mod.code_for_node(cst.SimpleStatementLine([small.with_changes(names=hit)])).strip()
+      ind = mod.default_indent
+      guard = cst.parse_statement(
+        f"try:\n{ind}{imp}\nexcept ImportError:\n" + "".join(f"{ind}{n} = None\n" for n in bound),
+        config=mod.config_for_parsing,
+      )
+      if rest is not None:
+        body += [rest, guard]
+      else:
+        body.append(guard.with_changes(leading_lines=stmt.leading_lines))
+    new = mod.with_changes(body=body).code
+    if new != text:
+      out[rel] = new
+  return out
 
 
 def _tidy(mod: cst.Module) -> cst.Module:
@@ -290,7 +339,8 @@ class Project:
     changed.update({f: None for f in removed_files})
     changed.update(self._stub_edits(syms, set(names)))
     changed.update(self._dead_files(code, changed))
-    return Deletion(changed, sorted(set(names)), code, stubs)
+    tests = guard_test_imports(self.root, set(names))
+    return Deletion(changed, sorted(set(names)), code, stubs, tests)
 
   def _stub_edits(self, syms, names: set[str]) -> dict[str, str | None]:
     """Mirrors the deletion in .pyi type stubs, which would otherwise restate the API."""

@@ -295,7 +295,16 @@ class Generator:
       "the following so that the project's hidden tests pass; keep the rest of the project "
       "working. Do not modify tests or test configuration.\n\n```python\n" + stubs + "\n```\n\n"
     )
-    change = Change("deletion", feats, dele.changed, dele.removed_names, dele.removed_code, stubs)
+    change = Change(
+      "deletion",
+      feats,
+      dele.changed,
+      dele.removed_names,
+      dele.removed_code,
+      stubs,
+      None,
+      dele.tests,
+    )
     return self._validate(change, lambda f2p, runs: intro + _hidden_list(f2p))
 
   def build_bug(self, sym: testmap.Symbol, mut: bug_injection.Mutation):
@@ -330,6 +339,8 @@ class Generator:
       shutil.rmtree(tdir, ignore_errors=True)
 
   def _check(self, change, tag, tdir, broken, statement):
+    for rel, text in change.tests.items():
+      (broken / rel).write_text(text, encoding="utf-8")
     for rel, text in change.changed.items():
       if text is None:
         (broken / rel).unlink()
@@ -409,6 +420,8 @@ class Generator:
       if project.is_protected(rel):
         (hidden / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(self.orig / rel, hidden / rel)
+    for rel, text in change.tests.items():
+      (hidden / rel).write_text(text, encoding="utf-8")
     sources.install_runtime(self.source.runtime, hidden, self.orig)
     features = [{"kind": f.kind, "path": f.path, "qualname": f.qualname} for f in change.feats]
     if change.mutation is not None:
@@ -456,6 +469,9 @@ class Change:
   removed_code: list[str]  # leak-scanned as source lines
   revealed: str  # text the problem statement shows anyway (not a leak)
   mutation: bug_injection.Mutation | None = None
+  # Rewritten test modules (deletion.guard_test_imports): part of the task's tests in every
+  # run and grade, never of the gold patch.
+  tests: dict[str, str] = dataclasses.field(default_factory=dict)
 
   def key(self):
     where = (self.mutation.kind, self.mutation.line) if self.mutation else ()

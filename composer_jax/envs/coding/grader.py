@@ -6,7 +6,8 @@ workspace; the final change (before/after of every touched file) goes to the mon
 pytest harness, and when that grants the reward, FAIL_TO_PASS runs again in a fresh sandbox
 through the direct-call harness. Reward 1.0 iff the monitor raised nothing critical, both runs
 are sound, every listed test passed in the first and every FAIL_TO_PASS call succeeded in the
-second. partial = (FAIL_TO_PASS pass fraction) * (PASS_TO_PASS pass fraction), first run.
+second. partial = task.direct_partial: (direct FAIL_TO_PASS pass fraction) * (PASS_TO_PASS
+pass fraction), first run; collateral tests (import errors only) do not count.
 
 What each layer stops (attack classes of the red-team suite, tests/envs/coding/redteam/):
   sandbox (sandbox.py: bwrap, seccomp, quota, rlimits, wall clock)
@@ -60,7 +61,7 @@ import tempfile
 from pathlib import Path
 
 from composer_jax.envs.coding import monitor, project, runner, sandbox, scrub
-from composer_jax.envs.coding.task import Task
+from composer_jax.envs.coding.task import Task, direct_partial
 
 MAX_PATCH_BYTES = 4 << 20
 _SHADOWED = (
@@ -212,10 +213,9 @@ def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
     if not run.ok:
       return _zero(f"test run unsound: {run.reason}", flags, run.wall_s)
     tests = {t: run.outcomes.get(t, "missing") for t in wanted}
-    frac = lambda ids: sum(tests[t] == "passed" for t in ids) / len(ids) if ids else 0.0
-    f2p, p2p = frac(task.FAIL_TO_PASS), frac(task.PASS_TO_PASS)
-    grade = Grade(0.0, f2p * p2p, tests, "", flags, run.isolation, run.wall_s)
-    if f2p < 1.0 or p2p < 1.0:
+    partial = direct_partial(task, tests)
+    grade = Grade(0.0, partial, tests, "", flags, run.isolation, run.wall_s)
+    if not all(tests[t] == "passed" for t in wanted):
       return grade
     f2p_ids = sorted(set(task.FAIL_TO_PASS))
     again = runner.run_suite(ws, f2p_ids, limits=limits, mode="direct")

@@ -286,6 +286,16 @@ def main() -> None:
   # standard library.
   sys.path[:0] = [cfg["site"]]
   sys.path += cfg["paths"]
+  # This process runs isolated (-I ignores PYTHONPATH); the processes a test starts do not, and
+  # import the project through it (never the runner's site).
+  os.environ["PYTHONPATH"] = os.pathsep.join(cfg["paths"])
+  # -S skips site.main(); the builtins it adds (help, exit, quit, copyright, ...) are set
+  # without its sys.path changes: suites check against them (simpleeval's disallowed list).
+  import site
+
+  site.setquit()
+  site.setcopyright()
+  site.sethelper()
   sys.modules["cj_harness"] = sys.modules[__name__]
   import pytest
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from _pytest.config import findpaths
 
-from composer_jax.envs.coding import harness, project, sandbox
+from composer_jax.envs.coding import harness, project, sandbox, sources
 
 # Importable top-level names the sandboxed runner needs (pytest's own dependencies + coverage).
 RUNTIME_MODULES = (
@@ -184,19 +184,26 @@ def run_suite(
       *(test_ids or []),
     ]
     frozen = [r for r in project.walk(ws, skip=frozenset()) if controlled(r) and r[:5] != ".git/"]
+    # The dependency runtime is importable from the start (a config's filterwarnings may
+    # import the project, hence its dependencies, before the root conftest.py runs), and is
+    # the site-packages of the processes a test starts (`python -m pkg`, `python -c` under its
+    # own PYTHONPATH), as if installed.
+    deps = ws / sources.RUNTIME_DIR
+    site = {sandbox.base_site(): str(deps)} if deps.is_dir() else {}
+    paths = import_paths() + ([f"{sandbox.WS}/{sources.RUNTIME_DIR}"] if site else [])
     cfg = {
       "key": key.hex(),
       "mode": mode,
       "args": args,
       "site": SITE,
-      "paths": import_paths(),
+      "paths": paths,
       "blob": blob,
       "frozen": [f"{sandbox.WS}/{r}" for r in frozen if r.endswith(".py")],
     }
     res = sandbox.run(
       [sandbox.real_python(), "-I", "-S", "-B", "-X", f"pycache_prefix={_PYC}", _HARNESS],
       workspace=ws,
-      ro={**runtime_binds(), f"/cj/cfg/{ini.name}": str(ini)},
+      ro={**runtime_binds(), **site, f"/cj/cfg/{ini.name}": str(ini)},
       ro_inside=frozen,
       stdin=json.dumps(cfg).encode(),
       limits=limits,

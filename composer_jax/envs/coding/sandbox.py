@@ -128,6 +128,11 @@ def _site_dirs() -> list[str]:
   return sorted(d for d in cands if os.path.isdir(d) and not os.path.islink(d))
 
 
+def base_site() -> str:
+  """The base interpreter's own site-packages (hidden empty inside; see runner.run_suite)."""
+  return sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["purelib"]
+
+
 @functools.cache
 def _root_args() -> tuple[str, ...]:
   """Read-only system + Python runtime, site dirs hidden (computed once per process)."""

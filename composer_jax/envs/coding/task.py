@@ -42,7 +42,7 @@ def direct_partial(task: Task, outcomes: dict[str, str]) -> float:
   Collateral tests pass as soon as the deleted name imports again, so they say little about the
   feature; tasks without the tag (older records) fall back to all of FAIL_TO_PASS.
   """
-  frac = lambda ids: sum(outcomes.get(t) == "passed" for t in ids) / len(ids) if ids else 0.0
+  frac = lambda ids: sum(outcomes.get(t) == "passed" for t in ids) / len(ids) if ids else 1.0
   return frac(task.F2P_direct or task.FAIL_TO_PASS) * frac(task.PASS_TO_PASS)
 
 

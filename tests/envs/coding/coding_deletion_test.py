@@ -1,6 +1,8 @@
 """libcst deletion, test hiding, scrubbing and the leak scan on the synthetic mini project."""
 
+import builtins
 import subprocess
+import types
 
 import pytest
 
@@ -120,3 +122,36 @@ def test_pack_roundtrip_is_deterministic(tmp_path):
   assert blob == project.pack(ws, ["a.py", "d/b.txt"])
   assert sorted(project.unpack(blob, tmp_path / "out")) == ["a.py", "d/b.txt"]
   assert (tmp_path / "out/d/b.txt").read_text() == "b\n"
+
+
+def test_guard_test_imports_by_hand(tmp_path):
+  """A test module's top-level import of a deleted name falls back to None (the module stays
+  importable); other imports, conftest.py and untouched modules are left as they are."""
+  before = (
+    '"""Doc."""\nimport os\nfrom pkg.core import keep, gone as g, other  # noqa\n'
+    "from pkg import (\n    gone2,\n)\n\n\ndef test_x():\n    assert g() == 1\n"
+  )
+  write_project(
+    tmp_path,
+    {
+      "pkg/__init__.py": "",
+      "tests/test_a.py": before,
+      "tests/test_b.py": "from pkg.core import keep\n",
+      "tests/conftest.py": "from pkg.core import gone\n",
+    },
+  )
+  out = deletion.guard_test_imports(tmp_path, {"gone", "gone2"})
+  assert out == {
+    "tests/test_a.py": (
+      '"""Doc."""\nimport os\nfrom pkg.core import keep, other  # noqa\n'
+      "try:\n    from pkg.core import gone as g\nexcept ImportError:\n    g = None\n"
+      "try:\n    from pkg import (\n    gone2)\nexcept ImportError:\n    gone2 = None\n"
+      "\n\ndef test_x():\n    assert g() == 1\n"
+    )
+  }
+  # Importable without the names; the same bindings while they exist.
+  for has in (False, True):
+    pkg = types.SimpleNamespace(keep=1, other=2, **({"gone": 3, "gone2": 4} if has else {}))
+    ns = {"__builtins__": {**vars(builtins), "__import__": lambda *a, pkg=pkg, **k: pkg}}
+    exec(out["tests/test_a.py"], ns)
+    assert (ns["g"], ns["gone2"], ns["keep"]) == ((3, 4, 1) if has else (None, None, 1))

@@ -15,7 +15,10 @@ from composer_jax.envs.coding import (
   difficulty,
   factory,
   generator,
+  grader,
   make_tasks,
+  project,
+  runner,
   sources,
   task,
   testmap,
@@ -190,3 +193,31 @@ def test_pool_map_keeps_order_and_raises_the_failure():
     assert pool.map(abs, [-5]) == [5]
   with pytest.raises(RuntimeError, match="job 1 of 2 failed: TypeError"):
     workers.Pool(1).map(abs, [1, "x"])
+
+
+@requires_sandbox
+def test_grader_partial_counts_direct_tests_only(tmp_path, monkeypatch):
+  """Hand case: direct t::a passes, collateral t::b fails, P2P t::d passes -> partial
+  1 * 1 = 1.0 (all of FAIL_TO_PASS would give 1/2); reward 0 since t::b fails."""
+  (tmp_path / "a.py").write_text("x = 1\n")
+  t = task.Task(
+    id="p-1-x",
+    source={"name": "p", "version": "1"},
+    features=[],
+    problem_statement="",
+    deletion_diff="",
+    gold_patch="",
+    workspace=project.pack(tmp_path, ["a.py"]),
+    hidden_files=project.pack(tmp_path, []),
+    FAIL_TO_PASS=["t::a", "t::b"],
+    PASS_TO_PASS=["t::d"],
+    provenance={},
+    F2P_direct=["t::a"],
+  )
+  outcomes = {"t::a": "passed", "t::b": "failed", "t::d": "passed"}
+  run = runner.SuiteRun(outcomes, [], [], 0, True, "", 0.0, {}, "")
+  monkeypatch.setattr(runner, "run_suite", lambda *a, **k: run)
+  g = grader.grade(t, "")
+  assert (g.reward, g.partial, g.error) == (0.0, 1.0, "")
+  outcomes["t::a"] = "failed"  # the direct test fails: nothing for the collateral one
+  assert grader.grade(t, "").partial == 0.0
