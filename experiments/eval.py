@@ -38,6 +38,8 @@ def _args(argv):
   p.add_argument("--max-turns", type=int, default=30)
   p.add_argument("--max-tokens", type=int, default=32768, help="episode token budget")
   p.add_argument("--max-turn-tokens", type=int, default=1024)
+  p.add_argument("--tools", default=",".join(agent_tools.TOOL_NAMES),
+                 help="comma-separated tools offered (those the policy was trained with)")
   p.add_argument("--batch", type=int, default=8, help="episodes per policy call")
   p.add_argument("--workers", type=int, default=1, help="processes running tools and grading")
   p.add_argument("--seed", type=int, default=0)
@@ -74,6 +76,8 @@ def main(argv=None) -> int:
   args = _args(argv)
   try:
     tasks = _tasks(args)
+    tools = tuple(t for t in args.tools.split(",") if t)
+    agent_tools.Session.check_tools(tools)
     tokenizer = _tokenizer(args)
     model_cfg, variables = load_checkpoint.load(args.checkpoint)
     if tokenizer.vocab_size > model_cfg.vocab_size:
@@ -82,6 +86,7 @@ def main(argv=None) -> int:
     cfg = evaluate.EvalConfig(
       k=args.k, samples=args.samples, temperature=args.temperature, top_p=args.top_p,
       max_turn_tokens=args.max_turn_tokens, batch=args.batch, seed=args.seed,
+      tools=tools,
       budget=agent_tools.Budget(max_turns=args.max_turns, max_tokens=args.max_tokens))
     report = evaluate.evaluate(tasks, model_cfg, variables, tokenizer, cfg, args.workers)
   except (OSError, ValueError, sandbox.SandboxUnavailable) as e:

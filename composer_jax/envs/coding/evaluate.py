@@ -64,6 +64,7 @@ class EvalConfig:
   top_p: float = 1.0
   max_turn_tokens: int = 1024
   budget: agent_tools.Budget = agent_tools.Budget()
+  tools: tuple[str, ...] = agent_tools.TOOL_NAMES  # offered to the policy (as in its training)
   batch: int = 8  # episodes played in lockstep per policy call
   seed: int = 0
 
@@ -126,7 +127,7 @@ def play(tasks: Sequence[Task], policy, tokenizer, cfg: EvalConfig, workers: int
   """
   if not tasks:
     raise ValueError("no tasks to evaluate")
-  env = agent_env.CodingEnv(tasks, tokenizer, budget=cfg.budget,
+  env = agent_env.CodingEnv(tasks, tokenizer, budget=cfg.budget, tools=cfg.tools,
                             max_turn_tokens=cfg.max_turn_tokens, workers=workers)
   jobs = [(t, s) for t in tasks for s in range(cfg.n)]
   key, rows = jax.random.key(cfg.seed), []

@@ -86,6 +86,7 @@ def _fake_task(name: str, project: str) -> task_lib.Task:
   ("byte_tokenizer", "needs a tiktoken file"),
   ("not_a_checkpoint", "is none of"),
   ("empty_split", "heldout split of"),
+  ("unknown_tool", "shell"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
   tasks_file, ckpt = tmp_path / "tasks.jsonl", tmp_path / "ckpt"
@@ -107,6 +108,8 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
     args += ["--tokenizer", "byte"]
   elif case == "empty_split":
     args += ["--heldout-fraction", "0"]
+  elif case == "unknown_tool":
+    args += ["--tools", "read_file,shell"]
   assert eval_cli.main(args) == 1
   assert expected in _one_line_error(capsys)
 
