@@ -29,6 +29,7 @@ Ray; `with env:` keeps the workers up between steps); `rl.episodes.run_episodes`
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -118,7 +119,7 @@ class CodingEnv:
       raise ValueError("CodingEnv needs at least one task")
     self.tasks = {t.id: t for t in tasks}
     self.pool = None if curriculum is None else curriculum_lib.TaskPool(list(tasks), **curriculum)
-    self.harder = harder
+    self.harder, self.added = harder, set()
     self.tokenizer, self.budget, self.tools = tokenizer, budget, tuple(tools)
     agent_tools.Session.check_tools(self.tools)
     declared = [t for t in agent_tools.TOOLS if t["function"]["name"] in self.tools]
@@ -160,12 +161,22 @@ class CodingEnv:
     return self.tasks[ids[int(rng.integers(len(ids)))]]
 
   def state_dict(self) -> dict:
-    """What a checkpoint keeps of the env: the curriculum's statistics (JSON-able)."""
-    return {"curriculum": self.pool.state_dict()} if self.pool is not None else {}
+    """What a checkpoint keeps of the env (JSON-able): the curriculum's statistics and the
+    tasks `harder` added during the run."""
+    if self.pool is None:
+      return {}
+    added = [json.loads(self.tasks[t].to_json()) for t in sorted(self.tasks) if t in self.added]
+    return {"curriculum": self.pool.state_dict(), "added": added}
 
   def load_state_dict(self, blob: dict) -> None:
-    if self.pool is not None and blob.get("curriculum"):
-      self.pool.load_state_dict(blob["curriculum"])
+    if self.pool is None or not blob:
+      return
+    for record in blob["added"]:
+      t = Task(**record)
+      self.tasks[t.id] = self.pool.tasks[t.id] = t
+      self.pool.stats.setdefault(t.id, curriculum_lib.Stats())
+      self.added.add(t.id)
+    self.pool.load_state_dict(blob["curriculum"])
 
   # -- episodes ------------------------------------------------------------------------------
   def reset(self, task: Task) -> tuple[CodingState, list[int]]:
@@ -271,6 +282,7 @@ class CodingEnv:
     change = self.pool.refresh(self.harder)
     for tid in change["added"]:
       self.tasks[tid] = self.pool.tasks[tid]
+      self.added.add(tid)
     for key in ("retired", "added", "admitted"):
       if change[key]:
         logging.info("curriculum: %s %s", key, ", ".join(change[key]))

@@ -5,6 +5,7 @@ Kimi-format turns; expected rewards and flagged turns are written by hand from t
 (turn k = 1, 3, 5, ... is the k-th model turn: 0 is the prompt, replies in between).
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -245,11 +246,17 @@ def test_curriculum_retires_solved_tasks_from_rollouts(tok, mini_gen, episodes):
   m = cur.episode_metrics([episodes["oracle"]] * 3)  # 5 of 6 > easy_rate, not yet always
   m = cur.episode_metrics([episodes["oracle"]])
   assert cur.active() == [t.id for t in tasks]  # 6/7 is neither 0 nor 1: stays
+  harder = lambda t: [dataclasses.replace(t, id=t.id + "-harder")]  # a stand-in generator
   fresh = agent_env.CodingEnv(tasks, tok, budget=BUDGET, max_turn_tokens=2500,
-                              curriculum={"min_rollouts": 2, "easy_rate": 0.8})
+                              curriculum={"min_rollouts": 2, "easy_rate": 0.8}, harder=harder)
   fresh.load_state_dict(saved)
-  m = fresh.episode_metrics([episodes["oracle"]])  # 2 of 2 solved: always solved, retired
-  assert fresh.active() == [other.id]
-  assert (m["curriculum/active"], m["curriculum/retired"]) == (1.0, 1.0)
+  m = fresh.episode_metrics([episodes["oracle"]])  # 2 of 2 solved: retired, a harder variant
+  solved = episodes["oracle"].task.id
+  assert fresh.active() == sorted([other.id, solved + "-harder"])
+  assert (m["curriculum/active"], m["curriculum/retired"]) == (2.0, 1.0)
   rng = np.random.default_rng(0)
-  assert {fresh.sample_task(rng).id for _ in range(5)} == {other.id}
+  assert solved not in {fresh.sample_task(rng).id for _ in range(8)}
+  resumed = agent_env.CodingEnv(tasks, tok, budget=BUDGET, max_turn_tokens=2500,
+                                curriculum={"min_rollouts": 2, "easy_rate": 0.8})
+  resumed.load_state_dict(json.loads(json.dumps(fresh.state_dict())))  # as a checkpoint holds it
+  assert resumed.active() == fresh.active() and resumed.state_dict() == fresh.state_dict()
