@@ -15,7 +15,8 @@ import re
 from composer_jax.chat.messages import Message, ToolCall
 
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
-CALL_BEGIN, ARG_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+CALL_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_end|>"
+ARG_BEGIN = "<|tool_call_argument_begin|>"
 END = "<|im_end|>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _CALL_TOKENS = (CALL_BEGIN, ARG_BEGIN, CALL_END, SECTION_END)
@@ -72,11 +73,11 @@ def _parse_section(section: str) -> tuple[tuple[ToolCall, ...], str | None]:
   if SECTION_END not in section:
     return _parse_calls(section, "")[0], f"malformed tool call: {SECTION_END} is missing; " + FORMAT_HINT
   inner, after = section.split(SECTION_END, 1)
-  calls, error = _parse_calls(inner, after)
-  return calls, error
+  return _parse_calls(inner, after)
 
 
 def _parse_calls(inner: str, after: str) -> tuple[tuple[ToolCall, ...], str | None]:
+  """The calls of a section's text `inner` (and what followed the section, `after`)."""
   calls, rest = [], inner
   while rest:
     if not rest.startswith(CALL_BEGIN):
