@@ -21,6 +21,7 @@ def rl_loss_config() -> ml_collections.ConfigDict:
   c.tis_cap = 2.0  # truncated importance weight min(pi_old / pi_sampler, C); 0 disables
   c.ref_kl_coef = 0.0  # KL to a reference policy; 0 = off
   c.ref_kl_estimator = "k2"  # 'k1' | 'k2' | 'k3' (see losses.kl_estimate)
+  c.turn_penalty = 0.0  # dense reward -c on flagged turns' tokens (the per-turn baseline); 0 = off
   # --- self-distillation term on target-turn tokens (divergences.token_divergence) ---
   c.sd_coef = 1.0  # beta in total = RL + beta * SD
   c.divergence = "reverse_kl"  # 'reverse_kl' | 'forward_kl' | 'jsd'

@@ -23,6 +23,11 @@ RL (all sampled model tokens of every trajectory), a PPO/GRPO clipped policy gra
   k3's gradient is biased (it is the gradient of the forward KL(pi_ref || pi_theta)), and k2's
   expected gradient is exactly grad KL(pi_theta || pi_ref).
 
+Per-turn penalty (the reward-shaping baseline to SD; `turn_penalty` c > 0): the sampled tokens of
+the flagged turns (`batch['flagged_mask']` [B, L], `trajectory.turn_token_mask`) get the advantage
+A - c instead of A, i.e. a dense reward of -c on that turn's tokens, the rest of the objective
+unchanged. Logged: penalized_tokens.
+
 SD (sampled tokens of the target turns only): divergences.token_divergence between the student
 (original context) and the teacher (same model with the hint in context, stop_gradient), the first
 `skip_first_tokens` of each turn excluded.
@@ -176,6 +181,8 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     raise ValueError(
       f"clip eps low={cfg.clip_eps_low} must be in [0, 1), high={cfg.clip_eps_high} >= 0"
     )
+  if cfg.turn_penalty < 0:
+    raise ValueError(f"turn_penalty={cfg.turn_penalty} must be >= 0 (a penalty, 0 = off)")
   if not 0 < cfg.jsd_beta < 1:
     raise ValueError(f"jsd_beta={cfg.jsd_beta} must be in (0, 1); use forward_kl/reverse_kl")
   if cfg.skip_first_tokens < 0 or cfg.vocab_chunk_size <= 0:
@@ -192,12 +199,18 @@ def _rl_term(cfg, hidden, head, batch, ref):
   mask = batch["model_mask"] * batch["valid"][:, None]
   logp, entropy = sampled_logprobs(cfg, hidden, head, batch["targets"])
   adv = batch["advantage"] if "advantage" in batch else batch_advantages(cfg, batch)
+  adv = jnp.broadcast_to(adv[:, None], mask.shape)
+  if cfg.turn_penalty > 0:
+    if "flagged_mask" not in batch:
+      raise ValueError("turn_penalty > 0 needs batch['flagged_mask'] [B, L] "
+                       "(trajectory.turn_token_mask of the flagged turns)")
+    adv = adv - cfg.turn_penalty * batch["flagged_mask"]
   old = batch.get("old_logprobs", jax.lax.stop_gradient(logp))
   loss, stats = policy_loss(
     logp,
     old,
     batch["sampler_logprobs"],
-    adv[:, None],
+    adv,
     eps_low=cfg.clip_eps_low,
     eps_high=cfg.clip_eps_high,
     tis_cap=cfg.tis_cap,
@@ -219,6 +232,8 @@ def _rl_term(cfg, hidden, head, batch, ref):
     tis_weight=mean(stats["tis"]),
     num_model_tokens=mask.sum(),
   )
+  if cfg.turn_penalty > 0:
+    metrics["penalized_tokens"] = (batch["flagged_mask"] * mask).sum()
   if "staleness" in batch:
     valid = batch["valid"] > 0
     stale = batch["staleness"].astype(jnp.float32)
@@ -239,7 +254,7 @@ def _rl_term(cfg, hidden, head, batch, ref):
   return rl, metrics
 
 
-def _sd_term(cfg, hidden, head, teacher, teacher_batch):
+def sd_term(cfg, hidden, head, teacher, teacher_batch):
   """Self-distillation on the [T, Lk] slots of `teacher_batch` -> (scalar, metrics)."""
   weights = teacher_weights.mixing_weights(cfg)
   if len(teacher) != len(weights):
@@ -306,7 +321,7 @@ def make_loss_fn(cfg: ml_collections.ConfigDict) -> Callable:
       raise ValueError("pass both teacher and teacher_batch (self-distillation) or neither")
     loss, metrics = _rl_term(cfg, student_hidden, head, batch, ref)
     if teacher is not None:
-      sd, sd_metrics = _sd_term(cfg, student_hidden, head, teacher, teacher_batch)
+      sd, sd_metrics = sd_term(cfg, student_hidden, head, teacher, teacher_batch)
       loss = loss + cfg.sd_coef * sd
       metrics.update(sd_metrics)
       metrics["sd_token_frac"] = sd_metrics["num_distilled_tokens"] / jnp.maximum(

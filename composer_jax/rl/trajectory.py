@@ -170,3 +170,12 @@ def pack_batch(
     out["valid"][b] = 1.0
     out["group_index"][b] = dense_group.setdefault(t.group_id, len(dense_group))
   return out
+
+
+def turn_token_mask(batch: dict[str, np.ndarray], turns: Sequence[tuple[int, int]]) -> np.ndarray:
+  """float32 [B, L], aligned with `batch['targets']` (`pack_batch`): 1.0 on the sampled tokens of
+  each (row, turn index) of `turns` (e.g. the flagged turns, for a per-turn penalty)."""
+  out = np.zeros(batch["model_mask"].shape, np.float32)
+  for row, turn in turns:
+    out[row] = np.where(batch["turn_ids"][row] == turn, batch["model_mask"][row], out[row])
+  return out
