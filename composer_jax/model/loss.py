@@ -9,10 +9,21 @@ neither the forward nor the backward ever holds `[B*L, V]` logits.
 import jax
 import jax.numpy as jnp
 
+from composer_jax.parallel import context_mesh
+
+# A chunk's rows are flattened `[B, L]` tokens: split like the batch and sequence of the
+# hidden states they come from. Pinned inside the checkpointed body, so the residual the
+# backward recomputes from keeps that layout (without it, after expert-parallel dispatch
+# under tensor parallelism GSPMD gave it the expert view's 8-way token split, which it can
+# only bring to the head's `embed` layout by replicating it).
+_TOKENS = ("batch", "seq")
+
 
 def _chunk_sums(carry, chunk, head):
   """Adds one chunk's masked (ce, lse^2, count) sums to `carry`."""
   hidden, targets, mask = chunk  # [C, D], [C], [C]
+  hidden = context_mesh.constrain(hidden, (_TOKENS, "act_embed"))
+  targets, mask = (context_mesh.constrain(a, (_TOKENS,)) for a in (targets, mask))
   logits = jnp.dot(hidden, head.astype(hidden.dtype), preferred_element_type=jnp.float32)
   lse = jax.nn.logsumexp(logits, axis=-1)
   target_logit = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]

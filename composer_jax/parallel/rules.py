@@ -76,13 +76,15 @@ def view_of(names: Sequence[str]) -> str:
   return "expert" if "experts" in names else "dense"
 
 
-def logical_to_spec(names: Sequence[str], rules: Sequence, mesh: Mesh,
+def logical_to_spec(names: Sequence[Any], rules: Sequence, mesh: Mesh,
                     shape: Sequence[int] | None = None, where: Any = "") -> PartitionSpec:
   """PartitionSpec on `mesh` for a tensor with logical axes `names`.
 
   Args:
     names: one logical name per dim, e.g. ('layers', 'embed', 'mlp'); None = a dim that is
-      never sharded (e.g. a per-head feature dim inside attention).
+      never sharded (e.g. a per-head feature dim inside attention); a tuple of names = a
+      dim that flattens those dims, major first (e.g. `('batch', 'seq')` for the `[B*L]`
+      tokens of a `[B, L]` array), sharded over their mesh axes in that order.
     rules: sequence of (logical_name, None | mesh axis | tuple of mesh axes).
     mesh: the mesh view the tensor lives on.
     shape: optional dims; each must be divisible by the product of its mesh axes.
@@ -97,27 +99,29 @@ def logical_to_spec(names: Sequence[str], rules: Sequence, mesh: Mesh,
     name, axes = tuple(rule)
     table.setdefault(name, axes)
   used, spec = set(), []
-  for d, name in enumerate(names):
-    if name is None:
-      spec.append(None)
-      continue
-    if name not in table:
-      raise ValueError(f"No sharding rule for logical axis {name!r} of {where} {tuple(names)}; "
-                       f"rules cover {sorted(table)}")
-    axes = table[name]
-    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
-    for a in axes:
-      if a not in mesh.shape:
-        raise ValueError(f"Rule {name!r} -> {axes} names mesh axis {a!r}, not in this view's "
-                         f"axes {tuple(mesh.shape)}")
-    axes = tuple(a for a in axes if a not in used and mesh.shape[a] > 1)
-    used.update(axes)
+  for d, entry in enumerate(names):
+    dim_axes = []
+    for name in (entry,) if entry is None or isinstance(entry, str) else tuple(entry):
+      if name is None:
+        continue
+      if name not in table:
+        raise ValueError(f"No sharding rule for logical axis {name!r} of {where} "
+                         f"{tuple(names)}; rules cover {sorted(table)}")
+      axes = table[name]
+      axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+      for a in axes:
+        if a not in mesh.shape:
+          raise ValueError(f"Rule {name!r} -> {axes} names mesh axis {a!r}, not in this "
+                           f"view's axes {tuple(mesh.shape)}")
+      axes = tuple(a for a in axes if a not in used and mesh.shape[a] > 1)
+      used.update(axes)
+      dim_axes += axes
     if shape is not None:
-      size = math.prod(mesh.shape[a] for a in axes)
+      size = math.prod(mesh.shape[a] for a in dim_axes)
       if shape[d] % size:
-        raise ValueError(f"{where} dim {d} ({name!r}) of size {shape[d]} is not divisible by "
-                         f"mesh axes {axes} of total size {size}")
-    spec.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+        raise ValueError(f"{where} dim {d} ({entry!r}) of size {shape[d]} is not divisible by "
+                         f"mesh axes {tuple(dim_axes)} of total size {size}")
+    spec.append(None if not dim_axes else dim_axes[0] if len(dim_axes) == 1 else tuple(dim_axes))
   return PartitionSpec(*spec)
 
 

@@ -124,6 +124,17 @@ def test_none_names_a_dim_that_is_never_sharded():
       None, "fsdp", "context")
 
 
+def test_a_tuple_names_a_flattened_dim():
+  # [B*L] tokens of a [B, L] array: batch's axes (major), then seq's; an axis a dim already
+  # used is not reused.
+  cfg = layouts.get_config("cp2_ep8")
+  dm = make_meshes(cfg.mesh)
+  assert activation_sharding((("batch", "seq"), "act_embed"), dm, cfg.rules).spec == P(
+      ("fsdp", "context"), None)
+  assert activation_sharding(("seq", ("batch", "seq")), dm, cfg.rules).spec == P(
+      "context", "fsdp")
+
+
 @pytest.mark.parametrize("mesh, batch_rule, want_tokens", [
     (dict(), ("expert_replica", "expert"), P("expert", None)),  # fsdp_ep: EP 8
     (dict(expert_replica=2, expert=4), ("expert_replica", "expert"),

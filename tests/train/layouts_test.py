@@ -45,11 +45,6 @@ def _expert_parallel(layout) -> bool:
 # all-to-all) where the rules allow it.
 CASES = [(name, "dropless") for name in sorted(layouts.LAYOUTS)] + [
     (name, "expert_parallel") for name in sorted(layouts.LAYOUTS) if _expert_parallel(name)]
-# Still logged (strict: the test fails once it is gone, so the entry gets removed): under
-# tensor parallelism the hidden states leave expert-parallel dispatch split over all 8 devices
-# and a rematerialized residual of the chunked loss ([tokens, D]) goes from that layout to `embed`
-# over fsdp. Pinning the MoE output to the dense activation layout moved it elsewhere.
-OPEN_REMAT = {("fsdp_tp", "expert_parallel")}
 
 
 def _config(layout, dispatch="dropless"):
@@ -161,7 +156,4 @@ def test_train_step_matches_single_device(reference, layout, dispatch):
     assert x.sharding.is_equivalent_to(s, x.ndim), (jax.tree_util.keystr(path), x.sharding, s)
   for x, t in zip(jax.tree.leaves(got), jax.tree.leaves(progs.target)):
     assert x.sharding.is_equivalent_to(t.sharding, x.ndim)
-  if (layout, dispatch) in OPEN_REMAT:
-    assert remat, f"{layout}/{dispatch} no longer rematerializes: remove it from OPEN_REMAT"
-  else:
-    assert not remat, remat
+  assert not remat, remat
