@@ -14,12 +14,17 @@ Episode, as word tokens (`vocab.py`):
 Each episode (`sample_task`, seeded by a numpy Generator) offers one alias for each of a random
 subset of capabilities (the first alias of a pair with probability `first_alias_prob`: a
 deployment whose tool set differs from the one the model saw in training), in random order, and
-asks for 1..max_required of those capabilities. A
-model turn is `call TOOL <eot>` or `answer <eot>`; anything else gets `error bad_format <eot>`.
-The episode ends at `answer` or after `max_model_turns` model turns. Reward (task success):
-1 if the model answered after obtaining every required capability, else 0. A call to an
-unavailable tool costs a turn, so it lowers the reward only when the turn budget runs out: the
-reward says that something went wrong, not where.
+asks for 1..max_required of those capabilities. Long episodes (`calls_per_task` n > 0, the
+report's scenario): the task is a list of n capabilities drawn with repeats from the offered
+ones, each occurrence needing its own call, so an episode holds tens of tool calls. A model turn
+is `call TOOL <eot>`, `answer <eot>`, or the verbose answer `answer result CAP... <eot>` (a
+summary of what was obtained, the form the `overlong_message` feedback flags); anything else
+gets `error bad_format <eot>`. The episode ends at an answer or after `max_model_turns` model
+turns. Reward (task success): 1 if the model answered after obtaining every required capability
+(as many times as the task lists it), else 0. A call to an unavailable tool costs a turn, so it
+lowers the reward only when the turn budget runs out: the reward says that something went
+wrong, not where; with a budget well above the task's calls it costs (almost) nothing, and the
+verbose answer never costs anything.
 
 `ToolEnv` implements the RL environment protocol `composer_jax.rl.env.Env`: besides tasks,
 turns and rewards it flags faulty model turns with the feedback kinds it was built with
@@ -29,6 +34,7 @@ turns and rewards it flags faulty model turns with the feedback kinds it was bui
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -52,9 +58,10 @@ class EpisodeState:
   """What the environment tracks of one episode."""
 
   task: ToolTask
-  obtained: frozenset[str] = frozenset()
+  obtained: tuple[str, ...] = ()
   calls: int = 0
   unavailable_calls: int = 0
+  verbose_answer: bool = False
   model_turns: int = 0
   answered: bool = False
   done: bool = False
@@ -76,6 +83,7 @@ class ToolEnv:
     max_required: int = 3,
     max_model_turns: int = 4,
     first_alias_prob: float = 0.5,
+    calls_per_task: int = 0,
     feedback_kinds: Sequence[str] = ("unavailable_tool",),
     feedback_options: dict[str, dict] | None = None,
   ):
@@ -88,11 +96,16 @@ class ToolEnv:
       raise ValueError(f"max_model_turns={max_model_turns} must be >= 2 (a call and an answer)")
     if not 0.0 <= first_alias_prob <= 1.0:
       raise ValueError(f"first_alias_prob={first_alias_prob} must be in [0, 1]")
-    self.first_alias_prob = first_alias_prob
+    if calls_per_task < 0:
+      raise ValueError(f"calls_per_task={calls_per_task} must be >= 0 (0: distinct capabilities)")
+    if calls_per_task and max_model_turns <= calls_per_task:
+      raise ValueError(f"max_model_turns={max_model_turns} must be > calls_per_task="
+                       f"{calls_per_task} (the calls and the answer)")
+    self.first_alias_prob, self.calls_per_task = first_alias_prob, calls_per_task
     self.vocab = vocab
     self.min_tools, self.max_tools = min_tools, max_tools
     self.max_required, self.max_model_turns = max_required, max_model_turns
-    self._call, self._answer = vocab.encode("call answer")
+    self._call, self._answer, self._result = vocab.encode("call answer result")
     self._feedbacks = feedback_lib.make_feedback(feedback_kinds, feedback_options)
     self.pad_id, self.stop_ids = vocab.pad_id, (vocab.eot_id,)
 
@@ -101,7 +114,10 @@ class ToolEnv:
     offered = rng.choice(len(caps), rng.integers(self.min_tools, self.max_tools + 1), replace=False)
     second = rng.random(len(offered)) >= self.first_alias_prob
     available = tuple(vocab_lib.CAPABILITIES[caps[i]][int(s)] for i, s in zip(offered, second))
-    required = rng.choice(offered, rng.integers(1, self.max_required + 1), replace=False)
+    if self.calls_per_task:
+      required = rng.choice(offered, self.calls_per_task, replace=True)
+    else:
+      required = rng.choice(offered, rng.integers(1, self.max_required + 1), replace=False)
     return ToolTask(available, tuple(caps[i] for i in required))
 
   def reset(self, task: ToolTask) -> tuple[EpisodeState, list[int]]:
@@ -110,7 +126,8 @@ class ToolEnv:
     return EpisodeState(task), self.vocab.encode(words)
 
   def parse(self, tokens: Sequence[int]) -> tuple[str, str | None]:
-    """A model turn -> ('call', tool) | ('answer', None) | ('bad_format', None)."""
+    """A model turn -> ('call', tool) | ('answer', None) | ('answer', 'verbose') |
+    ('bad_format', None)."""
     t, eot = [int(i) for i in tokens], self.vocab.eot_id
     # The model's vocabulary may be larger than the environment's: unknown ids are bad format.
     if len(t) == 3 and t[0] == self._call and t[2] == eot and 0 <= t[1] < self.vocab.size:
@@ -119,6 +136,10 @@ class ToolEnv:
         return "call", tool
     if t == [self._answer, eot]:
       return "answer", None
+    if len(t) >= 4 and t[:2] == [self._answer, self._result] and t[-1] == eot and all(
+        0 <= i < self.vocab.size and self.vocab.words[i] in vocab_lib.CAPABILITIES
+        for i in t[2:-1]):
+      return "answer", "verbose"
     return "bad_format", None
 
   def step(self, state: EpisodeState, tokens: Sequence[int]) -> tuple[EpisodeState, list[int]]:
@@ -128,10 +149,10 @@ class ToolEnv:
     kind, tool = self.parse(tokens)
     s = dataclasses.replace(state, model_turns=state.model_turns + 1)
     if kind == "answer":
-      return dataclasses.replace(s, answered=True, done=True), []
+      return dataclasses.replace(s, answered=True, done=True, verbose_answer=tool == "verbose"), []
     if kind == "call" and tool in state.task.available:
       cap = TOOL_CAPABILITY[tool]
-      s = dataclasses.replace(s, calls=s.calls + 1, obtained=s.obtained | {cap})
+      s = dataclasses.replace(s, calls=s.calls + 1, obtained=s.obtained + (cap,))
       reply = ["result", cap, "<eot>"]
     elif kind == "call":
       s = dataclasses.replace(s, calls=s.calls + 1, unavailable_calls=s.unavailable_calls + 1)
@@ -143,8 +164,9 @@ class ToolEnv:
     return s, self.vocab.encode(reply)
 
   def reward(self, state: EpisodeState) -> float:
-    """Task success: answered, with every required capability obtained."""
-    return float(state.answered and set(state.task.required) <= state.obtained)
+    """Task success: answered, with every required capability obtained (as often as listed)."""
+    need, got = Counter(state.task.required), Counter(state.obtained)
+    return float(state.answered and all(got[c] >= n for c, n in need.items()))
 
   def hint(self, task: ToolTask, tool: str | None = None) -> list[int]:
     """The reminder 'reminder: available <tools> <eot>' for a call to `tool`: the offered tools
@@ -162,12 +184,14 @@ class ToolEnv:
     return feedback_lib.flag_turns(self._feedbacks, self, episode)
 
   def episode_metrics(self, episodes) -> dict[str, float]:
-    """Task reward and the rate of calls to unavailable tools over a batch of episodes."""
+    """Task reward, the rate of calls to unavailable tools and of verbose answers (over
+    answered episodes) over a batch of episodes."""
     states = [e.state for e in episodes]
-    calls = sum(s.calls for s in states)
+    calls, answered = sum(s.calls for s in states), sum(s.answered for s in states)
     return dict(
       reward=float(np.mean([e.trajectory.reward for e in episodes])),
       unavailable_rate=sum(s.unavailable_calls for s in states) / max(calls, 1),
+      verbose_rate=sum(s.verbose_answer for s in states) / max(answered, 1),
       calls_per_episode=calls / len(states),
       model_turns_per_episode=float(np.mean([s.model_turns for s in states])),
     )

@@ -45,13 +45,16 @@ def unavailable_tool(all_tools: bool = False) -> Feedback:
   return feedback
 
 
+SHORT_HINT = "reminder: keep messages short <eot>"
+
+
 def overlong_message(max_tokens: int = 3) -> Feedback:
-  """Flags model turns longer than `max_tokens`; hint: 'reminder: keep messages short'."""
+  """Flags model turns longer than `max_tokens`; hint: `SHORT_HINT`."""
   if max_tokens < 1:
     raise ValueError(f"max_tokens={max_tokens} must be >= 1")
 
   def feedback(env, episode):
-    hint = env.vocab.encode("reminder: keep messages short <eot>")
+    hint = env.vocab.encode(SHORT_HINT)
     return [(k, hint) for k, ids in model_turns(episode) if len(ids) > max_tokens]
 
   return feedback
