@@ -1,8 +1,32 @@
-"""`rl_loss_config()`: every choice of the RL + self-distillation loss, with defaults."""
+"""RL settings with defaults: `rl_config()` (sampling, batch shapes, modes) and
+`rl_loss_config()` (every choice of the RL + self-distillation loss). Both are sections of the
+one run-config schema (`experiments/configs/base.py`: `config.rl`, `config.loss`); the RL step
+count, seed, logging, checkpoints and optimizer are the schema's `train` and `optim`."""
 
 from __future__ import annotations
 
 import ml_collections
+
+
+def rl_config() -> ml_collections.ConfigDict:
+  """Defaults of `config.rl` (`rl.train`, `rl.rollout`): small enough for a CPU."""
+  c = ml_collections.ConfigDict()
+  c.groups = 16  # tasks per step, each played group_size times (GRPO groups)
+  c.group_size = 4
+  c.seq_len = 48  # packed trajectory length (tokens)
+  c.prompt_len = 40  # the sampler's prompt buffer: an episode's history must fit
+  c.max_new_tokens = 3  # per model turn; the sampler's KV cache holds prompt_len + this - 1
+  c.temperature = 1.0
+  c.top_p = 1.0
+  c.teacher_seq_len = 48  # teacher rows: prefix + hint + turn
+  c.teacher_rows = 64  # flagged turns beyond this are dropped (and counted)
+  # 'colocated': sample then train on the same devices; 'disaggregated': a sampler thread on
+  # `sampler_devices` (disjoint from the trainer's mesh) samples batch k + 1 while the trainer
+  # trains on batch k, with weights at most `max_staleness` steps old (`rl.rollout`).
+  c.mode = "colocated"
+  c.sampler_devices = ()
+  c.max_staleness = 0
+  return c
 
 
 def rl_loss_config() -> ml_collections.ConfigDict:

@@ -1,64 +1,47 @@
-"""An RL run in a workdir: `run(config, workdir, env, init)`.
+"""An RL run in a workdir: `run(config, workdir, env, init)`, through the training driver.
 
-RL steps (`rl.train.rl_steps`) on an environment (`rl.env.Env`) from initial variables, with
-the same guarantees as the supervised loop: metrics to the console, `metrics.jsonl` and
-TensorBoard (`train.metrics`); orbax checkpoints every `rl.ckpt_every` steps, at the end and on
-SIGTERM; a run started again in the same workdir resumes bit-for-bit from its newest
-checkpoint. Layout:
-
-    <workdir>/checkpoints/<step>/{state,rng,config}
-        state: params, optimizer state, EMA teacher (if any); rng: the task generator's
-        bit-generator state (JSON); config: model config + run config (JSON).
-
-Written atomically by orbax, so an interrupted save leaves the previous one intact.
+RL steps (`rl.train.RLSteps`) on an environment (`rl.env.Env`) from initial variables, run by
+`train.loop.drive` like the supervised program: metrics to the console (every
+`train.log_every` steps), `metrics.jsonl` and TensorBoard; checkpoints through the same
+`train.checkpointing.Checkpointer` every `train.ckpt_every` steps, at the end and on SIGTERM;
+a stop on a NaN/inf loss; a run started again in the same workdir resumes bit-for-bit from its
+newest checkpoint. Checkpoint `<workdir>/checkpoints/<step>/`: `state` = params, optimizer
+state, EMA teacher (if any); `data` = the task generator's bit-generator state (JSON);
+`config` = model config + run config.
 """
 
 from __future__ import annotations
 
 import functools
 import operator
-import os
 
-import jax
-import orbax.checkpoint as ocp
-from absl import logging
+import numpy as np
 
-from composer_jax.model.config import ModelConfig
+from composer_jax.rl import teacher_weights
 from composer_jax.rl import train as rl_train
 from composer_jax.rl.env import Env
 from composer_jax.train import checkpointing, loop
-from composer_jax.train.metrics import MetricsWriter, quiet_library_logs
+from composer_jax.train.metrics import quiet_library_logs
+
+# Settings that decide the tree of a checkpointed RL state (optimizer state; EMA weights or not).
+_STATE_KEYS = (("optim", "name"), ("loss", "teacher"))
 
 
 def validate(config) -> None:
-  """One-line ValueErrors for RL run settings that cannot work."""
-  for section, names in (("rl", ("steps", "groups", "group_size", "seq_len", "log_every",
-                                 "ckpt_every", "keep")),):
-    for name in names:
-      value = config[section][name]
-      if value < 1:
-        raise ValueError(f"{section}.{name}={value} must be >= 1")
-
-
-# Settings that decide the tree of a checkpointed RL state (optimizer state; EMA weights or not).
-_STATE_KEYS = (("rl", "optim", "name"), ("loss", "teacher"))
-
-
-def _manager(directory: str, items: tuple[str, ...], keep: int | None = None):
-  options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
-  return ocp.CheckpointManager(directory, options=options, item_names=items + ("config",))
-
-
-def _config_json(config) -> dict:
-  return {"model": loop.model_config(config).to_dict(), "run": config.to_dict()}
-
-
-def _check_model(mngr, step: int, config, where: str) -> dict:
-  """The run config saved with checkpoint `step`, after checking it holds the same model."""
-  saved = mngr.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
-  checkpointing.check_same_model(ModelConfig.from_dict(saved["model"]),
-                                 loop.model_config(config), where)
-  return saved["run"]
+  """One-line ValueErrors for RL settings that cannot work (after `train.loop.validate`)."""
+  loop.validate(config)
+  r = config.rl
+  for name in ("groups", "group_size", "seq_len", "prompt_len", "teacher_seq_len",
+               "teacher_rows", "max_new_tokens"):
+    if r[name] < 1:
+      raise ValueError(f"rl.{name}={r[name]} must be >= 1")
+  if r.max_staleness < 0:
+    raise ValueError(f"rl.max_staleness={r.max_staleness} must be >= 0 (0 = on-policy)")
+  if r.mode not in rl_train.MODES:
+    raise ValueError(f"rl.mode={r.mode!r}; valid: {rl_train.MODES}")
+  if r.max_staleness and r.mode != "disaggregated":
+    raise ValueError(f"rl.max_staleness={r.max_staleness} needs rl.mode='disaggregated' "
+                     "(colocated sampling is on-policy)")
 
 
 def _arrays(state: rl_train.RLState) -> dict:
@@ -66,60 +49,70 @@ def _arrays(state: rl_train.RLState) -> dict:
   return tree if state.ema is None else {**tree, "ema": state.ema}
 
 
-def _restore(mngr, step: int, config, init: dict, workdir: str) -> rl_train.RLState:
-  saved = _check_model(mngr, step, config, f"--workdir {workdir}")
+def _restore(ckpt, step: int, config, workdir: str) -> rl_train.RLState:
+  saved = ckpt.saved_config(step)
   for path in _STATE_KEYS:
-    was, now = (functools.reduce(operator.getitem, path, c) for c in (saved, config))
+    was, now = (functools.reduce(operator.getitem, path, c) for c in (saved["run"], config))
     if was != now:
       raise ValueError(f"--workdir {workdir} holds an RL checkpoint made with {'.'.join(path)}="
                        f"{was!r}, this config has {now!r}; use a fresh --workdir or the saved "
                        "value")
-  fresh = rl_train.initial_state(config, init)
-  target = jax.tree.map(ocp.utils.to_shape_dtype_struct, _arrays(fresh))
-  restored = mngr.restore(step, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore(target), rng=ocp.args.JsonRestore()))
-  arrays = restored["state"]
-  fresh.rng.bit_generator.state = restored["rng"]
-  logging.info("Resuming RL from %s/%d", mngr.directory, step)
-  return rl_train.RLState(step, arrays["params"], arrays["opt_state"], arrays.get("ema"),
-                          fresh.rng)
+  prog = rl_train.update_program(config, loop.model_config(config))
+  target = {"params": prog.progs.target.params, "opt_state": prog.progs.target.opt_state}
+  if config.loss.teacher == "ema":
+    target["ema"] = teacher_weights.EmaState(prog.progs.target.params)
+  arrays = ckpt.restore(step, target)
+  rng = np.random.default_rng()
+  rng.bit_generator.state = ckpt.restore_data(step)
+  return rl_train.RLState(step, arrays["params"], arrays["opt_state"], arrays.get("ema"), rng)
+
+
+class _Program:
+  """The RL `train.loop.Program`: one `RLSteps` call per step."""
+
+  def __init__(self, steps: rl_train.RLSteps):
+    self._steps = steps
+
+  def step(self, state, step):
+    del step  # state.step
+    return self._steps(state)
+
+  def record(self, step, metrics, state):
+    return {**metrics(), "step": step}
+
+  def checkpoint(self, state):
+    # The generator state is read now: the next step advances the same generator.
+    return _arrays(state), state.rng.bit_generator.state
 
 
 def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
   """RL on `env` from `init` = {'params', 'router'} (or from the newest checkpoint) up to
-  `rl.steps` in `workdir`; returns the metric records written by this call (one per RL step;
-  `step` counts finished steps).
+  `train.steps` in `workdir`; returns the metric records written by this call (one per RL
+  step; `step` counts finished steps).
 
   Raises:
-    ValueError: bad config, or `workdir` holds checkpoints of a different model.
+    ValueError: bad config, `workdir` holds checkpoints of a different model or RL state, or
+      none of its checkpoints restores (`CorruptCheckpointError`).
+    CheckpointSaveError: a checkpoint could not be written.
+    train.loop.NonFiniteLossError: NaN/inf loss.
   """
   validate(config)
   quiet_library_logs()
-  r = config.rl
-  mngr = _manager(os.path.join(workdir, "checkpoints"), ("state", "rng"), keep=r.keep)
-  latest = mngr.latest_step()
-  resumed = _restore(mngr, latest, config, init, workdir) if latest is not None else None
-  writer = MetricsWriter(workdir, r.steps, resumed.step if resumed else 0)
-  stop = loop.StopFlag()
-  config_json, records = _config_json(config), []
+  t = config.train
+  ckpt = checkpointing.Checkpointer(workdir, keep=t.keep)
   try:
-    for row, state in rl_train.rl_steps(config, env, init, resumed):
-      record = {**row, "step": state.step}
-      writer.write(record, console=state.step % r.log_every == 0 or state.step == r.steps)
-      records.append(record)
-      preempted = stop.event.is_set()
-      if state.step % r.ckpt_every == 0 or state.step == r.steps or preempted:
-        # The generator state is read now: the next step advances the same generator.
-        mngr.save(state.step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(_arrays(state)),
-            rng=ocp.args.JsonSave(state.rng.bit_generator.state),
-            config=ocp.args.JsonSave(config_json)), force=True)
-      if preempted:
-        mngr.wait_until_finished()
-        logging.info("Preemption signal: saved %s/%d; exiting", mngr.directory, state.step)
-        break
+    state = loop.restore_newest(
+        loop.model_config(config), ckpt,
+        lambda step: _restore(ckpt, step, config, workdir), workdir)
+    state = state or rl_train.initial_state(config, init)
+    steps = rl_train.RLSteps(config, env, init, state)
+  except BaseException:
+    ckpt.close()
+    raise
+  try:
+    return loop.drive(_Program(steps), state, state.step, ckpt, workdir=workdir,
+                      total_steps=t.steps, ckpt_every=t.ckpt_every,
+                      console_every=t.log_every, model_cfg=loop.model_config(config),
+                      run_config=config.to_dict())
   finally:
-    stop.restore()
-    writer.close()
-    mngr.close()
-  return records
+    steps.close()

@@ -1,10 +1,12 @@
 """Orbax checkpoints of a training run: state, data-iterator position and config.
 
-Layout: `<workdir>/checkpoints/<step>/{state,data,config}`. `state` is the `TrainState`
-pytree (params, optimizer state, router bias, step, PRNG key) written by orbax's
-`StandardSave` (tensorstore, exact bytes); `data` is the grain iterator position, one JSON
-file per process (grain's orbax handler; its state is taken when `save` is called);
-`config` is the resolved `ModelConfig` plus the run config, JSON. Saves are
+Layout: `<workdir>/checkpoints/<step>/{state,data,config}`. `state` is the program's array
+pytree (supervised: the `TrainState` — params, optimizer state, router bias, step, PRNG key;
+RL: params, optimizer state, EMA teacher) written by orbax's `StandardSave` (tensorstore,
+exact bytes); `data` is where the program's data stands: a grain iterator position, one JSON
+file per process (grain's orbax handler; its state is taken when `save` is called), or a
+JSON-able dict (RL: the task generator's state); `config` is the resolved `ModelConfig` plus the
+run config, JSON. Saves are
 asynchronous (training continues while files are written), keep the newest `keep`
 checkpoints, and are atomic (orbax writes a temporary directory and renames it on commit),
 so an interrupted save never leaves a half-written step behind.
@@ -131,7 +133,7 @@ def _quiet_failed_saves() -> None:
 
 
 class Checkpointer:
-  """Saves and restores `(TrainState, data-iterator state, config)` under a workdir."""
+  """Saves and restores `(state arrays, data state, config)` under a workdir."""
 
   def __init__(self, workdir: str, *, keep: int):
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
@@ -152,10 +154,11 @@ class Checkpointer:
     """True when the JAX distributed runtime has a preemption notice (multi-host jobs)."""
     return self._mngr.reached_preemption(step)
 
-  def save(self, step: int, state: Any, data_iterator: grain.DatasetIterator,
+  def save(self, step: int, state: Any, data: grain.DatasetIterator | dict,
            model_cfg: ModelConfig, run_config: dict) -> None:
-    """Starts an asynchronous save; `state` and the iterator position are captured before
-    it returns, so training may go on (and donate `state`'s buffers) right away.
+    """Starts an asynchronous save; `state` and the data position (a grain iterator, or a
+    JSON-able dict) are captured before it returns, so training may go on (and donate
+    `state`'s buffers) right away.
 
     Raises:
       CheckpointSaveError: too little free space for this checkpoint, or an earlier
@@ -163,10 +166,11 @@ class Checkpointer:
     """
     self._check_free_space(step, state)
     config = {"model": model_cfg.to_dict(), "run": run_config}
+    data_args = (ocp.args.JsonSave(data) if isinstance(data, dict)
+                 else grain.checkpoint.CheckpointSave(data))
     with self._save_errors(step):
       self._mngr.save(step, args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state),
-          data=grain.checkpoint.CheckpointSave(data_iterator),
+          state=ocp.args.StandardSave(state), data=data_args,
           config=ocp.args.JsonSave(config)), force=True)
 
   def _check_free_space(self, step: int, state: Any) -> None:
@@ -204,18 +208,37 @@ class Checkpointer:
           code, f"a checkpoint save in {self.directory} failed{when}: {root}; {self._intact()}")
       raise self._save_error from None
 
+  def saved_config(self, step: int) -> dict:
+    """`{'model': ModelConfig dict, 'run': run config dict}` a checkpoint was written with.
+
+    Raises:
+      CorruptCheckpointError: its config file does not read back.
+    """
+    try:
+      return self._mngr.restore(step, args=ocp.args.Composite(
+          config=ocp.args.JsonRestore()))["config"]
+    except Exception as e:
+      raise self._corrupt(step, e) from None
+
   def saved_model_config(self, step: int) -> ModelConfig:
     """The model config a checkpoint was written with.
 
     Raises:
       CorruptCheckpointError: its config file does not read back.
     """
+    return ModelConfig.from_dict(self.saved_config(step)["model"])
+
+  def restore_data(self, step: int) -> dict:
+    """The JSON data item of a checkpoint saved with a dict as `data`.
+
+    Raises:
+      CorruptCheckpointError: it does not read back.
+    """
     try:
-      restored = self._mngr.restore(
-          step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))
+      return self._mngr.restore(step, args=ocp.args.Composite(
+          data=ocp.args.JsonRestore()))["data"]
     except Exception as e:
       raise self._corrupt(step, e) from None
-    return ModelConfig.from_dict(restored["config"]["model"])
 
   def restore(self, step: int, abstract_state: Any,
               data_iterator: grain.DatasetIterator | None = None) -> Any:

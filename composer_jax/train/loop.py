@@ -1,10 +1,16 @@
-"""The training loop: `train(config, workdir)`.
+"""The training driver: `drive(program, ...)`, and the supervised program `train(config, workdir)`.
 
-Resumes from the newest checkpoint in `workdir` when there is one (bit-for-bit: params,
+`drive` runs any `Program` (supervised here, RL in `composer_jax.rl.run`) step by step with
+the same guarantees: metrics to the console, `metrics.jsonl` and TensorBoard (`metrics`);
+checkpoints through one `checkpointing.Checkpointer` every `ckpt_every` steps, at the end and
+on SIGTERM (or a multi-host preemption notice), after which it exits; a stop, without
+checkpointing, when the loss or the update becomes NaN/inf. Side effects live here and in the
+program's own host code, nowhere else.
+
+`train` resumes from the newest checkpoint in `workdir` when there is one (bit-for-bit: params,
 optimizer state, router bias, step, PRNG key and data-iterator position are all restored),
-else starts from `train.init_from` (an HF or imported checkpoint) or a random init.
-Side effects live here, nowhere else: checkpoints (`checkpointing`), metrics (`metrics`),
-SIGTERM handling. The config schema is documented in `experiments/configs/base.py`.
+else starts from `train.init_from` (an HF or imported checkpoint) or a random init. The config
+schema is documented in `experiments/configs/base.py`.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import math
 import signal
 import threading
 import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import jax
 import numpy as np
@@ -99,10 +107,11 @@ class _Evaluator:
     return total / max(count, 1.0)
 
 
-def _restore_newest(model_cfg, ckpt, progs, train_iter, workdir):
-  """The newest checkpoint that restores completely (moving `train_iter` to its position),
-  or None when there is none. Newer ones that do not restore are reported in one line each
-  and renamed aside (`Checkpointer.set_aside`); if none restores, all stay in place.
+def restore_newest(model_cfg, ckpt, restore, workdir):
+  """`restore(step)` of the newest checkpoint that restores completely, or None when there
+  is none. Newer ones that do not restore are reported in one line each and renamed aside
+  (`Checkpointer.set_aside`); if none restores, all stay in place. Every program resumes
+  through this (supervised: state and data-iterator position; RL: `rl.run`).
 
   Raises:
     CorruptCheckpointError: checkpoints exist but none restores.
@@ -113,7 +122,7 @@ def _restore_newest(model_cfg, ckpt, progs, train_iter, workdir):
     try:
       saved = ckpt.saved_model_config(step)
       checkpointing.check_same_model(saved, model_cfg, f"--workdir {workdir}")
-      state = ckpt.restore(step, progs.target, train_iter)
+      state = restore(step)
     except checkpointing.CorruptCheckpointError as e:
       corrupt.append((step, e))
       continue
@@ -131,7 +140,8 @@ def _restore_newest(model_cfg, ckpt, progs, train_iter, workdir):
 
 def _initial_state(config, model_cfg, ckpt, progs, train_iter, workdir):
   """The newest checkpoint that restores, else `train.init_from`, else a random init."""
-  state = _restore_newest(model_cfg, ckpt, progs, train_iter, workdir)
+  state = restore_newest(model_cfg, ckpt,
+                         lambda step: ckpt.restore(step, progs.target, train_iter), workdir)
   if state is not None:
     return state
   variables = None
@@ -139,6 +149,129 @@ def _initial_state(config, model_cfg, ckpt, progs, train_iter, workdir):
     variables = init_from.load(config.train.init_from, model_cfg,
                                {"params": progs.target.params, "router": progs.target.router})
   return progs.init(jax.random.PRNGKey(config.train.seed), variables)
+
+
+class Program(Protocol):
+  """One training program, as `drive` runs it."""
+
+  def step(self, state: Any, step: int) -> tuple[Any, dict]:
+    """Dispatches optimizer step `step + 1` from `state` -> (new state, metrics: device
+    scalars or Python floats; the driver fetches them only after the next step is dispatched,
+    so the host never waits on the device before queueing it)."""
+
+  def record(self, step: int, metrics: Callable[[], dict[str, float]],
+             state: Any) -> dict | None:
+    """The metrics record after step `step` (with 'step'), or None to log nothing.
+    `metrics()` fetches this step's metrics (blocking until it ran), checked finite."""
+
+  def checkpoint(self, state: Any) -> tuple[Any, Any]:
+    """(arrays pytree, data: a grain iterator or a JSON-able dict) that a checkpoint holds."""
+
+
+def _check_finite(metrics: dict[str, float], step: int, ckpt) -> None:
+  """NonFiniteLossError unless the loss (and the update, when logged) is finite."""
+  if all(math.isfinite(metrics[k]) for k in ("loss", "update_norm") if k in metrics):
+    return
+  last = ckpt.latest_step()
+  values = ", ".join(f"{k}={metrics[k]}" for k in ("loss", "grad_norm", "update_norm")
+                     if k in metrics)
+  raise NonFiniteLossError(
+      f"Non-finite training loss/update at step {step} ({values}); stopped without "
+      f"checkpointing it. Last good checkpoint: "
+      f"{f'{ckpt.directory}/{last}' if last is not None else 'none'}")
+
+
+class _Pending:
+  """One dispatched step's metrics, fetched (and checked finite) at most once."""
+
+  def __init__(self, step: int, device_metrics: dict, ckpt):
+    self._step, self._device, self._ckpt, self._fetched = step, device_metrics, ckpt, None
+
+  def __call__(self) -> dict[str, float]:
+    if self._fetched is None:
+      fetched = {k: float(v) for k, v in jax.device_get(self._device).items()}
+      _check_finite(fetched, self._step, self._ckpt)
+      self._fetched = fetched
+    return self._fetched
+
+
+def drive(program: Program, state: Any, step: int, ckpt: checkpointing.Checkpointer, *,
+          workdir: str, total_steps: int, ckpt_every: int, console_every: int,
+          model_cfg: ModelConfig, run_config: dict) -> list[dict]:
+  """Runs `program` from `state` after `step` steps up to `total_steps`; returns the records
+  written (every record goes to the files, every `console_every`-th step's to the console).
+  Closes `ckpt`.
+
+  Raises:
+    NonFiniteLossError: NaN/inf loss or update; checkpoints before it are intact.
+    CheckpointSaveError: a checkpoint could not be written (disk full, read-only).
+  """
+  # Metrics are global (every process computes the same values): process 0 writes them.
+  writer = MetricsWriter(workdir, total_steps, step) if jax.process_index() == 0 else None
+  stop = StopFlag()
+  records, pending = [], None
+  try:
+    while step < total_steps:
+      state, device_metrics = program.step(state, step)
+      if pending is not None:  # The previous step's, with this one already dispatched.
+        pending()
+      step += 1
+      pending = _Pending(step, device_metrics, ckpt)
+      record = program.record(step, pending, state)
+      if record is not None:
+        if writer:
+          writer.write(record, console=step % console_every == 0 or step == total_steps)
+        records.append(record)
+      preempted = stop.event.is_set() or ckpt.reached_preemption(step)
+      if step % ckpt_every == 0 or step == total_steps or preempted:
+        pending()  # Never checkpoint a non-finite state.
+        ckpt.save(step, *program.checkpoint(state), model_cfg, run_config)
+      if preempted:
+        ckpt.wait()
+        logging.info("Preemption signal: saved checkpoint %s/%d; exiting", ckpt.directory, step)
+        break
+  finally:
+    stop.restore()
+    if writer:
+      writer.close()
+    ckpt.close()
+  return records
+
+
+class _Supervised:
+  """The supervised `Program`: next-token loss on the config's data, periodic evaluation."""
+
+  def __init__(self, config, progs: programs_lib.Programs, train_iter):
+    self._t, self._progs, self._iter = config.train, progs, train_iter
+    self._evaluate = _Evaluator(config, progs)
+    self._window = (time.perf_counter(), 0)  # tokens/s since the last record
+
+  def step(self, state, step):
+    t = self._t
+    batch = _split_micro(next(self._iter), t.grad_accum)
+    if step + 1 == t.nan_at_step:  # Testing aid: a corrupt batch, same compiled program.
+      batch["loss_mask"] = batch["loss_mask"] * np.float32(np.nan)
+    state, metrics = self._progs.train_step(
+        state, placement.to_global(batch, self._progs.train_batch_sharding))
+    self._window = (self._window[0], self._window[1] + 1)
+    return state, metrics
+
+  def record(self, step, metrics, state):
+    t, record = self._t, {}
+    tokens_per_step = t.batch_size * t.seq_len
+    if step % t.log_every == 0 or step == t.steps:
+      start, steps = self._window
+      record.update(metrics(), tokens_per_s=steps * tokens_per_step / (time.perf_counter() - start))
+    if (t.eval_every and step % t.eval_every == 0) or step == t.steps:
+      record["eval_loss"] = self._evaluate(state)
+    if not record:
+      return None
+    # Eval and logging time stays out of the next tokens/s window.
+    self._window = (time.perf_counter(), 0)
+    return {"step": step, "tokens": step * tokens_per_step, **record}
+
+  def checkpoint(self, state):
+    return state, self._iter
 
 
 def train(config, workdir: str) -> list[dict]:
@@ -172,66 +305,6 @@ def train(config, workdir: str) -> list[dict]:
     ckpt.close()
     return []
 
-  evaluate = _Evaluator(config, progs)
-  # Metrics are global (every process computes the same values): process 0 writes them.
-  writer = MetricsWriter(workdir, t.steps, step) if jax.process_index() == 0 else None
-  stop = StopFlag()
-  tokens_per_step = t.batch_size * t.seq_len
-  run_config = config.to_dict()
-  records, window_start, window_steps = [], time.perf_counter(), 0
-  pending = None  # (step, device metrics) of the newest step, fetched after the next dispatch
-
-  def check(done_step, device_metrics):
-    """Fetches a step's metrics (blocks until it ran); raises on a non-finite loss/update."""
-    metrics = {k: float(v) for k, v in jax.device_get(device_metrics).items()}
-    if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["update_norm"])):
-      last = ckpt.latest_step()
-      raise NonFiniteLossError(
-          f"Non-finite training loss/update at step {done_step} (loss={metrics['loss']}, "
-          f"grad_norm={metrics['grad_norm']}, update_norm={metrics['update_norm']}); stopped "
-          f"without checkpointing it. Last good checkpoint: "
-          f"{f'{ckpt.directory}/{last}' if last is not None else 'none'}")
-    return metrics
-
-  try:
-    while step < t.steps:
-      batch = _split_micro(next(train_iter), t.grad_accum)
-      if step + 1 == t.nan_at_step:  # Testing aid: a corrupt batch, same compiled program.
-        batch["loss_mask"] = batch["loss_mask"] * np.float32(np.nan)
-      state, device_metrics = progs.train_step(
-          state, placement.to_global(batch, progs.train_batch_sharding))
-      # The previous step's metrics are fetched only now, with this step already dispatched,
-      # so the host never waits on the device before queueing the next step.
-      if pending is not None:
-        check(*pending)
-      step += 1
-      window_steps += 1
-      pending = (step, device_metrics)
-      record = {}
-      if step % t.log_every == 0 or step == t.steps:
-        elapsed = time.perf_counter() - window_start
-        record.update(check(*pending), tokens_per_s=window_steps * tokens_per_step / elapsed)
-      if (t.eval_every and step % t.eval_every == 0) or step == t.steps:
-        record["eval_loss"] = evaluate(state)
-      if record:
-        record = {"step": step, "tokens": step * tokens_per_step, **record}
-        if writer:
-          writer.write(record)
-        records.append(record)
-        # Eval and logging time stays out of the next tokens/s window.
-        window_start, window_steps = time.perf_counter(), 0
-      preempted = stop.event.is_set() or ckpt.reached_preemption(step)
-      if step % t.ckpt_every == 0 or step == t.steps or preempted:
-        check(*pending)  # Never checkpoint a non-finite state.
-        ckpt.save(step, state, train_iter, model_cfg, run_config)
-      if preempted:
-        ckpt.wait()
-        logging.info("Preemption signal: saved checkpoint %s/%d; exiting", ckpt.directory, step)
-        break
-  finally:
-    stop.restore()
-    if writer:
-      writer.close()
-    ckpt.close()
-  return records
-
+  return drive(_Supervised(config, progs, train_iter), state, step, ckpt, workdir=workdir,
+               total_steps=t.steps, ckpt_every=t.ckpt_every, console_every=1,
+               model_cfg=model_cfg, run_config=config.to_dict())

@@ -3,7 +3,8 @@
 Compiling the train step dominates short runs on CPU, so `programs(config, model_cfg)`
 returns the same jitted functions for the same model, optimizer, layout and loss settings:
 repeated `train()` calls in one process (LR sweeps that share an LR, tests, notebooks,
-resuming) compile once.
+resuming) compile once. Other programs over the same layout (the RL update,
+`composer_jax.rl.train`) are built from these by `extend` and kept in the same cache.
 """
 
 from __future__ import annotations
@@ -91,6 +92,22 @@ def programs(config, model_cfg: ModelConfig) -> Programs:
                    sort_keys=True, default=str)
   if key not in _cache:
     _cache[key] = _build(config, model_cfg)
+    while len(_cache) > _CACHE_SIZE:
+      _cache.popitem(last=False)
+  _cache.move_to_end(key)
+  return _cache[key]
+
+
+def extend(name: str, config, model_cfg: ModelConfig, settings: Any,
+           build: Callable[[Programs], Any]) -> Any:
+  """`build(programs(config, model_cfg))` — a program over the run's mesh, optimizer and
+  shardings (e.g. the RL update) — cached in the same cache, keyed by `name`, the run's
+  layout settings and `settings` (JSON-able: whatever else `build` depends on)."""
+  progs = programs(config, model_cfg)
+  key = json.dumps([name, settings, model_cfg.to_dict(), config.optim.to_dict(),
+                    config.mesh.to_dict(), config.rules.to_dict()], sort_keys=True, default=str)
+  if key not in _cache:
+    _cache[key] = build(progs)
     while len(_cache) > _CACHE_SIZE:
       _cache.popitem(last=False)
   _cache.move_to_end(key)

@@ -20,12 +20,16 @@ overridable as `--config.a.b=v`):
   'none' = off; `composer_jax.train.compile_cache`).
 * `mesh`, `rules`: the parallel layout (`composer_jax.parallel`); `layout` names it. The
   default 'single' is one device.
+* `rl`, `loss`: RL programs only (`composer_jax.rl.config`): sampling, batch shapes,
+  colocated/disaggregated mode; the RL + self-distillation loss. An RL program's steps, seed,
+  logging, checkpoints and optimizer are `train` and `optim` above.
 """
 
 import ml_collections
 
 from composer_jax import data
 from composer_jax.parallel.mesh import default_mesh_config
+from composer_jax.rl.config import rl_config, rl_loss_config
 from experiments.configs import layouts
 
 
@@ -63,5 +67,7 @@ def get_base_config() -> ml_collections.ConfigDict:
       "muon_scale": "consistent_rms", "grad_clip": 1.0,
   })
   c.data = data.default_config()
+  c.rl = rl_config()
+  c.loss = rl_loss_config()
   set_layout(c, "single")
   return c

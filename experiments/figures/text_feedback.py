@@ -39,7 +39,8 @@ LABELS = {"rl": "RL only (β = 0)", "sd": "RL + targeted SD (β = 1)"}
 CURVES = (("unavailable_rate", "calls to unavailable tools"), ("reward", "task reward"))
 SMOKE = {
   "warmup": dict(steps=2, batch_size=4, log_every=1),
-  "rl": dict(steps=2, groups=2, group_size=2, teacher_rows=4, log_every=1),
+  "train": dict(steps=2, log_every=1),
+  "rl": dict(groups=2, group_size=2, teacher_rows=4),
 }
 
 
@@ -47,12 +48,11 @@ def arm_config(arm: str, seed: int, smoke: bool):
   from experiments.configs import rl_tool_feedback
 
   c = rl_tool_feedback.get_config(arm)
-  c.seed = seed
+  c.train.seed = seed
   if smoke:
     for section, fields in SMOKE.items():
       c[section].update(fields)
     c.warmup.optim.update(dict(total_steps=c.warmup.steps, warmup_steps=1))
-    c.rl.optim.total_steps = c.rl.steps
   return c
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from composer_jax.envs.tools.env import EpisodeState, ToolTask
 from composer_jax.model import transformer
-from composer_jax.rl import losses, train
+from composer_jax.rl import losses, rollout
 from composer_jax.rl.config import rl_loss_config
 from composer_jax.rl.episodes import Episode, run_episodes
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
@@ -21,7 +21,7 @@ def test_sampled_episodes_are_deterministic_given_a_seed():
   config = rl_tool_feedback.get_config("sd")
   model_cfg, env = loop.model_config(config), program.make_env(config)
   variables = transformer.init(model_cfg, jax.random.key(0))
-  policy = train.make_policy(model_cfg, config.rl, env.stop_ids, env.pad_id)
+  policy = rollout.make_policy(model_cfg, config.rl, env.stop_ids, env.pad_id)
 
   def play(task_seed, key):
     rng = np.random.default_rng(task_seed)
@@ -56,7 +56,7 @@ def test_empty_teacher_batch_adds_nothing():
   hidden = jax.random.normal(kh, (2, 8, 4))
   head = jax.random.normal(kw, (4, 32))
   teacher = ((jax.random.normal(kt, (3, 8, 4)), head),)
-  empty = train._empty_teacher_batch(3, 8, 2)
+  empty = rollout.empty_teacher_batch(3, 8, 2)
   rl_only, _ = loss_fn(hidden, head, batch)
   both, metrics = loss_fn(hidden, head, batch, teacher, empty)
   np.testing.assert_allclose(both, rl_only, rtol=1e-6)

@@ -1,0 +1,118 @@
+"""The RL update under every named layout on 8 fake devices == the single-device update.
+
+The RL update (`rl.train.update_program`: policy forward on the trajectories, teacher forward
+on the teacher rows, RL + SD loss, optimizer) is built from the supervised trainer's programs,
+so each layout runs what the trainer does there: sharded Muon, expert-parallel MoE dispatch,
+context-parallel attention (`cp2_ep8`: rows in zig-zag order, slot positions remapped). The
+reference is the same config on one device.
+"""
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from composer_jax.model import transformer
+from composer_jax.optim import param_labels
+from composer_jax.parallel import rules as rules_lib
+from composer_jax.rl import mesh as rl_mesh
+from composer_jax.rl import train as rl_train
+from composer_jax.rl.teacher import DistillTarget, build_teacher_batch
+from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
+from composer_jax.train import loop
+from experiments.configs import base, layouts, rl_tool_feedback
+
+ROWS, L = 8, 16  # rows over up to 8 data shards; L divisible by 2 x context (4 in cp2_ep8)
+_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+TOL = 1e-5
+
+
+def _config(layout, optim="muon"):
+  c = rl_tool_feedback.get_config("sd")
+  c.rl.update(dict(groups=4, group_size=2, seq_len=L, teacher_seq_len=L, teacher_rows=ROWS))
+  c.optim.update(dict(name=optim, warmup_steps=0, weight_decay=0.1))  # step 0 moves every weight
+  if optim == "adamw":
+    # AdamW's first step, lr g / (|g| + eps), is ill-conditioned where |g| ~ eps: a small LR
+    # keeps its float32 summation-order differences under the absolute 1e-5.
+    c.optim.update(dict(lr=1e-4, adam_lr=1e-4))
+  c.loss.teacher = "frozen"
+  base.set_layout(c, layout)
+  if layout != "single" and dict(map(tuple, c.rules.expert))["experts"] == "expert":
+    c.model.overrides = {**c.model.overrides.to_dict(), "moe_dispatch": "expert_parallel"}
+  return c
+
+
+def _batches():
+  """A packed batch of 8 ragged trajectories (4 GRPO groups) and a teacher batch of 5 rows."""
+  rng = np.random.default_rng(0)
+  trajs = []
+  for i in range(ROWS):
+    turns = [Turn(rng.integers(3, 64, 4 + i % 3).tolist())]
+    for _ in range(1 + i % 2):
+      n = int(rng.integers(2, 4))
+      turns += [Turn(rng.integers(3, 64, n).tolist(), (-rng.random(n) - 0.1).tolist()),
+                Turn(rng.integers(3, 64, 2).tolist())]
+    trajs.append(Trajectory.from_turns(turns, float(rng.random()), i // 2))
+  batch = pack_batch(trajs, [L], batch_size=ROWS)
+  targets = [DistillTarget(i, 1, rng.integers(3, 64, 2).tolist()) for i in range(5)]
+  teacher = build_teacher_batch(trajs, batch, targets, buckets=[L], turn_buckets=[3],
+                                num_rows=ROWS)
+  return batch, teacher
+
+
+def _update(layout, init, optim="muon"):
+  """(metrics, new params, new opt_state, program) of one RL update under `layout`."""
+  config = _config(layout, optim)
+  model_cfg = loop.model_config(config)
+  prog = rl_train.update_program(config, model_cfg)
+  state = rl_train.initial_state(config, init)
+  batch, teacher = _batches()
+  batch_g = rl_mesh.place_batch(batch, prog.per_token)
+  teacher_g = rl_mesh.place_batch(teacher, prog.per_token, student_length=L)
+  shardings = jax.tree.map(lambda t: t.sharding, prog.progs.target.params)
+  frozen = (jax.device_put(init["params"], shardings),)
+  router = jax.device_put(init["router"], prog.replicated)
+  args = (state.params, state.opt_state, router, batch_g, frozen, teacher_g)
+  compiled = prog.update.lower(*args).compile(compiler_options=_FAST_COMPILE)
+  params, opt_state, metrics = compiled(*args)
+  return jax.device_get(metrics), params, opt_state, prog
+
+
+@pytest.fixture(scope="module")
+def init():
+  return jax.device_get(transformer.init(loop.model_config(_config("single")), jax.random.key(0)))
+
+
+@pytest.fixture(scope="module")
+def reference(init):
+  return {o: jax.device_get(_update("single", init, o)[:3]) for o in ("muon", "adamw")}
+
+
+@pytest.mark.slow  # ~15-30 s of CPU per layout (one compile of the sharded RL update)
+@pytest.mark.parametrize("layout,optim", [(name, "muon") for name in sorted(layouts.LAYOUTS)]
+                         + [("fsdp_ep", "adamw")])
+def test_rl_update_matches_single_device(init, reference, layout, optim):
+  want_metrics, want_params, want_opt = reference[optim]
+  metrics, params, opt_state, prog = _update(layout, init, optim)
+  assert want_metrics["num_distilled_tokens"] > 0 and want_metrics["sd_loss"] > 0
+  assert set(metrics) == set(want_metrics)
+  for k in want_metrics:
+    np.testing.assert_allclose(metrics[k], want_metrics[k], rtol=TOL, atol=1e-7, err_msg=k)
+  chex.assert_trees_all_close(jax.device_get(params), want_params, atol=TOL, rtol=TOL)
+  chex.assert_trees_all_close(jax.device_get(opt_state), want_opt, atol=TOL, rtol=TOL)
+  config = _config(layout, optim)
+  axes = transformer.logical_axes(loop.model_config(config))["params"]
+  # Muon weights: this step's change agrees to 1e-4 of its size (see tests/train/layouts_test).
+  for (path, new), ref, old, label in zip(
+      jax.tree_util.tree_leaves_with_path(jax.device_get(params)), jax.tree.leaves(want_params),
+      jax.tree.leaves(init["params"]), jax.tree.leaves(param_labels(config.optim, axes))):
+    if label == "muon":
+      np.testing.assert_allclose(new - old, ref - old, atol=1e-4 * np.abs(ref - old).max(),
+                                 rtol=0, err_msg=jax.tree_util.keystr(path))
+  # Shardings kept: params as the layout's logical-axis rules place them, optimizer state as
+  # the trainer's target.
+  expected = rules_lib.param_shardings(axes, prog.progs.mesh, config.rules)
+  for (path, x), s in zip(jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(expected)):
+    assert x.sharding.is_equivalent_to(s, x.ndim), (jax.tree_util.keystr(path), x.sharding, s)
+  for x, t in zip(jax.tree.leaves(opt_state), jax.tree.leaves(prog.progs.target.opt_state)):
+    assert x.sharding.is_equivalent_to(t.sharding, x.ndim)
