@@ -15,12 +15,13 @@ from __future__ import annotations
 import functools
 import operator
 
+import jax
 import numpy as np
 
 from composer_jax.rl import teacher_weights
 from composer_jax.rl import train as rl_train
 from composer_jax.rl.env import Env
-from composer_jax.train import checkpointing, loop
+from composer_jax.train import checkpointing, loop, placement
 from composer_jax.train.metrics import quiet_library_logs
 
 # Settings that decide the tree of a checkpointed RL state (optimizer state; EMA weights or not).
@@ -42,6 +43,8 @@ def validate(config) -> None:
   if r.max_staleness and r.mode != "disaggregated":
     raise ValueError(f"rl.max_staleness={r.max_staleness} needs rl.mode='disaggregated' "
                      "(colocated sampling is on-policy)")
+  n = placement.num_devices(config.mesh)
+  rl_train.sampler_devices(config, [d.id for d in jax.devices()[:n]])
 
 
 def _arrays(state: rl_train.RLState) -> dict:

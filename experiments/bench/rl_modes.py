@@ -1,0 +1,86 @@
+"""RL steps/s: colocated vs disaggregated (sampler and trainer on disjoint devices).
+
+    python -m experiments.bench.rl_modes [--steps=6] [--repeats=3] [--groups=8]
+
+Runs on 8 fake CPU devices (XLA_FLAGS set below, before jax is imported). The trainer runs the
+RL update of `rl_tool_feedback.py:rl` on devices 0-3 (layout fsdp, 4 devices). Colocated: the
+sampler samples on the same 4 devices, then the trainer trains. Disaggregated, staleness 1:
+the sampler samples batch k + 1 on devices 4-7 with the weights of step k while the trainer
+trains on batch k. At this size sampling (a host-driven episode loop, one decode call per turn)
+dominates the step, which is where overlapping it with training pays. Each repeat runs both
+modes (order alternating) for `--steps` timed steps after 2 untimed ones (compilation); prints
+per mode the median steps/s, the median sampling and training seconds per step, and the
+median over repeats of the ratio disaggregated / colocated (last line: `ratio=X`). The 8 fake
+devices share this machine's cores, so the two meshes also compete for the same CPUs.
+"""
+
+import os
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from composer_jax.model import transformer  # noqa: E402
+from composer_jax.rl import train as rl_train  # noqa: E402
+from composer_jax.train import loop  # noqa: E402
+from experiments.configs import rl_tool_feedback  # noqa: E402
+from experiments.tool_feedback import program  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("steps", 6, "Timed RL steps per mode and repeat (after 2 untimed ones).")
+flags.DEFINE_integer("repeats", 3, "Repeats (the median is reported).")
+flags.DEFINE_integer("groups", 8, "Tasks per step (x 4 episodes each).")
+
+_UNTIMED = 2
+
+
+def _config(mode: str):
+  c = rl_tool_feedback.get_config("rl,fsdp")
+  c.mesh.fsdp = 4
+  c.train.steps = _UNTIMED + FLAGS.steps
+  c.rl.update(dict(groups=FLAGS.groups, group_size=4, mode=mode,
+                   max_staleness=1 if mode == "disaggregated" else 0,
+                   sampler_devices=(4, 5, 6, 7) if mode == "disaggregated" else ()))
+  return c
+
+
+def _measure(mode: str, init) -> dict:
+  config = _config(mode)
+  rows, stamps = [], []
+  for row, _ in rl_train.rl_steps(config, program.make_env(config), init):
+    rows.append(row)
+    stamps.append(time.perf_counter())
+  timed = rows[_UNTIMED:]
+  return dict(steps_per_s=FLAGS.steps / (stamps[-1] - stamps[_UNTIMED - 1]),
+              sample_s=float(np.median([r["sampler/seconds"] for r in timed])),
+              train_s=float(np.median([r["train_seconds"] for r in timed])))
+
+
+def main(argv):
+  del argv
+  init = jax.device_get(transformer.init(loop.model_config(_config("colocated")),
+                                         jax.random.key(0)))
+  results = {"colocated": [], "disaggregated": []}
+  for i in range(FLAGS.repeats):
+    order = ("colocated", "disaggregated") if i % 2 == 0 else ("disaggregated", "colocated")
+    for mode in order:
+      results[mode].append(_measure(mode, init))
+      print(f"repeat {i} {mode}: {results[mode][-1]}", flush=True)
+  for mode, runs in results.items():
+    med = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+    print(f"{mode}: {med['steps_per_s']:.3f} steps/s (sampling {med['sample_s']:.2f} s, "
+          f"training {med['train_s']:.2f} s per step; median of {len(runs)})")
+  ratios = [d["steps_per_s"] / c["steps_per_s"]
+            for c, d in zip(results["colocated"], results["disaggregated"], strict=True)]
+  print(f"disaggregated / colocated steps/s, median of {len(ratios)} repeats: "
+        f"ratio={float(np.median(ratios)):.2f}")
+
+
+if __name__ == "__main__":
+  app.run(main)
