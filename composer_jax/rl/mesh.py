@@ -58,10 +58,10 @@ def place_batch(batch: dict[str, np.ndarray], per_token: NamedSharding,
   return out
 
 
-def moved_bytes(x: jax.Array, dst: NamedSharding) -> int:
+def moved_bytes(x: jax.Array | np.ndarray, dst: NamedSharding) -> int:
   """Bytes of `x` that resharding to `dst` copies between devices: every destination shard
-  that its device does not already hold with the same index."""
-  src = {d: idx for d, idx in x.sharding.devices_indices_map(x.shape).items()}
+  that its device does not already hold with the same index (all of them for a host array)."""
+  src = x.sharding.devices_indices_map(x.shape) if isinstance(x, jax.Array) else {}
   total = 0
   for d, idx in dst.devices_indices_map(x.shape).items():
     if src.get(d) != idx:

@@ -97,7 +97,7 @@ def test_rl_update_matches_single_device(init, reference, layout, optim):
   assert want_metrics["num_distilled_tokens"] > 0 and want_metrics["sd_loss"] > 0
   assert set(metrics) == set(want_metrics)
   for k in want_metrics:
-    np.testing.assert_allclose(metrics[k], want_metrics[k], rtol=TOL, atol=1e-7, err_msg=k)
+    np.testing.assert_allclose(metrics[k], want_metrics[k], rtol=TOL, atol=1e-6, err_msg=k)
   chex.assert_trees_all_close(jax.device_get(params), want_params, atol=TOL, rtol=TOL)
   chex.assert_trees_all_close(jax.device_get(opt_state), want_opt, atol=TOL, rtol=TOL)
   config = _config(layout, optim)

@@ -15,7 +15,7 @@ from composer_jax.rl import run as rl_run
 from composer_jax.rl import train as rl_train
 from composer_jax.train import loop
 from experiments.configs import rl_tool_feedback
-from experiments.tool_feedback import program
+from tests.rl.toy_env import ToyEnv
 
 STEPS = 3
 TRAINER = 4  # devices 0-3 (layout fsdp, mesh.fsdp=4); the sampler's are 4-7 when disaggregated
@@ -26,7 +26,8 @@ def _config(mode="colocated", staleness=0):
   c.mesh.fsdp = TRAINER
   c.train.steps = STEPS
   c.optim.lr = c.optim.adam_lr = 1e-2  # large steps: stale weights sample differently
-  c.rl.update(dict(groups=2, group_size=2, teacher_rows=4, mode=mode, max_staleness=staleness,
+  c.rl.update(dict(groups=2, group_size=2, seq_len=8, prompt_len=4, teacher_seq_len=16,
+                   teacher_rows=4, mode=mode, max_staleness=staleness,
                    sampler_devices=(4, 5, 6, 7) if mode == "disaggregated" else ()))
   return c
 
@@ -35,7 +36,7 @@ def _run(config):
   """(per-step rows without wall-clock times, final params) of RL from a random init."""
   init = jax.device_get(transformer.init(loop.model_config(config), jax.random.key(0)))
   rows, states = [], []
-  for row, state in rl_train.rl_steps(config, program.make_env(config), init):
+  for row, state in rl_train.rl_steps(config, ToyEnv(), init):
     rows.append({k: v for k, v in row.items() if "seconds" not in k and "bytes" not in k})
     states.append(state)
   return rows, jax.device_get(states[-1].params)
@@ -85,9 +86,9 @@ def test_bad_mode_settings_are_one_line(change, message):
 def test_trajectory_longer_than_the_sampler_cache_is_one_line():
   config = _config()
   config.mesh.fsdp = 1
-  config.rl.prompt_len = 10  # the first turn alone has 14 tokens or more
+  config.rl.prompt_len = 2  # the first turn has 3 tokens
   init = jax.device_get(transformer.init(loop.model_config(config), jax.random.key(0)))
-  with pytest.raises(ValueError, match=r"an episode history has \d+ tokens > prompt_len 10; "
+  with pytest.raises(ValueError, match=r"an episode history has \d+ tokens > prompt_len 2; "
                                        r"raise prompt_len") as e:
-    rl_train.train(config, program.make_env(config), init)
+    rl_train.train(config, ToyEnv(), init)
   assert "\n" not in str(e.value)
