@@ -98,7 +98,8 @@ def update_program(config, model_cfg: ModelConfig) -> UpdateProgram:
     dense = progs.mesh.dense
     return UpdateProgram(
       progs=progs,
-      update=jax.jit(context_mesh.with_mesh(progs.mesh, update), out_shardings=out),
+      update=jax.jit(context_mesh.with_mesh(progs.mesh, config.rules, update),
+                     out_shardings=out),
       per_token=progs.eval_batch_sharding,
       replicated=NamedSharding(dense, PartitionSpec()))
 
