@@ -30,10 +30,11 @@ from ml_collections import config_flags
 
 from composer_jax.parallel import distributed
 from composer_jax.train import loop, workdir_lock
+from experiments.coding import program as coding
 from experiments.tool_feedback import program as tool_feedback
 
 # RL experiment programs, by environment name (`config.env.name`).
-RL_PROGRAMS = {"tools": tool_feedback.run}
+RL_PROGRAMS = {"tools": tool_feedback.run, "coding": coding.run}
 
 
 def _rl(config, workdir: str):

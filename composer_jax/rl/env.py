@@ -16,6 +16,8 @@ as sampled or sent, never re-tokenized (`rl.trajectory`).
     pad_id, stop_ids                          padding id; the ids that end a model turn
     step_many(states, model_turn_ids)         optional: `step` of many episodes at once (e.g.
                                               concurrently on workers; `rl.episodes`)
+    state_dict() / load_state_dict(d)         optional: JSON-able state of the env itself that
+                                              checkpoints keep (e.g. a curriculum; `rl.run`)
 
 Episode states have a `done` attribute.
 """

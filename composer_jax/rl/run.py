@@ -6,8 +6,9 @@ RL steps (`rl.train.RLSteps`) on an environment (`rl.env.Env`) from initial vari
 `train.checkpointing.Checkpointer` every `train.ckpt_every` steps, at the end and on SIGTERM;
 a stop on a NaN/inf loss; a run started again in the same workdir resumes bit-for-bit from its
 newest checkpoint. Checkpoint `<workdir>/checkpoints/<step>/`: `state` = params, optimizer
-state, EMA teacher (if any); `data` = the task generator's bit-generator state (JSON);
-`config` = model config + run config.
+state, EMA teacher (if any); `data` = {'rng': the task generator's bit-generator state, 'env':
+the environment's own state if it has one (`env.state_dict()`, e.g. a curriculum's pass
+rates; restored with `env.load_state_dict`)} (JSON); `config` = model config + run config.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _arrays(state: rl_train.RLState) -> dict:
   return tree if state.ema is None else {**tree, "ema": state.ema}
 
 
-def _restore(ckpt, step: int, config, workdir: str) -> rl_train.RLState:
+def _restore(ckpt, step: int, config, workdir: str, env: Env) -> rl_train.RLState:
   saved = ckpt.saved_config(step)
   for path in _STATE_KEYS:
     was, now = (functools.reduce(operator.getitem, path, c) for c in (saved["run"], config))
@@ -65,16 +66,19 @@ def _restore(ckpt, step: int, config, workdir: str) -> rl_train.RLState:
   if config.loss.teacher == "ema":
     target["ema"] = teacher_weights.EmaState(prog.progs.target.params)
   arrays = ckpt.restore(step, target)
+  data = ckpt.restore_data(step)
   rng = np.random.default_rng()
-  rng.bit_generator.state = ckpt.restore_data(step)
+  rng.bit_generator.state = data["rng"]
+  if hasattr(env, "load_state_dict"):
+    env.load_state_dict(data["env"])
   return rl_train.RLState(step, arrays["params"], arrays["opt_state"], arrays.get("ema"), rng)
 
 
 class _Program:
   """The RL `train.loop.Program`: one `RLSteps` call per step."""
 
-  def __init__(self, steps: rl_train.RLSteps):
-    self._steps = steps
+  def __init__(self, steps: rl_train.RLSteps, env: Env):
+    self._steps, self._env = steps, env
 
   def step(self, state, step):
     del step  # state.step
@@ -84,8 +88,9 @@ class _Program:
     return {**metrics(), "step": step}
 
   def checkpoint(self, state):
-    # The generator state is read now: the next step advances the same generator.
-    return _arrays(state), state.rng.bit_generator.state
+    # Both are read now: the next step advances the same generator and environment.
+    env = self._env.state_dict() if hasattr(self._env, "state_dict") else {}
+    return _arrays(state), {"rng": state.rng.bit_generator.state, "env": env}
 
 
 def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
@@ -106,14 +111,14 @@ def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
   try:
     state = loop.restore_newest(
         loop.model_config(config), ckpt,
-        lambda step: _restore(ckpt, step, config, workdir), workdir)
+        lambda step: _restore(ckpt, step, config, workdir, env), workdir)
     state = state or rl_train.initial_state(config, init)
     steps = rl_train.RLSteps(config, env, init, state)
   except BaseException:
     ckpt.close()
     raise
   try:
-    return loop.drive(_Program(steps), state, state.step, ckpt, workdir=workdir,
+    return loop.drive(_Program(steps, env), state, state.step, ckpt, workdir=workdir,
                       total_steps=t.steps, ckpt_every=t.ckpt_every,
                       console_every=t.log_every, model_cfg=loop.model_config(config),
                       run_config=config.to_dict())

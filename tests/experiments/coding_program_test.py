@@ -1,0 +1,71 @@
+"""rl_coding end to end on the CI mini project's tasks: RL steps on coding episodes with a tiny
+random policy, and a bit-exact resume (`experiments/coding/program.py`, `rl.run`)."""
+
+import os
+
+import pytest
+
+from composer_jax.envs.coding import task as task_lib
+from composer_jax.train.metrics import read_metrics
+from experiments.coding import program
+from experiments.configs import rl_coding
+from tests.envs.coding.conftest import mini_gen, mini_root  # noqa: F401 (fixtures)
+from tests.envs.coding.mini_project import requires_sandbox
+
+pytestmark = requires_sandbox
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def tasks_file(mini_gen, tmp_path_factory):  # noqa: F811
+  path = tmp_path_factory.mktemp("tasks") / "tasks.jsonl"
+  task_lib.write_jsonl(path, mini_gen[1])
+  return str(path)
+
+
+def _config(tasks_file, cache, steps=STEPS):
+  c = rl_coding.get_config("cpu")
+  c.env.tasks = tasks_file
+  c.env.curriculum.min_rollouts = 2
+  c.train.update(steps=steps, ckpt_every=1, compile_cache_dir=str(cache))
+  c.optim.total_steps = STEPS  # one LR schedule for runs stopped early and resumed
+  # CI size: 2 layers, two tools (a ~1.1k-token first prompt in byte tokens), short turns.
+  c.model.overrides.update(num_layers=2)
+  c.env.tools = ("edit", "submit")
+  c.rl.update(seq_len=1536, prompt_len=1536, teacher_seq_len=1792, max_new_tokens=16)
+  return c
+
+
+def _comparable(records):
+  return [{k: v for k, v in r.items() if "seconds" not in k and k != "grading_s"}
+          for r in records]
+
+
+@pytest.mark.slow
+def test_rl_coding_steps_and_resumes_bit_for_bit(tasks_file, tmp_path):
+  cache = tmp_path / "cache"
+  full_dir = str(tmp_path / "full")
+  full = program.run(_config(tasks_file, cache), full_dir)
+  assert [r["step"] for r in full] == [1, 2]
+  assert _comparable(read_metrics(full_dir)) == _comparable(full)
+  for r in full:  # episodes were sampled, graded and flagged; the update ran
+    assert r["tokens_per_episode"] > 1000 and r["turns_per_episode"] >= 1
+    assert r["flagged_turns"] >= 1 and r["num_model_tokens"] > 0 and r["grad_norm"] > 0
+  assert full[-1]["curriculum/retired"] >= 1  # never solved after 2 rollouts: retired
+  split_dir = str(tmp_path / "split")
+  first = program.run(_config(tasks_file, cache, steps=1), split_dir)
+  second = program.run(_config(tasks_file, cache), split_dir)
+  assert sorted(os.listdir(os.path.join(split_dir, "checkpoints"))) == ["1", "2"]
+  assert _comparable(first + second) == _comparable(full)
+
+
+def test_bad_task_file_and_tokenizer_are_one_line(tmp_path):
+  c = rl_coding.get_config("cpu")
+  (tmp_path / "empty.jsonl").write_text("")
+  for tasks, match in (("", "is not a file"), (str(tmp_path / "empty.jsonl"), "holds no tasks")):
+    c.env.tasks = tasks
+    with pytest.raises(ValueError, match=match):
+      program.make_env(c, str(tmp_path))
+  c.env.tokenizer = str(tmp_path / "missing.tiktoken")
+  with pytest.raises(ValueError, match="neither 'byte' nor an existing tiktoken file"):
+    program.load_tokenizer(c, str(tmp_path))
