@@ -71,7 +71,7 @@ def test_episode_metrics_by_hand():
   states = [
     EpisodeState(task, calls=2, unavailable_calls=1, model_turns=3, answered=True, done=True),
     EpisodeState(task, calls=2, unavailable_calls=0, model_turns=3, done=True),
-    EpisodeState(task, calls=0, model_turns=1, answered=True, done=True),
+    EpisodeState(task, calls=0, model_turns=1, answered=True, verbose_answer=True, done=True),
   ]
   rewards = [1.0, 0.0, 0.0]
   episodes = [
@@ -80,7 +80,8 @@ def test_episode_metrics_by_hand():
   ]
   m = program.make_env(rl_tool_feedback.get_config("sd")).episode_metrics(episodes)
   assert m == dict(
-    reward=1 / 3, unavailable_rate=1 / 4, calls_per_episode=4 / 3, model_turns_per_episode=7 / 3
+    reward=1 / 3, unavailable_rate=1 / 4, verbose_rate=1 / 2, calls_per_episode=4 / 3,
+    model_turns_per_episode=7 / 3
   )
 
 
