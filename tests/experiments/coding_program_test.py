@@ -2,10 +2,12 @@
 random policy, and a bit-exact resume (`experiments/coding/program.py`, `rl.run`)."""
 
 import os
+import shutil
 
 import pytest
 
 from composer_jax.envs.coding import task as task_lib
+from composer_jax.train import checkpointing
 from composer_jax.train.metrics import read_metrics
 from experiments.coding import program
 from experiments.configs import rl_coding
@@ -52,11 +54,17 @@ def test_rl_coding_steps_and_resumes_bit_for_bit(tasks_file, tmp_path):
     assert r["tokens_per_episode"] > 1000 and r["turns_per_episode"] >= 1
     assert r["flagged_turns"] >= 1 and r["num_model_tokens"] > 0 and r["grad_norm"] > 0
   assert full[-1]["curriculum/retired"] >= 1  # never solved after 2 rollouts: retired
-  split_dir = str(tmp_path / "split")
-  first = program.run(_config(tasks_file, cache, steps=1), split_dir)
-  second = program.run(_config(tasks_file, cache), split_dir)
-  assert sorted(os.listdir(os.path.join(split_dir, "checkpoints"))) == ["1", "2"]
-  assert _comparable(first + second) == _comparable(full)
+  # A run stopped after step 1: the full run's directory without the step-2 checkpoint.
+  split_dir = tmp_path / "split"
+  shutil.copytree(full_dir, split_dir)
+  shutil.rmtree(split_dir / "checkpoints" / "2")
+  ckpt = checkpointing.Checkpointer(str(split_dir), keep=2)
+  saved = ckpt.restore_data(1)["env"]["curriculum"]  # the env's state rides in the checkpoint
+  ckpt.close()
+  assert sum(v["rollouts"] for v in saved["stats"].values()) == 4  # step 1: 2 groups x 2
+  resumed = program.run(_config(tasks_file, cache), str(split_dir))
+  assert sorted(os.listdir(split_dir / "checkpoints")) == ["1", "2"]
+  assert _comparable(resumed) == _comparable(full[1:])  # same episodes, losses, curriculum
 
 
 def test_bad_task_file_and_tokenizer_are_one_line(tmp_path):
