@@ -33,7 +33,7 @@ from composer_jax.envs.coding import agent_env, agent_feedback, agent_tools
 from composer_jax.envs.coding.split import project_of
 from composer_jax.envs.coding.task import Task
 from composer_jax.model.config import ModelConfig
-from composer_jax.rl import train as rl_train
+from composer_jax.rl import rollout
 from composer_jax.rl.episodes import run_episodes
 
 matplotlib.use("Agg")  # Files only: no display on a cluster or in CI.
@@ -105,7 +105,7 @@ def evaluate(tasks: Sequence[Task], model_cfg: ModelConfig, variables: dict, tok
   sampling = ml_collections.ConfigDict(dict(max_new_tokens=cfg.max_turn_tokens,
                                             temperature=cfg.temperature, top_p=cfg.top_p))
   stop_ids = (tokenizer.special_tokens["<|im_end|>"],)
-  policy = rl_train.make_policy(model_cfg, sampling, stop_ids, tokenizer.pad_id)
+  policy = rollout.make_policy(model_cfg, sampling, stop_ids, tokenizer.pad_id)
   variables = jax.tree.map(jax.numpy.asarray, variables)
   return play(tasks, lambda *a: policy(variables, *a), tokenizer, cfg, workers)
 
