@@ -3,6 +3,9 @@
     make_env(config, workdir)  `envs.coding.agent_env.CodingEnv` over the tasks of
                                `config.env.tasks` (a make_tasks JSONL), with the tokenizer of
                                `config.env.tokenizer` and the feedback kinds of `config.rl`
+    harder_variants(config, workdir)
+                               `env.source`'s task generator, prepared once, as the
+                               curriculum's `harder` callback (None without a source)
     initial_variables(config)  {'params', 'router'}: `train.init_from` (an imported HF
                                checkpoint) or a random init
     run(config, workdir)       RL steps (`rl.run.run`: metrics, checkpoints with the
@@ -13,11 +16,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import jax
 
 from composer_jax.data import tokenizer as tokenizer_lib
-from composer_jax.envs.coding import agent_env, agent_tools, sandbox, task
+from composer_jax.envs.coding import agent_env, agent_tools, generator, sandbox, sources, task
 from composer_jax.rl import run as rl_run
 from composer_jax.rl import train as rl_train
 from composer_jax.train import init_from, loop
@@ -49,6 +54,23 @@ def load_tasks(path: str) -> list[task.Task]:
   return tasks
 
 
+def harder_variants(config, workdir: str):
+  """`generator.Generator.harder` over `env.source` (a project directory, sdist or pinned
+  `name==version`: where the tasks came from; `env.source_options`: `generator.Config` fields,
+  as the tasks were made), or None when it is ''. Its baseline and coverage
+  map are cached under `<workdir>/generator`, so a resumed run makes the same variants."""
+  if not config.env.source:
+    return None
+  work = Path(workdir) / "generator"
+  shutil.rmtree(work / "src", ignore_errors=True)  # resolve() copies the source here afresh
+  work.mkdir(parents=True, exist_ok=True)
+  cfg = generator.Config(seed=config.train.seed, **config.env.source_options.to_dict())
+  gen = generator.Generator(sources.resolve(config.env.source, work), work, cfg,
+                            cache=work / "cache")
+  gen.prepare()
+  return gen.harder
+
+
 def make_env(config, workdir: str) -> agent_env.CodingEnv:
   e, r = config.env, config.rl
   tok = load_tokenizer(config, workdir)
@@ -69,7 +91,7 @@ def make_env(config, workdir: str) -> agent_env.CodingEnv:
     load_tasks(e.tasks), tok, budget=budget, tools=tuple(e.tools),
     max_turn_tokens=r.max_new_tokens, feedback_kinds=tuple(r.feedback_kinds),
     feedback_options=r.feedback_options.to_dict(), workers=e.workers, backend=e.backend,
-    curriculum=curriculum,
+    curriculum=curriculum, harder=harder_variants(config, workdir) if curriculum else None,
   )
 
 

@@ -22,7 +22,9 @@ with the full tool set, long turns and the episode workers on Ray (`ray.init()` 
 $RAY_ADDRESS). The config is an overlay on `base.py`'s schema; `env` is this program's own:
 tasks (JSONL), tokenizer, tools, max_turns, wall_s, output_chars, command_s (a command's wall
 clock), workers/backend (`workers.Pool` for episode steps), curriculum (`TaskPool` options;
-min_rollouts 0 = off).
+min_rollouts 0 = off), source (the tasks' project: its generator makes harder variants of
+tasks solved more often than easy_rate; '' = none) and source_options (its `generator.Config`
+fields, as the tasks were made).
 """
 
 import ml_collections
@@ -51,6 +53,8 @@ def get_config(arg=None):
       workers=1,
       backend="local",
       curriculum=dict(min_rollouts=8, easy_rate=0.8, max_active=0),
+      source="",
+      source_options={},
     )
   )
   c.model.overrides = {"vocab_size": 512, "max_position_embeddings": 4096}

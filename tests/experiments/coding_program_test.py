@@ -77,3 +77,14 @@ def test_bad_task_file_and_tokenizer_are_one_line(tmp_path):
   c.env.tokenizer = str(tmp_path / "missing.tiktoken")
   with pytest.raises(ValueError, match="neither 'byte' nor an existing tiktoken file"):
     program.load_tokenizer(c, str(tmp_path))
+
+
+def test_source_gives_the_curriculum_harder_variants(mini_root, mini_gen, tmp_path):  # noqa: F811
+  c = rl_coding.get_config("cpu")
+  assert program.harder_variants(c, str(tmp_path)) is None
+  c.env.source = str(mini_root)
+  c.env.source_options = {"baseline_runs": 1, "max_f2p_fraction": 0.7}  # as conftest made them
+  harder = program.harder_variants(c, str(tmp_path))
+  hypot = next(t for t in mini_gen[1] if t.features[0]["qualname"] == "hypot_scaled")
+  (variant,) = harder(hypot)  # hypot_scaled + a related feature of the same module
+  assert len(variant.features) == 2 and set(hypot.FAIL_TO_PASS) < set(variant.FAIL_TO_PASS)
