@@ -20,6 +20,14 @@ def rl_config() -> ml_collections.ConfigDict:
   c.top_p = 1.0
   c.teacher_seq_len = 48  # teacher rows: prefix + hint + turn
   c.teacher_rows = 64  # flagged turns beyond this are dropped (and counted)
+  # Teacher rows hold only hint + turn over the student's prefix KV cache (`rl.teacher`): the
+  # teacher's cost grows with hint + turn, not with the trajectory. teacher_seq_len is then
+  # the extension length (1 + hint + turn).
+  c.teacher_prefix_reuse = False
+  # K epochs of M minibatches per batch (`rl.epochs`, PPO): ratio pi_theta / pi_old != 1 after
+  # the first update, so the clip acts; 1 x 1 = one update per batch (ratio 1).
+  c.epochs = 1
+  c.minibatches = 1
   # 'colocated': sample then train on the same devices; 'disaggregated': a sampler thread on
   # `sampler_devices` (disjoint from the trainer's mesh) samples batch k + 1 while the trainer
   # trains on batch k, with weights at most `max_staleness` steps old (`rl.rollout`).

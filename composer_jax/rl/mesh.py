@@ -34,6 +34,7 @@ def place_batch(batch: dict[str, np.ndarray], per_token: NamedSharding,
   """Host batch -> global arrays. `per_token`: the `[rows, L]` sharding (rows over data
   axes, L over `context`); other arrays are split over rows only.
 
+  Every process passes the whole batch (the same on every process) and keeps its own rows.
   Per-token arrays are those shaped like `batch['tokens']`. With context parallelism
   (`context` > 1) they are put in zig-zag order, and slot positions are remapped to match:
   `slot_teacher_pos` into this batch's rows, `slot_student_pos` into the student rows of
@@ -49,12 +50,31 @@ def place_batch(batch: dict[str, np.ndarray], per_token: NamedSharding,
     if v.shape == np.shape(batch["tokens"]):
       if cp > 1:
         v = context.zigzag(v, cp, axis=1)
-      out[k] = jax.make_array_from_process_local_data(per_token, v)
+      out[k] = jax.make_array_from_process_local_data(per_token, v, v.shape)
       continue
     if cp > 1 and slot_lengths.get(k) is not None:
       # Original position p sits at zig-zag slot argsort(order)[p].
       v = np.argsort(context.zigzag_order(slot_lengths[k], cp))[v].astype(v.dtype)
-    out[k] = jax.make_array_from_process_local_data(rows_only, v)
+    out[k] = jax.make_array_from_process_local_data(rows_only, v, v.shape)
+  return out
+
+
+def select_rows(batch: dict[str, jax.Array], rows: jax.Array, per_token: NamedSharding
+                ) -> dict[str, jax.Array]:
+  """Rows `rows [R]` of a batch placed by `place_batch` (jittable: a minibatch), laid out as
+  `place_batch` lays out a batch when R splits over the row shards (else as XLA propagates).
+  Rows are gathered whole, so a context-parallel zig-zag order of the columns is kept."""
+  row_axes = per_token.spec[0]
+  row_axes = () if row_axes is None else (row_axes,) if isinstance(row_axes, str) else row_axes
+  shards = math.prod(per_token.mesh.shape[a] for a in row_axes)
+  rows_only = NamedSharding(per_token.mesh, PartitionSpec(per_token.spec[0]))
+  out = {}
+  for k, v in batch.items():
+    picked = v[rows]
+    if rows.shape[0] % shards == 0:
+      picked = jax.lax.with_sharding_constraint(
+          picked, per_token if v.shape == batch["tokens"].shape else rows_only)
+    out[k] = picked
   return out
 
 

@@ -57,11 +57,15 @@ class Rollout:
   rng_state: dict
 
 
-def empty_teacher_batch(rows: int, length: int, slots: int) -> dict[str, np.ndarray]:
+def empty_teacher_batch(rows: int, length: int, slots: int, reuse_prefix: bool = False
+                        ) -> dict[str, np.ndarray]:
   """A teacher batch of padding rows only (all slot_mask 0): the SD term and its gradient are 0,
-  so steps without flagged turns run the same compiled update."""
+  so steps without flagged turns run the same compiled update (with `reuse_prefix`, the
+  prefix-reuse layout's, `prefix_len` included)."""
   i32 = lambda *s: np.zeros(s, np.int32)
+  extra = {"prefix_len": i32(rows)} if reuse_prefix else {}
   return dict(
+    **extra,
     tokens=i32(rows, length),
     targets=i32(rows, length),
     positions=i32(rows, length),
@@ -147,9 +151,10 @@ class Sampler:
       teacher_batch = (
         build_teacher_batch(trajs, batch, kept, buckets=[r.teacher_seq_len],
                             turn_buckets=[r.max_new_tokens], num_rows=r.teacher_rows,
-                            pad_id=env.pad_id)
+                            pad_id=env.pad_id, reuse_prefix=r.teacher_prefix_reuse)
         if kept
-        else empty_teacher_batch(r.teacher_rows, r.teacher_seq_len, r.max_new_tokens)
+        else empty_teacher_batch(r.teacher_rows, r.teacher_seq_len, r.max_new_tokens,
+                                 r.teacher_prefix_reuse)
       )
     row["sampler/seconds"] = time.perf_counter() - t0
     return Rollout(step, self._version, episodes, batch, teacher_batch, row, rng_state)

@@ -19,7 +19,7 @@ import operator
 import jax
 import numpy as np
 
-from composer_jax.rl import teacher_weights
+from composer_jax.rl import epochs, teacher_weights
 from composer_jax.rl import train as rl_train
 from composer_jax.rl.env import Env
 from composer_jax.train import checkpointing, loop, placement
@@ -44,6 +44,10 @@ def validate(config) -> None:
   if r.max_staleness and r.mode != "disaggregated":
     raise ValueError(f"rl.max_staleness={r.max_staleness} needs rl.mode='disaggregated' "
                      "(colocated sampling is on-policy)")
+  try:
+    epochs.validate(r.epochs, r.minibatches, r.groups * r.group_size)
+  except ValueError as e:
+    raise ValueError(f"rl.{e}") from None
   n = placement.num_devices(config.mesh)
   rl_train.sampler_devices(config, [d.id for d in jax.devices()[:n]])
 

@@ -34,7 +34,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 from composer_jax.parallel import context_mesh
-from composer_jax.rl import losses, teacher_weights
+from composer_jax.rl import epochs as epochs_lib
+from composer_jax.rl import losses, teacher, teacher_weights
 from composer_jax.rl import mesh as rl_mesh
 from composer_jax.rl import rollout as rollout_lib
 from composer_jax.rl.env import Env
@@ -44,11 +45,18 @@ MODES = ("colocated", "disaggregated")
 
 
 def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTransformation):
-  """`update(params, opt_state, router, batch, teacher_params, teacher_batch)` ->
-  (params, opt_state, metrics), not jitted. `teacher_params` =
+  """(`update`, `old_policy`), not jitted.
+
+  `update(params, opt_state, router, batch, teacher_params, teacher_batch)` ->
+  (params, opt_state, metrics): one optimizer step on `batch`. `teacher_params` =
   `teacher_weights.teacher_variables(...)` (a tuple of param trees) and `teacher_batch` from
-  `build_teacher_batch`, or both None (RL only)."""
+  `build_teacher_batch` (full rows, or extension rows over the student's prefix cache:
+  `teacher.teacher_hidden`), or both None (RL only).
+  `old_policy(params, router, batch)` -> {'old_logprobs' [B, L], 'advantage' [B]}: what K
+  minibatch epochs hold fixed (`losses.make_old_policy_fn`).
+  """
   loss_fn = losses.make_loss_fn(loss_cfg)
+  old_policy_fn = losses.make_old_policy_fn(loss_cfg)
 
   def hidden(params, router, b):
     h, _ = transformer.forward(model_cfg, {"params": params, "router": router}, b["tokens"],
@@ -56,14 +64,16 @@ def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTrans
     return h
 
   def objective(params, router, batch, teacher_params, teacher_batch):
-    teacher = None
+    teacher_out = None
     if teacher_batch is not None:
-      teacher = tuple(
+      teacher_out = tuple(
         jax.lax.stop_gradient(
-          (hidden(p, router, teacher_batch), transformer.output_head(model_cfg, p)))
+          (teacher.teacher_hidden(model_cfg, {"params": p, "router": router}, batch,
+                                  teacher_batch),
+           transformer.output_head(model_cfg, p)))
         for p in teacher_params)
     return loss_fn(hidden(params, router, batch), transformer.output_head(model_cfg, params),
-                   batch, teacher, teacher_batch)
+                   batch, teacher_out, teacher_batch)
 
   def update(params, opt_state, router, batch, teacher_params=None, teacher_batch=None):
     (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(
@@ -72,16 +82,25 @@ def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTrans
     metrics["grad_norm"] = optax.tree.norm(grads)
     return optax.apply_updates(params, updates), opt_state, metrics
 
-  return update
+  def old_policy(params, router, batch):
+    return old_policy_fn(hidden(params, router, batch),
+                         transformer.output_head(model_cfg, params), batch)
+
+  return update, old_policy
 
 
 class UpdateProgram(NamedTuple):
   """The RL update on the run's mesh. `progs`: the run's `train.programs.Programs` (mesh,
-  optimizer, `target` shardings, `init`); `update`: jitted `make_update`; `per_token`: the
-  `[rows, L]` batch sharding; `replicated`: for the router bias."""
+  optimizer, `target` shardings, `init`); `update`: jitted `make_update` on a whole batch;
+  `minibatch_update(params, opt_state, router, batch, rows [B / M], staleness [B / M],
+  teacher_params, teacher_batch)`: the same on the batch's rows `rows` (`rl.mesh.select_rows`;
+  the teacher batch restricted to them); `old_policy`: jitted; `per_token`: the `[rows, L]`
+  batch sharding; `replicated`: for the router bias."""
 
   progs: programs.Programs
   update: Any
+  minibatch_update: Any
+  old_policy: Any
   per_token: NamedSharding
   replicated: NamedSharding
 
@@ -91,19 +110,62 @@ def update_program(config, model_cfg: ModelConfig) -> UpdateProgram:
   loss_cfg = ml_collections.FrozenConfigDict(config.loss)
 
   def build(progs: programs.Programs) -> UpdateProgram:
-    update = make_update(model_cfg, loss_cfg, progs.optimizer)
+    update, old_policy = make_update(model_cfg, loss_cfg, progs.optimizer)
+    per_token = progs.eval_batch_sharding
+
+    def minibatch_update(params, opt_state, router, batch, rows, staleness, teacher_params,
+                         teacher_batch):
+      mini = dict(rl_mesh.select_rows(batch, rows, per_token), staleness=staleness)
+      if teacher_batch is not None:
+        teacher_batch = teacher.restrict_to_rows(teacher_batch, rows)
+      return update(params, opt_state, router, mini, teacher_params, teacher_batch)
+
     target = progs.target
     out = (jax.tree.map(lambda t: t.sharding, target.params),
            jax.tree.map(lambda t: t.sharding, target.opt_state), None)
-    dense = progs.mesh.dense
+    on_mesh = lambda f, **kw: jax.jit(context_mesh.with_mesh(progs.mesh, config.rules, f), **kw)
     return UpdateProgram(
       progs=progs,
-      update=jax.jit(context_mesh.with_mesh(progs.mesh, config.rules, update),
-                     out_shardings=out),
-      per_token=progs.eval_batch_sharding,
-      replicated=NamedSharding(dense, PartitionSpec()))
+      update=on_mesh(update, out_shardings=out),
+      minibatch_update=on_mesh(minibatch_update, out_shardings=out),
+      old_policy=on_mesh(old_policy),
+      per_token=per_token,
+      replicated=NamedSharding(progs.mesh.dense, PartitionSpec()))
 
   return programs.extend("rl_update", config, model_cfg, config.loss.to_dict(), build)
+
+
+def epoch_updates(prog: UpdateProgram, params, opt_state, router, batch: dict,
+                  teacher_params_fn, teacher_batch: dict | None, *, epochs: int,
+                  minibatches: int, key: jax.Array, staleness: int):
+  """K epochs of M minibatch updates on one batch (`rl.epochs.run_epochs`, PPO's convention):
+  pi_old and the advantages from `prog.old_policy` at `params`, held fixed; the truncated
+  importance weight min(pi_old / pi_sampler, C) against the batch's behaviour log-probs.
+
+  Args:
+    batch, teacher_batch: on the trainer's mesh (`rl.mesh.place_batch`).
+    teacher_params_fn: params -> `teacher_weights.teacher_variables` of the current params.
+    staleness: optimizer updates between the weights that sampled the batch and `params`.
+
+  Returns:
+    (params, opt_state, metrics: name -> `[K * M]` array in update order).
+  """
+  batch = {**batch, **prog.old_policy(params, router, batch)}
+  rows = np.shape(batch["valid"])[0]
+  index = {"rows": np.arange(rows, dtype=np.int32),
+           "staleness": np.full((rows,), staleness, np.int32)}
+
+  def update_fn(carry, mini):
+    p, o = carry
+    teacher_params = None if teacher_batch is None else teacher_params_fn(p)
+    p, o, metrics = prog.minibatch_update(p, o, router, batch, np.asarray(mini["rows"]),
+                                          np.asarray(mini["staleness"]), teacher_params,
+                                          teacher_batch)
+    return (p, o), metrics
+
+  (params, opt_state), history = epochs_lib.run_epochs(
+    update_fn, (params, opt_state), index, epochs=epochs, minibatches=minibatches, key=key)
+  return params, opt_state, history
 
 
 @dataclasses.dataclass
@@ -183,6 +245,7 @@ class RLSteps:
         max_staleness=config.rl.max_staleness)
       self._async.push(state.params, state.step)
     self._sampler = sampler
+    self._epoch_key = jax.random.fold_in(jax.random.key(config.train.seed), 2)  # minibatch order
 
   def __call__(self, state: RLState) -> tuple[RLState, dict]:
     t0 = time.perf_counter()
@@ -196,22 +259,35 @@ class RLSteps:
     rng = np.random.default_rng()
     rng.bit_generator.state = roll.rng_state
     batch = rl_mesh.place_batch(roll.batch, self._prog.per_token)
-    teacher_params = teacher_batch = None
+    teacher_batch = None
     if roll.teacher_batch is not None:
       teacher_batch = rl_mesh.place_batch(roll.teacher_batch, self._prog.per_token,
                                           student_length=r.seq_len)
-      teacher_params = teacher_weights.teacher_variables(
-        loss_cfg, state.params, ema=state.ema, initial=self._initial)
+    teachers = lambda params: teacher_weights.teacher_variables(
+      loss_cfg, params, ema=state.ema, initial=self._initial)
     t1 = time.perf_counter()
-    params, opt_state, metrics = self._prog.update(
-      state.params, state.opt_state, self._router, batch, teacher_params, teacher_batch)
+    if r.epochs * r.minibatches == 1:  # one update on the batch: pi_old = pi_theta, ratio 1
+      params, opt_state, metrics = self._prog.update(
+        state.params, state.opt_state, self._router, batch,
+        None if teacher_batch is None else teachers(state.params), teacher_batch)
+      metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    else:
+      updates = r.epochs * r.minibatches
+      params, opt_state, history = epoch_updates(
+        self._prog, state.params, state.opt_state, self._router, batch, teachers,
+        teacher_batch, epochs=r.epochs, minibatches=r.minibatches,
+        key=jax.random.fold_in(self._epoch_key, state.step),
+        staleness=(roll.step - roll.version) * updates)
+      metrics = {k: float(v.max() if k.endswith("_max") else v.mean())
+                 for k, v in history.items() if k not in ("epoch", "minibatch")}
+      metrics.update(updates=float(updates), loss_last=float(history["loss"][-1]))
     ema = state.ema
     if ema is not None:
       ema = teacher_weights.ema_update(ema, params, loss_cfg.ema_rate)
     if self._async is not None:
       self._async.push(params, state.step + 1)
     row = dict(step=state.step, **roll.row, staleness=float(roll.step - roll.version))
-    row.update({k: float(v) for k, v in jax.device_get(metrics).items()})
+    row.update(metrics)
     row.update({"train_seconds": time.perf_counter() - t1, "seconds": time.perf_counter() - t0})
     return RLState(state.step + 1, params, opt_state, ema, rng), row
 

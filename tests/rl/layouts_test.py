@@ -42,8 +42,8 @@ def _config(layout, optim="muon"):
   return c
 
 
-def _batches():
-  """A packed batch of 8 ragged trajectories (4 GRPO groups) and a teacher batch of 5 rows."""
+def _episodes():
+  """8 ragged trajectories (4 GRPO groups) and 5 distillation targets."""
   rng = np.random.default_rng(0)
   trajs = []
   for i in range(ROWS):
@@ -53,10 +53,16 @@ def _batches():
       turns += [Turn(rng.integers(3, 64, n).tolist(), (-rng.random(n) - 0.1).tolist()),
                 Turn(rng.integers(3, 64, 2).tolist())]
     trajs.append(Trajectory.from_turns(turns, float(rng.random()), i // 2))
+  return trajs, [DistillTarget(i, 1, rng.integers(3, 64, 2).tolist()) for i in range(5)]
+
+
+def _batches(reuse_prefix=False):
+  """The packed batch and the teacher batch of `_episodes` (with `reuse_prefix`, extension
+  rows of 1 + hint + turn <= 6 tokens over the student's prefix cache)."""
+  trajs, targets = _episodes()
   batch = pack_batch(trajs, [L], batch_size=ROWS)
-  targets = [DistillTarget(i, 1, rng.integers(3, 64, 2).tolist()) for i in range(5)]
-  teacher = build_teacher_batch(trajs, batch, targets, buckets=[L], turn_buckets=[3],
-                                num_rows=ROWS)
+  teacher = build_teacher_batch(trajs, batch, targets, buckets=[8 if reuse_prefix else L],
+                                turn_buckets=[3], num_rows=ROWS, reuse_prefix=reuse_prefix)
   return batch, teacher
 
 
