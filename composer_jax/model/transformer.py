@@ -9,9 +9,10 @@ axis), so compile time does not grow with depth. The output head is not applied 
 Decoding (`decode`) runs the same modules with a `kv_cache` and explicit positions.
 
 Public API (SPEC): `Transformer`, `init`, `forward`, `decode`, `output_head`, `logical_axes`,
-`param_counts`.
+`shapes`, `param_counts`.
 """
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -163,9 +164,24 @@ def _boxed_init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
   return {"params": variables["params"], "router": variables.get("router", {})}
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
+  return nn.meta.unbox(_boxed_init(cfg, key))
+
+
 def init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
-  """Fresh unboxed variables `{'params': P, 'router': R}` (tree in SPEC)."""
-  return jax.jit(lambda k: nn.meta.unbox(_boxed_init(cfg, k)))(key)
+  """Fresh unboxed variables `{'params': P, 'router': R}` (tree in SPEC).
+
+  One jitted function for every call (`cfg` static): a second init of the same config and
+  key type, e.g. inside the trainer's init program after `abstract_state`, reuses the trace.
+  """
+  return _init(cfg, key)
+
+
+@functools.lru_cache(maxsize=16)
+def _boxed_shapes(cfg: ModelConfig) -> dict[str, Any]:
+  """`_boxed_init`'s tree of `nn.Partitioned(ShapeDtypeStruct, names)`, traced once per cfg."""
+  return jax.eval_shape(lambda: _boxed_init(cfg, jax.random.key(0)))
 
 
 def logical_axes(cfg: ModelConfig) -> dict[str, Any]:
@@ -174,9 +190,14 @@ def logical_axes(cfg: ModelConfig) -> dict[str, Any]:
   Built with `jax.eval_shape` (no allocation). Use `is_leaf=lambda x: isinstance(x,
   tuple)` when mapping over it together with the variables.
   """
-  boxed = jax.eval_shape(lambda: _boxed_init(cfg, jax.random.key(0)))
-  return jax.tree.map(lambda p: tuple(p.names), boxed,
+  return jax.tree.map(lambda p: tuple(p.names), _boxed_shapes(cfg),
                       is_leaf=lambda x: isinstance(x, nn.Partitioned))
+
+
+def shapes(cfg: ModelConfig) -> dict[str, Any]:
+  """Tree like `init(cfg, key)` of `jax.ShapeDtypeStruct`s (no allocation; one trace per cfg,
+  shared with `logical_axes`)."""
+  return nn.meta.unbox(_boxed_shapes(cfg))
 
 
 def param_counts(cfg: ModelConfig) -> tuple[int, int]:
@@ -190,11 +211,11 @@ def param_counts(cfg: ModelConfig) -> tuple[int, int]:
   671.0B / 37.6B (report: 671B / 37B) and Kimi-K2 1.026T / 32.9B (report: 1.04T /
   32.6B); leaving the input embedding out of "active" would give 36.6B / 31.7B.
   """
-  shapes = jax.eval_shape(lambda: init(cfg, jax.random.key(0)))["params"]
-  total = sum(x.size for x in jax.tree.leaves(shapes))
+  params = shapes(cfg)["params"]
+  total = sum(x.size for x in jax.tree.leaves(params))
   inactive = 0
   if cfg.num_moe_layers:
-    routed = sum(x.size for x in jax.tree.leaves(shapes["moe_layers"]["moe"]["experts"]))
+    routed = sum(x.size for x in jax.tree.leaves(params["moe_layers"]["moe"]["experts"]))
     e = cfg.n_routed_experts
     inactive = routed // e * (e - cfg.num_experts_per_tok)
   return int(total), int(total - inactive)

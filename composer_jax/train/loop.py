@@ -241,10 +241,14 @@ def drive(program: Program, state: Any, step: int, ckpt: checkpointing.Checkpoin
 class _Supervised:
   """The supervised `Program`: next-token loss on the config's data, periodic evaluation."""
 
-  def __init__(self, config, progs: programs_lib.Programs, train_iter):
+  def __init__(self, config, progs: programs_lib.Programs, train_iter, start: float):
     self._t, self._progs, self._iter = config.train, progs, train_iter
     self._evaluate = _Evaluator(config, progs)
     self._window = (time.perf_counter(), 0)  # tokens/s since the last record
+    # `train`'s start (perf_counter) until the run's first step has run: tracing and
+    # compiling, or loading compiled programs from the cache, restoring, that step. Put in
+    # the first train record as `startup_s`.
+    self._start, self._startup = start, None
 
   def step(self, state, step):
     t = self._t
@@ -253,6 +257,9 @@ class _Supervised:
       batch["loss_mask"] = batch["loss_mask"] * np.float32(np.nan)
     state, metrics = self._progs.train_step(
         state, placement.to_global(batch, self._progs.train_batch_sharding))
+    if self._start is not None:  # the run's first step: waits for it once, to time it
+      jax.block_until_ready(metrics)
+      self._startup, self._start = time.perf_counter() - self._start, None
     self._window = (self._window[0], self._window[1] + 1)
     return state, metrics
 
@@ -262,6 +269,8 @@ class _Supervised:
     if step % t.log_every == 0 or step == t.steps:
       start, steps = self._window
       record.update(metrics(), tokens_per_s=steps * tokens_per_step / (time.perf_counter() - start))
+      if self._startup is not None:
+        record["startup_s"], self._startup = self._startup, None
     if (t.eval_every and step % t.eval_every == 0) or step == t.steps:
       record["eval_loss"] = self._evaluate(state)
     if not record:
@@ -286,6 +295,7 @@ def train(config, workdir: str) -> list[dict]:
     CheckpointSaveError: a checkpoint could not be written (disk full, read-only).
     NonFiniteLossError: NaN/inf loss or update; checkpoints before it are intact.
   """
+  start = time.perf_counter()
   validate(config)
   quiet_library_logs()
   t = config.train
@@ -305,6 +315,6 @@ def train(config, workdir: str) -> list[dict]:
     ckpt.close()
     return []
 
-  return drive(_Supervised(config, progs, train_iter), state, step, ckpt, workdir=workdir,
+  return drive(_Supervised(config, progs, train_iter, start), state, step, ckpt, workdir=workdir,
                total_steps=t.steps, ckpt_every=t.ckpt_every, console_every=1,
                model_cfg=model_cfg, run_config=config.to_dict())

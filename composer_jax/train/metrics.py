@@ -2,7 +2,9 @@
 
 Each record is a flat dict of scalars with `step` (optimizer steps done) and `tokens`
 (training tokens consumed so far). Train records carry `loss`, `grad_norm`, `lr`, `tokens_per_s`,
-`moe/*` and `update_rms/*`; eval records carry `eval_loss`.
+`moe/*` and `update_rms/*`; eval records carry `eval_loss`. The run's first train record also
+carries `startup_s`: seconds from `train.loop.train`'s start until its first step's metrics
+reached the host (tracing and compiling, or loading compiled programs from the cache).
 
 `metrics.jsonl` holds every step once, whatever killed the run: each record is one `write`
 of one line (a kill leaves at most a torn last line), and a resumed run first moves aside
@@ -109,9 +111,9 @@ class MetricsWriter:
     if os.path.exists(path):
       _move_aside(path, start_step)
     self._jsonl = open(path, "ab", buffering=0)  # One os.write per record: no torn lines.
-    from tensorboardX import SummaryWriter  # Imports torch (~1.5 s): only when writing.
-
-    self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    self._tb_dir = os.path.join(workdir, "tensorboard")
+    self._tb = None  # Made at the first record: tensorboardX imports torch (~3 s), which
+    # would otherwise delay the first step.
     self._total = total_steps
     self._start_step = start_step
     self._start_time = time.time()
@@ -121,6 +123,10 @@ class MetricsWriter:
     """`record`: {'step': int, 'tokens': int, name: float, ...}; every record goes to the
     files, and to the console unless `console` is False."""
     self._jsonl.write((json.dumps(record) + "\n").encode())
+    if self._tb is None:
+      from tensorboardX import SummaryWriter
+
+      self._tb = SummaryWriter(self._tb_dir)
     for k, v in record.items():
       if k != "step":
         self._tb.add_scalar(k, v, record["step"])
@@ -144,4 +150,5 @@ class MetricsWriter:
 
   def close(self) -> None:
     self._jsonl.close()
-    self._tb.close()
+    if self._tb is not None:
+      self._tb.close()

@@ -59,7 +59,7 @@ def _build(config, model_cfg: ModelConfig) -> Programs:
   dm = placement.build_mesh(config.mesh, model_cfg, t.seq_len)
   axes = transformer.logical_axes(model_cfg)["params"]
   # Param shardings first: on a multi-device mesh the optimizer runs the sharded Muon on them.
-  param_shapes = jax.eval_shape(lambda: transformer.init(model_cfg, jax.random.key(0)))["params"]
+  param_shapes = transformer.shapes(model_cfg)["params"]
   optimizer = build_optimizer(
       config.optim, axes, rules_lib.param_shardings(axes, dm, config.rules, shapes=param_shapes))
   abstract = abstract_state(model_cfg, optimizer, jax.ShapeDtypeStruct((2,), "uint32"))

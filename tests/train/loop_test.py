@@ -47,6 +47,7 @@ def test_metrics_files(full_run):
               "tokens_per_s", "moe/load_max_over_mean", "moe/router_entropy",
               "update_rms/muon", "update_rms/adamw"}
   assert expected <= set(lines[0])
+  assert lines[0]["startup_s"] > 0 and not any("startup_s" in r for r in lines[1:])
   assert "eval_loss" in lines[2] and "eval_loss" in lines[-1]
   assert lines[-1]["tokens"] == TOTAL_STEPS * 4 * 32
   assert lines == json.loads(json.dumps(records))
