@@ -6,8 +6,9 @@ Runs on 8 fake CPU devices (XLA_FLAGS set below, before jax is imported). The tr
 RL update of `rl_tool_feedback.py:rl` on devices 0-3 (layout fsdp, 4 devices). Colocated: the
 sampler samples on the same 4 devices, then the trainer trains. Disaggregated, staleness 1:
 the sampler samples batch k + 1 on devices 4-7 with the weights of step k while the trainer
-trains on batch k. At this size sampling (a host-driven episode loop, one decode call per turn)
-dominates the step, which is where overlapping it with training pays. Each repeat runs both
+trains on batch k. Overlapping pays where sampling (a host-driven episode loop, one decode
+call per turn) dominates the step; on 2 shared CPU cores at --groups=8 the two take about as
+long (README: measured ratio 0.89, median of 3). Each repeat runs both
 modes (order alternating) for `--steps` timed steps after 2 untimed ones (compilation); prints
 per mode the median steps/s, the median sampling and training seconds per step, and the
 median over repeats of the ratio disaggregated / colocated (last line: `ratio=X`). The 8 fake
