@@ -18,6 +18,9 @@ as sampled or sent, never re-tokenized (`rl.trajectory`).
                                               concurrently on workers; `rl.episodes`)
     state_dict() / load_state_dict(d)         optional: JSON-able state of the env itself that
                                               checkpoints keep (e.g. a curriculum; `rl.run`)
+    probe_set(rng, count, *, seq_len, teacher_seq_len, turn_len)
+                                              optional: `count` held-out flagged contexts
+                                              (`rl.probes.build_probe_set`), for `rl.probe_count`
 
 Episode states have a `done` attribute.
 """

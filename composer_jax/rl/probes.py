@@ -114,7 +114,7 @@ def probe_metrics(
 
 
 def make_probe_fn(model_cfg: ModelConfig, loss_cfg: ml_collections.ConfigDict) -> Callable:
-  """Jitted `probe(params, router, teacher_params, probe) -> metrics` (`probe_metrics`):
+  """`probe(params, router, teacher_params, probe) -> metrics` (`probe_metrics`; jit it):
   forwards of the current `params` on the probe's student and hinted rows and of each teacher
   weight set (`teacher_weights.teacher_variables`) on the hinted rows."""
   cfg = ml_collections.FrozenConfigDict(loss_cfg)
@@ -123,7 +123,6 @@ def make_probe_fn(model_cfg: ModelConfig, loss_cfg: ml_collections.ConfigDict) -
     return transformer.forward(model_cfg, {"params": params, "router": router}, b["tokens"],
                                segment_ids=b["segment_ids"], positions=b["positions"])[0]
 
-  @jax.jit
   def probe(params, router, teacher_params, probe_set):
     tb = probe_set["teacher_batch"]
     teacher = tuple((hidden(p, router, tb), transformer.output_head(model_cfg, p))

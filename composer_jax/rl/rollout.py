@@ -5,7 +5,9 @@
 config) through `rl.episodes.run_episodes` with key `fold_in(key, k)`; the trajectories packed
 (`rl.trajectory.pack_batch`, one static length); the environment's feedback (`Env.feedback`)
 flags faulty model turns with hints, and with sd_coef > 0 they become the teacher batch
-(`rl.teacher.build_teacher_batch`, `teacher_rows` rows: extra targets are dropped and counted).
+(`rl.teacher.build_teacher_batch`, `teacher_rows` rows: extra targets are dropped and counted);
+with `loss.turn_penalty` > 0 they mark the tokens the per-turn penalty acts on
+(`batch['flagged_mask']`, `rl.trajectory.turn_token_mask`).
 It samples with the weights last given to `Sampler.push`, which reshards them from the training
 layout to the sampling layout (`rl.mesh.SamplerMesh`).
 
@@ -37,7 +39,7 @@ from composer_jax.rl.env import Env, distill_targets
 from composer_jax.rl.episodes import Episode, run_episodes
 from composer_jax.rl.mesh import SamplerMesh
 from composer_jax.rl.teacher import build_teacher_batch
-from composer_jax.rl.trajectory import pack_batch
+from composer_jax.rl.trajectory import pack_batch, turn_token_mask
 
 
 @dataclasses.dataclass
@@ -144,6 +146,9 @@ class Sampler:
     advantages.check_groups(batch["group_index"], batch["valid"], rows)
     targets = distill_targets(env, episodes)
     row = dict(**env.episode_metrics(episodes), flagged_turns=len(targets))
+    if self._config.loss.turn_penalty > 0:
+      batch["flagged_mask"] = turn_token_mask(batch, [(t.trajectory_index, t.turn)
+                                                      for t in targets])
     teacher_batch = None
     if self._config.loss.sd_coef > 0:
       kept = targets[: r.teacher_rows]

@@ -37,6 +37,9 @@ def validate(config) -> None:
                "teacher_rows", "max_new_tokens"):
     if r[name] < 1:
       raise ValueError(f"rl.{name}={r[name]} must be >= 1")
+  if r.probe_count < 0 or r.probe_every < 1:
+    raise ValueError(f"rl.probe_count={r.probe_count} must be >= 0 (0 = off) and "
+                     f"rl.probe_every={r.probe_every} >= 1")
   if r.max_staleness < 0:
     raise ValueError(f"rl.max_staleness={r.max_staleness} must be >= 0 (0 = on-policy)")
   if r.mode not in rl_train.MODES:

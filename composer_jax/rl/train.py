@@ -10,7 +10,10 @@
     RLSteps(config, env, init, state)
         one RL step per call: a batch from the sampler (`rl.rollout`: colocated, or a
         disaggregated sampler thread on its own devices), placed on the trainer's mesh
-        (`rl.mesh.place_batch`), one update; the EMA teacher then moves towards the new params.
+        (`rl.mesh.place_batch`), one update; the EMA teacher then moves towards the new params;
+        every `rl.probe_every` steps the probes (`rl.probes`, with `rl.probe_count` > 0) on the
+        environment's held-out `probe_set`, against this arm's teacher kind. With
+        `loss.log_term_grads` the update also logs the RL and SD gradient norms and cosine.
         `train` runs all steps in memory, `rl.run` through the training driver.
 The router bias is not trained during RL (it has no gradient and RL has no router-count
 update). Both arms of an experiment see the same tasks and sampling keys for the same seed
@@ -25,6 +28,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
@@ -35,7 +39,7 @@ from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 from composer_jax.parallel import context_mesh
 from composer_jax.rl import epochs as epochs_lib
-from composer_jax.rl import losses, teacher, teacher_weights
+from composer_jax.rl import losses, probes, teacher, teacher_weights
 from composer_jax.rl import mesh as rl_mesh
 from composer_jax.rl import rollout as rollout_lib
 from composer_jax.rl.env import Env
@@ -75,9 +79,26 @@ def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTrans
     return loss_fn(hidden(params, router, batch), transformer.output_head(model_cfg, params),
                    batch, teacher_out, teacher_batch)
 
+  def _term_grads(params, router, batch, teacher_params, teacher_batch):
+    """Total gradient and metrics with `probes.term_grad_stats` of the RL part (loss minus
+    sd_coef * SD) and the SD term: one forward, two backward passes."""
+
+    def terms(p):
+      loss, metrics = objective(p, router, batch, teacher_params, teacher_batch)
+      sd = metrics.get("sd_loss", jnp.zeros_like(loss))
+      return jnp.stack([loss - loss_cfg.sd_coef * sd, sd]), metrics
+
+    _, vjp, metrics = jax.vjp(terms, params, has_aux=True)
+    (g_rl,), (g_sd,) = vjp(jnp.array([1.0, 0.0])), vjp(jnp.array([0.0, 1.0]))
+    metrics.update(probes.term_grad_stats(g_rl, g_sd))
+    return jax.tree.map(lambda a, b: a + loss_cfg.sd_coef * b, g_rl, g_sd), metrics
+
   def update(params, opt_state, router, batch, teacher_params=None, teacher_batch=None):
-    (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(
-      params, router, batch, teacher_params, teacher_batch)
+    if loss_cfg.log_term_grads:
+      grads, metrics = _term_grads(params, router, batch, teacher_params, teacher_batch)
+    else:
+      (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(
+        params, router, batch, teacher_params, teacher_batch)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     metrics["grad_norm"] = optax.tree.norm(grads)
     return optax.apply_updates(params, updates), opt_state, metrics
@@ -168,6 +189,17 @@ def epoch_updates(prog: UpdateProgram, params, opt_state, router, batch: dict,
   return params, opt_state, history
 
 
+def probe_program(config, model_cfg: ModelConfig):
+  """The (cached, like the update) jitted probe of `config` on its layout:
+  `rl.probes.make_probe_fn`."""
+
+  def build(progs: programs.Programs):
+    fn = probes.make_probe_fn(model_cfg, config.loss)
+    return jax.jit(context_mesh.with_mesh(progs.mesh, config.rules, fn))
+
+  return programs.extend("rl_probe", config, model_cfg, config.loss.to_dict(), build)
+
+
 @dataclasses.dataclass
 class RLState:
   """What an RL run carries from one step to the next, i.e. what a checkpoint holds.
@@ -246,6 +278,21 @@ class RLSteps:
       self._async.push(state.params, state.step)
     self._sampler = sampler
     self._epoch_key = jax.random.fold_in(jax.random.key(config.train.seed), 2)  # minibatch order
+    self._probe = None
+    r = config.rl
+    if r.probe_count > 0:
+      if not hasattr(env, "probe_set"):
+        raise ValueError(f"rl.probe_count={r.probe_count} needs an environment with "
+                         f"probe_set(...) (rl.env); {type(env).__name__} has none: set "
+                         "rl.probe_count=0")
+      held_out = env.probe_set(np.random.default_rng([config.train.seed, 2]), r.probe_count,
+                               seq_len=r.seq_len, teacher_seq_len=r.teacher_seq_len,
+                               turn_len=r.max_new_tokens)
+      self._probe_set = dict(
+        batch=rl_mesh.place_batch(held_out["batch"], self._prog.per_token),
+        teacher_batch=rl_mesh.place_batch(held_out["teacher_batch"], self._prog.per_token,
+                                          student_length=r.seq_len))
+      self._probe = probe_program(config, model_cfg)
 
   def __call__(self, state: RLState) -> tuple[RLState, dict]:
     t0 = time.perf_counter()
@@ -288,6 +335,13 @@ class RLSteps:
       self._async.push(params, state.step + 1)
     row = dict(step=state.step, **roll.row, staleness=float(roll.step - roll.version))
     row.update(metrics)
+    done = state.step + 1
+    if self._probe is not None and (done % r.probe_every == 0 or done == self._config.train.steps):
+      # The probe teacher is this arm's teacher kind (also for arms without the SD term).
+      probe_teacher = teacher_weights.teacher_variables(loss_cfg, params, ema=ema,
+                                                        initial=self._initial)
+      row.update({k: float(v) for k, v in jax.device_get(self._probe(
+        params, self._router, probe_teacher, self._probe_set)).items()})
     row.update({"train_seconds": time.perf_counter() - t1, "seconds": time.perf_counter() - t0})
     return RLState(state.step + 1, params, opt_state, ema, rng), row
 

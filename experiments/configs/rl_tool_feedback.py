@@ -10,76 +10,99 @@ resume through the shared driver: `experiments/tool_feedback/program.py`, `compo
 
 the same arm on a named parallel layout (`layouts.py`). The config is an overlay on
 `base.py`'s schema: RL steps, seed and checkpoints in `train`, the RL optimizer in `optim`, the
-sampler and modes in `rl`, the loss in `loss`; `env` and `warmup` are this program's own.
+sampler, modes and probes in `rl`, the loss in `loss`; `env` and `warmup` are this program's own.
 
     python -m experiments.figures.text_feedback --workdir=workdir/text_feedback
 
-runs both arms for several seeds. Arms (`get_config(arg)`, i.e. `rl_tool_feedback.py:rl`):
-  'rl'  beta = 0: RL only (GRPO/DAPO clipped policy gradient on the task reward).
-  'sd'  beta > 0: RL + beta * SD, the self-distillation KL on the turns that called an
-        unavailable tool, teacher = the warmed-up model, frozen (`loss.teacher = 'frozen'`),
-        with the reminder hint 'reminder: available <tools>' inserted just before that turn.
-Both arms share everything else: the warm-up, the seeds, the tasks, and the sample budget
-(`rl.groups` x `rl.group_size` episodes per step for `train.steps` steps).
+runs every arm of both behaviours for several seeds. `get_config('ARM[,BEHAVIOUR][,LAYOUT]')`:
+  arms       'rl'       beta = 0: RL only (GRPO/DAPO clipped policy gradient on the task reward);
+             'sd'       RL + beta * SD, the self-distillation KL on the flagged turns, teacher =
+                        the warmed-up model with the hint before that turn, frozen;
+             'penalty'  RL + a dense per-turn penalty: advantage A - c on the flagged turns'
+                        tokens (`loss.turn_penalty` c = 1, about one advantage std);
+             'both'     RL + SD + the penalty.
+  behaviours 'tools'    (default) the report's scenario: tasks of 10 tool calls (capabilities
+                        with repeats) with a 16-turn budget, so a call to an unavailable tool
+                        costs (almost) nothing in the reward; hint = the reminder listing every
+                        available tool; the warm-up reads that full list when it is there.
+             'verbose'  a style rule: the verbose answer `answer result CAP... <eot>`, which
+                        never changes the reward; hint 'reminder: keep messages short'.
+Ablations are config args of every arm (`--config.loss.X=...` through `python -m
+experiments.run`): beta `loss.sd_coef`; divergence `loss.divergence` (reverse_kl, forward_kl,
+jsd) x support `loss.support` (full, topk, sampled); teacher `loss.teacher` (frozen, ema, live,
+trust_region); lr `optim.adam_lr`; `loss.skip_first_tokens`; the penalty `loss.turn_penalty`.
+Every arm logs the probes (`rl.probes`: held-out flagged contexts, `rl.probe_count`) and the
+RL / SD gradient norms and cosine (`loss.log_term_grads`).
 
-Measured (3 seeds x 2 arms, 2 shared CPU cores): 8 min 51 s wall, 457 s user CPU. Mean of the
-last 10 of 80 RL steps, mean ± std over seeds: unavailable-tool call rate 0.320 ± 0.058 (rl) vs
-0.331 ± 0.047 (sd), reward 0.648 ± 0.051 vs 0.619 ± 0.027 (first 10 steps, per seed: 0.31-0.41
-and 0.51-0.68): at this size the SD term gives no measurable gain over RL alone.
+Measured before the probes and the long scenario (targeted single-alias hint, tasks of 1-3
+calls in 4 turns; 3 seeds x 2 arms, 2 shared CPU cores): 8 min 51 s wall. Mean of the last 10
+of 80 RL steps, mean ± std over seeds: unavailable-tool call rate 0.320 ± 0.058 (rl) vs 0.331 ±
+0.047 (sd), reward 0.648 ± 0.051 vs 0.619 ± 0.027: no measurable gain of the SD term there.
 """
 
 import ml_collections
 
 from experiments.configs import base, layouts
 
-ARMS = {"rl": 0.0, "sd": 1.0}
+# arm -> (sd_coef, turn_penalty)
+ARMS = {"rl": (0.0, 0.0), "sd": (1.0, 0.0), "penalty": (0.0, 1.0), "both": (1.0, 1.0)}
+BEHAVIOURS = ("tools", "verbose")
 
 
 def get_config(arg=None):
-  """`arg` = 'ARM' or 'ARM,LAYOUT' (a named layout of `layouts.py`, e.g. 'sd,cp2_ep8')."""
-  arm, _, layout = (arg or "sd").partition(",")
+  """`arg` = 'ARM[,BEHAVIOUR][,LAYOUT]' (module docstring; LAYOUT a named layout of
+  `layouts.py`), e.g. 'sd', 'penalty,verbose', 'sd,cp2_ep8'."""
+  arm, *rest = (arg or "sd").split(",")
   if arm not in ARMS:
     raise ValueError(f"arm {arm!r}; valid: {sorted(ARMS)}")
-  if layout and layout not in layouts.LAYOUTS:
-    raise ValueError(f"layout {layout!r}; valid: {sorted(layouts.LAYOUTS)}")
+  behaviour = rest.pop(0) if rest and rest[0] in BEHAVIOURS else "tools"
+  layout = rest.pop(0) if rest else ""
+  if rest or (layout and layout not in layouts.LAYOUTS):
+    raise ValueError(f"config arg {arg!r}: after the arm, an optional behaviour {BEHAVIOURS} "
+                     f"then an optional layout {sorted(layouts.LAYOUTS)}")
   c = base.get_base_config()
   c.program = "rl"
-  c.arm = arm
+  c.arm, c.behaviour = arm, behaviour
   # The tiny preset with the environment's word vocabulary (34 words, padded to 64).
   c.model.overrides = {"vocab_size": 64}
+  long = behaviour == "tools"
   c.env = ml_collections.ConfigDict(
-    dict(name="tools", min_tools=3, max_tools=6, max_required=3, max_model_turns=4,
-         first_alias_prob=0.8)
+    dict(name="tools", min_tools=3, max_tools=6, max_required=3,
+         max_model_turns=16 if long else 4, first_alias_prob=0.8,
+         calls_per_task=10 if long else 0)
   )
+  # The scripted agent ignores the tool list unless a hint shows it (envs/tools/warmup.py):
+  # for 'tools' the full-list reminder, for 'verbose' the short-message one (and no tool hint
+  # change: targeted, as before).
   c.warmup = ml_collections.ConfigDict(
-    dict(steps=400, batch_size=32, seq_len=64, hint_prob=0.5, log_every=50, router_bias_rate=1e-3)
+    dict(steps=400, batch_size=32, seq_len=192 if long else 64, hint_prob=0.5, log_every=50,
+         router_bias_rate=1e-3, hint_all_tools=long, verbose_prob=0.0 if long else 0.5)
   )
   c.warmup.optim = base.get_base_config().optim
   c.warmup.optim.update(dict(total_steps=c.warmup.steps, warmup_steps=20))
   # RL: 80 steps, checkpoints (`composer_jax.rl.run`) every 20 steps, at the end and on SIGTERM.
   c.train.update(dict(steps=80, log_every=10, ckpt_every=20, keep=2, seed=0))
-  c.rl.update(
-    dict(
-      groups=16,
-      group_size=4,
-      seq_len=48,  # longest episode: 14 + 3 x (3 + 4) + 2 = 37 tokens
-      prompt_len=40,
-      teacher_seq_len=48,  # longest teacher stream: prefix 35 + hint 9 + turn 3
-      teacher_rows=64,
-      max_new_tokens=3,
-      temperature=1.0,
-      top_p=1.0,
-    )
-  )
-  c.rl.feedback_kinds = ("unavailable_tool",)
-  c.rl.feedback_options = {}
+  if long:
+    # Longest episode: system 1 + 1 + 6 + 1 + 10 + 1 = 20, then 16 turns of at most
+    # 3 + 4 tokens: 132 (an answer ends it earlier). Teacher: prefix + full hint 9 + turn 3.
+    shapes = dict(groups=8, seq_len=136, prompt_len=136, teacher_seq_len=152, max_new_tokens=3)
+  else:
+    # Longest episode: 14 + 3 x (3 + 4) + 6 (the verbose answer) = 41 tokens.
+    shapes = dict(groups=16, seq_len=48, prompt_len=48, teacher_seq_len=56, max_new_tokens=6)
+  c.rl.update(dict(group_size=4, teacher_rows=64, temperature=1.0, top_p=1.0, probe_count=32,
+                   probe_every=1, **shapes))
+  c.rl.feedback_kinds = ("unavailable_tool",) if long else ("overlong_message",)
+  c.rl.feedback_options = ({"unavailable_tool": {"all_tools": True}} if long
+                           else {"overlong_message": {"max_tokens": 3}})
   c.optim.update(
     dict(name="adamw", adam_lr=3e-4, schedule="wsd", warmup_steps=0, wsd_decay_fraction=0.0,
          grad_clip=1.0)
   )
-  c.loss.sd_coef = ARMS[arm]
+  c.loss.sd_coef, c.loss.turn_penalty = ARMS[arm]
+  c.loss.log_term_grads = True
   c.loss.vocab_chunk_size = 64
-  # Distill the tool token and <eot>, not the `call` keyword the hint context always predicts.
+  # Distill the tool token and <eot> (after 'answer': 'result' or <eot>), not the first token,
+  # which the hint context always predicts.
   c.loss.skip_first_tokens = 1
   # RL never shows the hint, so reading it fades from the live/EMA weights; the warmed-up
   # weights keep it.

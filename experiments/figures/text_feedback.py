@@ -1,18 +1,25 @@
-"""Figure: calls to unavailable tools and task reward vs RL steps, RL only vs RL + targeted SD.
+"""Figure: targeted self-distillation vs RL alone vs a per-turn penalty, for two behaviours.
 
     python -m experiments.figures.text_feedback --workdir=workdir/text_feedback [--smoke]
 
-For each seed: one supervised warm-up (`experiments.tool_feedback.program.warmup`), then both
-arms of `experiments/configs/rl_tool_feedback.py` ('rl': beta = 0, 'sd': beta > 0) from the same
-warmed-up weights, with the same tasks, sampling keys and episodes per step. Writes to --workdir:
-  text_feedback.csv          one row per (arm, seed, RL step): every metric of the step;
-  text_feedback_summary.csv  per (arm, step): mean, std, min, max over seeds of the
-                             unavailable-tool call rate and the reward;
-  text_feedback.png          both curves per arm: each seed's curve as a trailing --smooth-step
-                             moving average, then the mean over seeds with a min-max band;
-and prints, per arm, the last `--final_window` steps' mean (over seeds: mean ± std, [min, max]).
---smoke shrinks every size so the whole pipeline runs in seconds (CI); its numbers mean nothing.
---replot redraws the summary, PNG and numbers from an existing text_feedback.csv.
+For each behaviour of `experiments/configs/rl_tool_feedback.py` ('tools': calls to unavailable
+tools, hint = the reminder listing the available tools; 'verbose': verbose answers, hint =
+'keep messages short') and each seed: one supervised warm-up, then every arm from the same
+warmed-up weights, with the same tasks, sampling keys and episodes per step:
+  rl       RL only (beta = 0);
+  sd       RL + beta * SD on the flagged turns (the report's method);
+  penalty  RL + a dense per-turn penalty on the flagged turns' tokens (`loss.turn_penalty`);
+  both     RL + SD + the penalty.
+Writes to --workdir:
+  text_feedback.csv          one row per (behaviour, arm, seed, RL step): every metric;
+  text_feedback_summary.csv  per (behaviour, arm, step): mean and 95% t-interval over seeds of
+                             the behaviour rate, the reward and the probe KL;
+  text_feedback.png          per behaviour: rate, reward and probe KL vs step (each seed's curve a
+                             trailing --smooth-step moving average), mean and 95% interval;
+and prints, per behaviour and arm, the last `--final_window` steps' mean (mean and 95% interval
+over seeds), and the paired (same seed) differences sd - rl and sd - penalty with their 95%
+intervals. --smoke shrinks every size so the whole pipeline runs in seconds (CI); its numbers
+mean nothing. --replot redraws the summary, PNG and numbers from an existing text_feedback.csv.
 """
 
 from __future__ import annotations
@@ -23,31 +30,34 @@ import time
 
 import numpy as np
 from absl import app, flags, logging
+from scipy import stats
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 flags.DEFINE_bool("smoke", False, "Tiny sizes for CI: runs end to end in seconds.")
-flags.DEFINE_integer("seeds", 3, "Seeds per arm (each seed: its own warm-up, shared by arms).")
+flags.DEFINE_integer("seeds", 5, "Seeds per arm (each seed: its own warm-up, shared by arms).")
+flags.DEFINE_list("arms", ["rl", "sd", "penalty", "both"], "Arms to run.")
+flags.DEFINE_list("behaviours", ["tools", "verbose"], "Behaviours to run.")
 flags.DEFINE_bool("replot", False, "Only redraw the summary and PNG from --workdir's CSV.")
 flags.DEFINE_integer("final_window", 10, "Steps averaged for the printed final numbers.")
-flags.DEFINE_integer(
-  "smooth", 5, "Trailing moving average (steps) of each seed's curve in the plot."
-)
+flags.DEFINE_integer("smooth", 5, "Trailing moving average (steps) of each seed's curve.")
 
-ARMS = ("rl", "sd")
-LABELS = {"rl": "RL only (β = 0)", "sd": "RL + targeted SD (β = 1)"}
-CURVES = (("unavailable_rate", "calls to unavailable tools"), ("reward", "task reward"))
+LABELS = {"rl": "RL only", "sd": "RL + targeted SD", "penalty": "RL + per-turn penalty",
+          "both": "RL + SD + penalty"}
+RATES = {"tools": ("unavailable_rate", "calls to unavailable tools"),
+         "verbose": ("verbose_rate", "verbose answers")}
+CURVES = ("rate", "reward", "probe_kl")
 SMOKE = {
   "warmup": dict(steps=2, batch_size=4, log_every=1),
   "train": dict(steps=2, log_every=1),
-  "rl": dict(groups=2, group_size=2, teacher_rows=4),
+  "rl": dict(groups=2, group_size=2, teacher_rows=4, probe_count=4),
 }
 
 
-def arm_config(arm: str, seed: int, smoke: bool):
+def arm_config(arm: str, seed: int, smoke: bool, behaviour: str = "tools"):
   from experiments.configs import rl_tool_feedback
 
-  c = rl_tool_feedback.get_config(arm)
+  c = rl_tool_feedback.get_config(f"{arm},{behaviour}")
   c.train.seed = seed
   if smoke:
     for section, fields in SMOKE.items():
@@ -56,61 +66,80 @@ def arm_config(arm: str, seed: int, smoke: bool):
   return c
 
 
+def _value(row: dict, curve: str) -> float:
+  key = RATES[row["behaviour"]][0] if curve == "rate" else curve
+  return float(row.get(key, float("nan")))
+
+
+def _runs(rows: list[dict]) -> dict[tuple, list[dict]]:
+  """(behaviour, arm, seed) -> that run's rows in step order."""
+  out: dict[tuple, list[dict]] = {}
+  for r in rows:
+    out.setdefault((r["behaviour"], r["arm"], r["seed"]), []).append(r)
+  return {k: sorted(v, key=lambda r: r["step"]) for k, v in sorted(out.items())}
+
+
 def smoothed(rows: list[dict], window: int) -> list[dict]:
-  """Each (arm, seed) curve replaced by its trailing `window`-step moving average."""
+  """Each run's curves replaced by their trailing `window`-step moving average."""
   out = []
-  for arm in ARMS:
-    for seed in sorted({r["seed"] for r in rows if r["arm"] == arm}):
-      run = sorted(
-        (r for r in rows if (r["arm"], r["seed"]) == (arm, seed)), key=lambda r: r["step"]
-      )
-      for i, r in enumerate(run):
-        past = run[max(0, i - window + 1) : i + 1]
-        out.append(dict(r, **{k: float(np.mean([p[k] for p in past])) for k, _ in CURVES}))
+  for run in _runs(rows).values():
+    for i, r in enumerate(run):
+      past = run[max(0, i - window + 1) : i + 1]
+      key = RATES[r["behaviour"]][0]
+      out.append(dict(r, **{k: float(np.mean([float(p.get(k, np.nan)) for p in past]))
+                            for k in (key, "reward", "probe_kl")}))
   return out
 
 
+def interval(values) -> tuple[float, float]:
+  """(mean, half-width of the 95% Student-t interval of the mean); half-width 0 for one value,
+  nan for none."""
+  v = np.asarray([x for x in values if np.isfinite(x)], np.float64)
+  if len(v) == 0:
+    return float("nan"), float("nan")
+  if len(v) == 1:
+    return float(v[0]), 0.0
+  return float(v.mean()), float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
+
+
 def summarize(rows: list[dict]) -> list[dict]:
-  """Per (arm, step): mean/std/min/max over seeds of each curve."""
+  """Per (behaviour, arm, step): mean, 95% interval (lo, hi) and seed count of each curve."""
+  groups: dict[tuple, list[dict]] = {}
+  for r in rows:
+    groups.setdefault((r["behaviour"], r["arm"], r["step"]), []).append(r)
   out = []
-  for arm in ARMS:
-    steps = sorted({r["step"] for r in rows if r["arm"] == arm})
-    for step in steps:
-      row = dict(arm=arm, step=step)
-      for key, _ in CURVES:
-        v = np.array([r[key] for r in rows if r["arm"] == arm and r["step"] == step])
-        row.update(
-          {
-            f"{key}_{s}": float(f(v))
-            for s, f in (("mean", np.mean), ("std", np.std), ("min", np.min), ("max", np.max))
-          }
-        )
-      row["seeds"] = len(v)
-      out.append(row)
+  for (behaviour, arm, step), rs in sorted(groups.items()):
+    row = dict(behaviour=behaviour, arm=arm, step=step, seeds=len(rs))
+    for curve in CURVES:
+      mean, half = interval([_value(r, curve) for r in rs])
+      row.update({f"{curve}_mean": mean, f"{curve}_lo": mean - half, f"{curve}_hi": mean + half})
+    out.append(row)
   return out
 
 
 def final_numbers(rows: list[dict], window: int) -> dict:
-  """{arm: {curve: (mean, std, min, max) over seeds of the last `window` steps' mean}}."""
-  out = {}
-  for arm in ARMS:
-    seeds = sorted({r["seed"] for r in rows if r["arm"] == arm})
-    last = max(r["step"] for r in rows if r["arm"] == arm)
-    out[arm] = {}
-    for key, _ in CURVES:
-      per_seed = np.array(
-        [
-          np.mean(
-            [
-              r[key]
-              for r in rows
-              if r["arm"] == arm and r["seed"] == s and r["step"] > last - window
-            ]
-          )
-          for s in seeds
-        ]
-      )
-      out[arm][key] = (per_seed.mean(), per_seed.std(), per_seed.min(), per_seed.max())
+  """{(behaviour, arm): {curve: per-seed means of the last `window` steps, by seed}}."""
+  out: dict[tuple, dict] = {}
+  for (behaviour, arm, seed), run in _runs(rows).items():
+    last = run[-1]["step"]
+    tail = [r for r in run if r["step"] > last - window]
+    per = out.setdefault((behaviour, arm), {c: {} for c in CURVES})
+    for curve in CURVES:
+      per[curve][seed] = float(np.mean([_value(r, curve) for r in tail]))
+  return out
+
+
+def comparisons(final: dict) -> list[tuple]:
+  """(behaviour, curve, 'a - b', mean, half-width) of the paired per-seed differences."""
+  out = []
+  for behaviour in sorted({b for b, _ in final}):
+    for a, b in (("sd", "rl"), ("sd", "penalty"), ("penalty", "rl")):
+      if (behaviour, a) not in final or (behaviour, b) not in final:
+        continue
+      for curve in CURVES:
+        x, y = final[behaviour, a][curve], final[behaviour, b][curve]
+        diffs = [x[s] - y[s] for s in sorted(set(x) & set(y))]
+        out.append((behaviour, curve, f"{a} - {b}", *interval(diffs)))
   return out
 
 
@@ -128,28 +157,35 @@ def _plot(path: str, summary: list[dict], title: str) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-  for ax, (key, label) in zip(axes, CURVES, strict=True):
-    for arm in ARMS:
-      s = [r for r in summary if r["arm"] == arm]
-      x = [r["step"] for r in s]
-      ax.plot(x, [r[f"{key}_mean"] for r in s], label=LABELS[arm])
-      ax.fill_between(x, [r[f"{key}_min"] for r in s], [r[f"{key}_max"] for r in s], alpha=0.2)
-    ax.set(xlabel="RL step", ylabel=label, ylim=(0, 1))
-    ax.legend(fontsize=8)
+  behaviours = list(dict.fromkeys(r["behaviour"] for r in summary))
+  fig, axes = plt.subplots(len(behaviours), 3, figsize=(13, 3.6 * len(behaviours)),
+                           squeeze=False)
+  for row_axes, behaviour in zip(axes, behaviours, strict=True):
+    labels = (RATES[behaviour][1], "task reward", "probe KL(student || teacher), nats")
+    for ax, curve, label in zip(row_axes, CURVES, labels, strict=True):
+      for arm in LABELS:
+        s = [r for r in summary if (r["behaviour"], r["arm"]) == (behaviour, arm)]
+        if not s:
+          continue
+        x = [r["step"] for r in s]
+        ax.plot(x, [r[f"{curve}_mean"] for r in s], label=LABELS[arm])
+        ax.fill_between(x, [r[f"{curve}_lo"] for r in s], [r[f"{curve}_hi"] for r in s],
+                        alpha=0.2)
+      ax.set(xlabel="RL step", ylabel=label, title=f"{behaviour}: {label}")
+      ax.title.set_fontsize(9)
+      ax.legend(fontsize=7)
   fig.suptitle(title, fontsize=9)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  fig.savefig(path, dpi=110)
 
 
 def _read_csv(path: str) -> list[dict]:
   with open(path) as f:
     rows = list(csv.DictReader(f))
   number = lambda v: float(v) if v not in ("", None) else float("nan")
-  return [
-    {k: v if k == "arm" else int(v) if k in ("seed", "step") else number(v) for k, v in r.items()}
-    for r in rows
-  ]
+  text = ("arm", "behaviour")
+  return [{k: v if k in text else int(v) if k in ("seed", "step") else number(v)
+           for k, v in r.items()} for r in rows]
 
 
 def write_outputs(workdir: str, rows: list[dict], smoke: bool) -> None:
@@ -157,20 +193,19 @@ def write_outputs(workdir: str, rows: list[dict], smoke: bool) -> None:
   seeds = len({r["seed"] for r in rows})
   _write_csv(os.path.join(workdir, "text_feedback_summary.csv"), summarize(rows))
   c = arm_config("sd", 0, smoke)
-  _plot(
-    os.path.join(workdir, "text_feedback.png"),
-    summarize(smoothed(rows, FLAGS.smooth)),
-    f"tool-calling env, tiny model, {c.rl.groups}x{c.rl.group_size} episodes/step; "
-    f"{FLAGS.smooth}-step moving average per seed; mean and min-max over {seeds} seeds",
-  )
-  for arm, curves in final_numbers(rows, FLAGS.final_window).items():
-    print(
-      f"{arm}: "
-      + "; ".join(
-        f"{key} {m:.3f} ± {s:.3f} [{lo:.3f}, {hi:.3f}]" for key, (m, s, lo, hi) in curves.items()
-      )
-      + f" (mean of the last {FLAGS.final_window} steps; mean ± std [min, max] over {seeds} seeds)"
-    )
+  _plot(os.path.join(workdir, "text_feedback.png"), summarize(smoothed(rows, FLAGS.smooth)),
+        f"tool-calling env, tiny model, {c.rl.groups}x{c.rl.group_size} episodes/step; "
+        f"{FLAGS.smooth}-step moving average per seed; mean and 95% interval over {seeds} seeds")
+  window = f"mean of the last {FLAGS.final_window} steps; mean ± 95% interval over seeds"
+  final = final_numbers(rows, FLAGS.final_window)
+  for (behaviour, arm), curves in final.items():
+    parts = []
+    for curve, per_seed in curves.items():
+      mean, half = interval(per_seed.values())
+      parts.append(f"{curve} {mean:.3f} ± {half:.3f}")
+    print(f"{behaviour} {arm}: " + "; ".join(parts) + f" ({window}, {len(per_seed)} seeds)")
+  for behaviour, curve, name, mean, half in comparisons(final):
+    print(f"{behaviour} {curve} {name}: {mean:+.3f} ± {half:.3f} (paired by seed)")
 
 
 def main(argv):
@@ -180,20 +215,26 @@ def main(argv):
   if FLAGS.replot:
     write_outputs(FLAGS.workdir, _read_csv(path), FLAGS.smoke)
     return
+  bad = [a for a in FLAGS.arms if a not in LABELS] + [
+    b for b in FLAGS.behaviours if b not in RATES]
+  if bad:
+    raise app.UsageError(f"unknown arms/behaviours {bad}; valid: {sorted(LABELS)} / "
+                         f"{sorted(RATES)}")
   from composer_jax.rl import train as rl_train
   from experiments.tool_feedback import program
 
   t0 = time.time()
   rows = []
-  for seed in range(FLAGS.seeds):
-    init, ce = program.warmup(arm_config(ARMS[0], seed, FLAGS.smoke))
-    logging.info("seed %d: warm-up CE %.4f (%.0f s)", seed, ce, time.time() - t0)
-    for arm in ARMS:
-      config = arm_config(arm, seed, FLAGS.smoke)
-      for r in rl_train.train(config, program.make_env(config), init):
-        rows.append(dict(arm=arm, seed=seed, warmup_ce=ce, **r))
-      logging.info("seed %d arm %s done (%.0f s)", seed, arm, time.time() - t0)
-  _write_csv(path, rows)
+  for behaviour in FLAGS.behaviours:
+    for seed in range(FLAGS.seeds):
+      init, ce = program.warmup(arm_config(FLAGS.arms[0], seed, FLAGS.smoke, behaviour))
+      logging.info("%s seed %d: warm-up CE %.4f (%.0f s)", behaviour, seed, ce, time.time() - t0)
+      for arm in FLAGS.arms:
+        config = arm_config(arm, seed, FLAGS.smoke, behaviour)
+        for r in rl_train.train(config, program.make_env(config), init):
+          rows.append(dict(behaviour=behaviour, arm=arm, seed=seed, warmup_ce=ce, **r))
+        logging.info("%s seed %d arm %s done (%.0f s)", behaviour, seed, arm, time.time() - t0)
+      _write_csv(path, rows)  # after every seed: a long run that stops keeps what it has
   write_outputs(FLAGS.workdir, rows, FLAGS.smoke)
   print(f"wrote {FLAGS.workdir} in {time.time() - t0:.0f} s")
 

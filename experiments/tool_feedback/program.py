@@ -77,7 +77,8 @@ def warmup(config) -> tuple[dict, float]:
   rng = np.random.default_rng([config.train.seed, 0])
   ce = float("nan")
   for i in range(w.steps):
-    batch = warmup_batch(env, rng, w.batch_size, w.seq_len, w.hint_prob)
+    batch = warmup_batch(env, rng, w.batch_size, w.seq_len, w.hint_prob, w.hint_all_tools,
+                         w.verbose_prob)
     state, metrics = progs.train_step(state, placement.to_global(
         {k: v[None] for k, v in batch.items()}, progs.train_batch_sharding))
     if i == w.steps - 1 or (i + 1) % w.log_every == 0:

@@ -87,7 +87,7 @@ def test_bad_input_is_one_line_error(case, tmp_path):
                            f"`program`, one of ['lm', 'rl']); {_CONFIGS}"),
       "bad_config_arg": (["--config=experiments/configs/rl_tool_feedback.py:bad"],
                          "'experiments/configs/rl_tool_feedback.py:bad': ValueError: arm "
-                         "'bad'; valid: ['rl', 'sd']"),
+                         "'bad'; valid: ['both', 'penalty', 'rl', 'sd']"),
       "bad_override_value": (["--config.train.steps=abc"],
                              "flag --config.train.steps=abc: invalid literal for int()"),
       "workdir_is_file": ([f"--workdir={tmp_path / 'file'}"],

@@ -36,6 +36,7 @@ def _config(layout, optim="muon"):
     # keeps its float32 summation-order differences under the absolute 1e-5.
     c.optim.update(dict(lr=1e-4, adam_lr=1e-4))
   c.loss.teacher = "frozen"
+  c.loss.log_term_grads = False  # one backward pass: the layouts compare the update itself
   base.set_layout(c, layout)
   if layout != "single" and dict(map(tuple, c.rules.expert))["experts"] == "expert":
     c.model.overrides = {**c.model.overrides.to_dict(), "moe_dispatch": "expert_parallel"}

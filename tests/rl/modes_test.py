@@ -27,7 +27,7 @@ def _config(mode="colocated", staleness=0):
   c.train.steps = STEPS
   c.optim.lr = c.optim.adam_lr = 1e-2  # large steps: stale weights sample differently
   c.rl.update(dict(groups=2, group_size=2, seq_len=8, prompt_len=4, teacher_seq_len=16,
-                   teacher_rows=4, mode=mode, max_staleness=staleness,
+                   teacher_rows=4, mode=mode, max_staleness=staleness, probe_count=0,
                    sampler_devices=(4, 5, 6, 7) if mode == "disaggregated" else ()))
   return c
 

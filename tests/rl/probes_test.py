@@ -106,8 +106,8 @@ def test_sd_term_alone_closes_the_probe_gap():
   tb = {k: v for k, v in ps["teacher_batch"].items() if k not in ("probe_slot", "good_id")}
   loss_cfg = ml_collections.FrozenConfigDict(config.loss)
   tx = optax.adam(1e-3)
-  update = jax.jit(rl_train.make_update(model_cfg, loss_cfg, tx))
-  probe = probes.make_probe_fn(model_cfg, loss_cfg)
+  update = jax.jit(rl_train.make_update(model_cfg, loss_cfg, tx)[0])
+  probe = jax.jit(probes.make_probe_fn(model_cfg, loss_cfg))
   params, router = variables["params"], variables["router"]
   initial = (transformer.init(model_cfg, jax.random.key(1))["params"],)
   opt_state, kls = tx.init(params), []

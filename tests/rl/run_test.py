@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from composer_jax.train import loop
@@ -41,6 +42,9 @@ def test_resume_is_bit_exact_and_reuses_the_warmup(full_run, tmp_path, monkeypat
   full_dir, full = full_run
   assert [r["step"] for r in full] == [1, 2, 3, 4]
   assert _comparable(read_metrics(full_dir)) == _comparable(full)
+  # The probes (held-out flagged contexts) and the RL / SD gradient stats, at every step.
+  for key in ("probe_kl", "probe_p_good", "probe_p_good_hint", "rl_sd_grad_cos", "sd_grad_norm"):
+    assert all(np.isfinite(r[key]) for r in full), key
   assert sorted(os.listdir(os.path.join(full_dir, "checkpoints"))) == ["2", "4"]
 
   workdir = str(tmp_path)

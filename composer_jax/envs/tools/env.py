@@ -40,6 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from composer_jax.envs.tools import feedback as feedback_lib
+from composer_jax.envs.tools import probes as probes_lib
 from composer_jax.envs.tools import vocab as vocab_lib
 
 TOOL_CAPABILITY = {t: c for c, pair in vocab_lib.CAPABILITIES.items() for t in pair}
@@ -107,6 +108,7 @@ class ToolEnv:
     self.max_required, self.max_model_turns = max_required, max_model_turns
     self._call, self._answer, self._result = vocab.encode("call answer result")
     self._feedbacks = feedback_lib.make_feedback(feedback_kinds, feedback_options)
+    self._feedback_kinds, self._feedback_options = tuple(feedback_kinds), feedback_options or {}
     self.pad_id, self.stop_ids = vocab.pad_id, (vocab.eot_id,)
 
   def sample_task(self, rng: np.random.Generator) -> ToolTask:
@@ -178,6 +180,16 @@ class ToolEnv:
         raise ValueError(f"unknown tool {tool!r}; valid: {sorted(TOOL_CAPABILITY)}")
       tools = [t for t in tools if TOOL_CAPABILITY[t] == TOOL_CAPABILITY[tool]]
     return self.vocab.encode(["reminder:", "available", *tools, "<eot>"])
+
+  def probe_set(self, rng: np.random.Generator, count: int, *, seq_len: int,
+                teacher_seq_len: int, turn_len: int) -> dict:
+    """Held-out probe contexts (`envs.tools.probes`) of this env's first feedback kind, with the
+    hint that kind gives (the full tool list when its option `all_tools` is set)."""
+    kind = self._feedback_kinds[0]
+    all_tools = bool(self._feedback_options.get(kind, {}).get("all_tools", False))
+    return probes_lib.probe_set(self, rng, count, seq_len=seq_len,
+                                teacher_seq_len=teacher_seq_len, turn_len=turn_len,
+                                behaviour=kind, all_tools=all_tools)
 
   def feedback(self, episode) -> list[tuple[int, list[int]]]:
     """(turn index, hint ids) of each model turn flagged by this environment's feedback kinds."""

@@ -17,7 +17,6 @@ import numpy as np
 
 from composer_jax.envs.tools import feedback as feedback_lib
 from composer_jax.envs.tools import vocab as vocab_lib
-from composer_jax.envs.tools.env import ToolEnv
 from composer_jax.rl import probes
 from composer_jax.rl.teacher import DistillTarget
 from composer_jax.rl.trajectory import Trajectory, Turn
@@ -25,10 +24,11 @@ from composer_jax.rl.trajectory import Trajectory, Turn
 BEHAVIOURS = ("unavailable_tool", "overlong_message")
 
 
-def probe_set(env: ToolEnv, rng: np.random.Generator, count: int, *, seq_len: int,
+def probe_set(env, rng: np.random.Generator, count: int, *, seq_len: int,
               teacher_seq_len: int, turn_len: int, behaviour: str = "unavailable_tool",
               all_tools: bool = False) -> dict:
-  """`rl.probes.build_probe_set` of `count` probes of `behaviour` drawn with `rng`."""
+  """`rl.probes.build_probe_set` of `count` probes of `behaviour` drawn with `rng` on `env`
+  (an `envs.tools.ToolEnv`)."""
   if count < 1:
     raise ValueError(f"probe count={count} must be >= 1")
   if behaviour not in BEHAVIOURS:
