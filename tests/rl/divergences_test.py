@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import special
 
 from composer_jax.rl import divergences
 from composer_jax.rl.vocab_chunks import Logits, single
@@ -13,9 +14,7 @@ from composer_jax.rl.vocab_chunks import Logits, single
 N, V = 6, 11
 
 
-def _log_softmax(z):
-  z = z - z.max(-1, keepdims=True)
-  return z - np.log(np.exp(z).sum(-1, keepdims=True))
+_log_softmax = functools.partial(special.log_softmax, axis=-1)
 
 
 def _np_div(kind, lp, lq, beta):

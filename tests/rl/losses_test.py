@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import special
 
 from composer_jax.rl import losses
 from composer_jax.rl.config import rl_loss_config
@@ -15,9 +16,7 @@ from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
 D, V = 16, 13
 
 
-def _log_softmax(z):
-  z = z - z.max(-1, keepdims=True)
-  return z - np.log(np.exp(z).sum(-1, keepdims=True))
+_log_softmax = functools.partial(special.log_softmax, axis=-1)
 
 
 @functools.cache

@@ -8,6 +8,7 @@ import ml_collections
 import numpy as np
 import optax
 import pytest
+from scipy import special
 
 from composer_jax.envs.tools import probes as tool_probes
 from composer_jax.model import transformer
@@ -23,9 +24,7 @@ from experiments.tool_feedback import program
 D, V = 12, 11
 
 
-def _log_softmax(z):
-  z = z - z.max(-1, keepdims=True)
-  return z - np.log(np.exp(z).sum(-1, keepdims=True))
+_log_softmax = functools.partial(special.log_softmax, axis=-1)
 
 
 @functools.cache

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import special
 
 from composer_jax.model import transformer
 from composer_jax.model.config import get_preset
@@ -49,9 +50,7 @@ def _np_nucleus(logp, top_p):
   return out
 
 
-def _log_softmax(z):
-  z = z - z.max(-1, keepdims=True)
-  return z - np.log(np.exp(z).sum(-1, keepdims=True))
+_log_softmax = functools.partial(special.log_softmax, axis=-1)
 
 
 @pytest.mark.parametrize("attention", ["mla", "gqa"])

@@ -8,6 +8,7 @@ import chex
 import jax
 import numpy as np
 import pytest
+from scipy import special
 
 from composer_jax.model import transformer
 from composer_jax.rl import epochs, run
@@ -28,9 +29,7 @@ def _config(arm="rl"):
   return c
 
 
-def _log_softmax(z):
-  z = z - z.max(-1, keepdims=True)
-  return z - np.log(np.exp(z).sum(-1, keepdims=True))
+_log_softmax = functools.partial(special.log_softmax, axis=-1)
 
 
 @functools.cache
