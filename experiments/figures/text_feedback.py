@@ -36,6 +36,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 flags.DEFINE_bool("smoke", False, "Tiny sizes for CI: runs end to end in seconds.")
 flags.DEFINE_integer("seeds", 5, "Seeds per arm (each seed: its own warm-up, shared by arms).")
+flags.DEFINE_integer("first_seed", 0, "Seeds run are first_seed .. first_seed + seeds - 1 (to "
+                     "split one figure over processes; `--replot` reads the concatenated CSV).")
 flags.DEFINE_list("arms", ["rl", "sd", "penalty", "both"], "Arms to run.")
 flags.DEFINE_list("behaviours", ["tools", "verbose"], "Behaviours to run.")
 flags.DEFINE_bool("replot", False, "Only redraw the summary and PNG from --workdir's CSV.")
@@ -226,7 +228,7 @@ def main(argv):
   t0 = time.time()
   rows = []
   for behaviour in FLAGS.behaviours:
-    for seed in range(FLAGS.seeds):
+    for seed in range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds):
       init, ce = program.warmup(arm_config(FLAGS.arms[0], seed, FLAGS.smoke, behaviour))
       logging.info("%s seed %d: warm-up CE %.4f (%.0f s)", behaviour, seed, ce, time.time() - t0)
       for arm in FLAGS.arms:
