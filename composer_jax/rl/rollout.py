@@ -33,6 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 from composer_jax.rl import advantages, sampler
 from composer_jax.rl.env import Env, distill_targets
@@ -83,11 +84,13 @@ def empty_teacher_batch(rows: int, length: int, slots: int, reuse_prefix: bool =
 
 
 def make_policy(model_cfg: ModelConfig, rl_cfg, stop_ids: tuple[int, ...], pad_id: int,
-                put_rows=np.asarray):
-  """`policy(variables, prompts [B, P], prompt_lens [B], key) -> (tokens, logprobs, lengths)`;
-  `put_rows` places the host prompt arrays (e.g. `SamplerMesh.put_rows`)."""
+                mesh: SamplerMesh | None = None):
+  """`policy(variables, prompts [B, P], prompt_lens [B], key) -> (tokens, logprobs, lengths)`
+  (host arrays); with `mesh`, the prompts are placed on it (`SamplerMesh.put_rows`) and the
+  outputs gathered from it (`SamplerMesh.to_host`), else on the default device."""
   if model_cfg.moe_dispatch == "expert_parallel":  # decoding runs without the trainer's mesh
     model_cfg = model_cfg.replace(moe_dispatch="dropless")
+  put_rows, to_host = (np.asarray, np.asarray) if mesh is None else (mesh.put_rows, mesh.to_host)
 
   def policy(variables, prompts, prompt_lens, key):
     out = sampler.sample(
@@ -102,7 +105,7 @@ def make_policy(model_cfg: ModelConfig, rl_cfg, stop_ids: tuple[int, ...], pad_i
       stop_ids=tuple(stop_ids),
       pad_id=pad_id,
     )
-    return out.tokens, out.logprobs, out.lengths
+    return to_host(out.tokens), to_host(out.logprobs), to_host(out.lengths)
 
   return policy
 
@@ -112,15 +115,16 @@ class Sampler:
 
   def __init__(self, config, env: Env, model_cfg: ModelConfig, mesh: SamplerMesh, router: Any):
     self._config, self._env, self.mesh = config, env, mesh
-    self._policy = make_policy(model_cfg, config.rl, env.stop_ids, env.pad_id, mesh.put_rows)
-    self._router, _ = mesh.put_weights(router)
+    self._policy = make_policy(model_cfg, config.rl, env.stop_ids, env.pad_id, mesh)
+    self._axes = transformer.logical_axes(model_cfg)
+    self._router, _ = mesh.put_weights(router, self._axes["router"])
     self._key = jax.random.fold_in(jax.random.key(config.train.seed), 1)
     self._variables, self._version = None, -1
 
   def push(self, params: Any, version: int) -> dict[str, float]:
     """Weights after `version` optimizer steps, moved to the sampling layout; returns the
     resharding metrics."""
-    params, metrics = self.mesh.put_weights(params)
+    params, metrics = self.mesh.put_weights(params, self._axes["params"])
     self._variables, self._version = {"params": params, "router": self._router}, version
     return metrics
 

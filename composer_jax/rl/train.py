@@ -33,11 +33,12 @@ import ml_collections
 import numpy as np
 import optax
 from absl import logging
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding
 
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 from composer_jax.parallel import context_mesh
+from composer_jax.parallel import rules as rules_lib
 from composer_jax.rl import epochs as epochs_lib
 from composer_jax.rl import losses, probes, teacher, teacher_weights
 from composer_jax.rl import mesh as rl_mesh
@@ -122,7 +123,7 @@ class UpdateProgram(NamedTuple):
   update: Any
   minibatch_update: Any
   old_policy: Any
-  per_token: NamedSharding
+  per_token: rl_mesh.BatchLayout
   replicated: NamedSharding
 
 
@@ -132,7 +133,7 @@ def update_program(config, model_cfg: ModelConfig) -> UpdateProgram:
 
   def build(progs: programs.Programs) -> UpdateProgram:
     update, old_policy = make_update(model_cfg, loss_cfg, progs.optimizer)
-    per_token = progs.eval_batch_sharding
+    per_token = rl_mesh.batch_layout(progs.mesh, config.rules)
 
     def minibatch_update(params, opt_state, router, batch, rows, staleness, teacher_params,
                          teacher_batch):
@@ -151,7 +152,8 @@ def update_program(config, model_cfg: ModelConfig) -> UpdateProgram:
       minibatch_update=on_mesh(minibatch_update, out_shardings=out),
       old_policy=on_mesh(old_policy),
       per_token=per_token,
-      replicated=NamedSharding(progs.mesh.dense, PartitionSpec()))
+      replicated=NamedSharding(progs.mesh.dense, rules_lib.logical_to_spec(
+        (), config.rules.dense, progs.mesh.dense)))
 
   return programs.extend("rl_update", config, model_cfg, config.loss.to_dict(), build)
 
@@ -269,7 +271,8 @@ class RLSteps:
     self._initial = jax.device_put(init["params"], jax.tree.map(lambda t: t.sharding,
                                                                 target.params))
     sampler = rollout_lib.Sampler(config, env, model_cfg,
-                                  rl_mesh.SamplerMesh([by_id[i] for i in ids]), init["router"])
+                                  rl_mesh.SamplerMesh([by_id[i] for i in ids],
+                                                      config.rules.sampler), init["router"])
     self._async = None
     if config.rl.mode == "disaggregated":
       self._async = rollout_lib.AsyncSampler(

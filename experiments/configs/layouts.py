@@ -24,6 +24,7 @@ import ml_collections
 
 from composer_jax.parallel.mesh import default_mesh_config
 from composer_jax.parallel.rules import default_rules
+from composer_jax.rl.mesh import sampler_rules
 
 _EXPERT_FSDP_RULES = [("layers", None), ("experts", None), ("embed", "expert"),
                       ("expert_mlp", None), ("batch", ("expert_replica", "expert")),
@@ -39,12 +40,14 @@ LAYOUTS = {
 
 
 def get_config(arg: str = "fsdp_ep") -> ml_collections.ConfigDict:
-  """Config with `mesh` (see `composer_jax.parallel.mesh`) and `rules` sections."""
+  """Config with `mesh` (see `composer_jax.parallel.mesh`) and `rules` sections (`dense`,
+  `expert`; `sampler`: the RL sampler's mesh, `composer_jax.rl.mesh.SamplerMesh`)."""
   if arg not in LAYOUTS:
     raise ValueError(f"Unknown layout {arg!r}; valid layouts: {sorted(LAYOUTS)}")
   layout = LAYOUTS[arg]
   rules = default_rules()
   if "expert_rules" in layout:
     rules.expert = list(layout["expert_rules"])
+  rules.sampler = sampler_rules()
   return ml_collections.ConfigDict(
       dict(name=arg, mesh=default_mesh_config(**layout["mesh"]), rules=rules))

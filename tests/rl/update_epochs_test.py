@@ -11,6 +11,7 @@ import pytest
 from scipy import special
 
 from composer_jax.model import transformer
+from composer_jax.parallel import rules as rules_lib
 from composer_jax.rl import epochs, run
 from composer_jax.rl import mesh as rl_mesh
 from composer_jax.rl import train as rl_train
@@ -20,11 +21,11 @@ from tests.rl import layouts_test
 K, M, STALE, CAP = 4, 2, 3, 1.5
 
 
-def _config(arm="rl"):
-  c = layouts_test._config("single", "adamw")
+def _config(arm="rl", layout="single", lr=0.03):
+  c = layouts_test._config(layout, "adamw")
   c.loss.sd_coef = 0.0 if arm == "rl" else 1.0
   c.loss.tis_cap = CAP
-  c.optim.update(dict(lr=0.03, adam_lr=0.03))  # big steps: the ratio leaves the clip range
+  c.optim.update(dict(lr=lr, adam_lr=lr))  # big steps: the ratio leaves the clip range
   c.rl.update(dict(epochs=K, minibatches=M))
   return c
 
@@ -33,8 +34,8 @@ _log_softmax = functools.partial(special.log_softmax, axis=-1)
 
 
 @functools.cache
-def _setup():
-  config = _config()
+def _setup(layout="single", lr=0.03):
+  config = _config(layout=layout, lr=lr)
   model_cfg = loop.model_config(config)
   init = jax.device_get(transformer.init(model_cfg, jax.random.key(0)))
   prog = rl_train.update_program(config, model_cfg)
@@ -47,6 +48,18 @@ def _setup():
                                        0).astype(np.float32)
   router = jax.device_put(init["router"], prog.replicated)
   return config, model_cfg, init, prog, state, batch, router
+
+
+_KEY = 5
+
+
+@functools.cache
+def _epochs(layout="single", lr=0.03):
+  """(params, opt_state, history) of K epochs of M minibatch updates under `layout`."""
+  _, _, _, prog, state, batch, router = _setup(layout, lr)
+  return rl_train.epoch_updates(
+    prog, state.params, state.opt_state, router, rl_mesh.place_batch(batch, prog.per_token),
+    None, None, epochs=K, minibatches=M, key=jax.random.key(_KEY), staleness=STALE)
 
 
 @functools.cache
@@ -75,11 +88,9 @@ def _np_advantages(b, eps=1e-6):
 @pytest.mark.slow  # ~25 s on 2 cores: 3 compiles of the tiny model's update, 8 numpy checks
 def test_k_epochs_match_the_numpy_clipped_objective():
   config, model_cfg, _, prog, state, batch, router = _setup()
-  key = jax.random.key(5)
+  key = jax.random.key(_KEY)
   placed = rl_mesh.place_batch(batch, prog.per_token)
-  params, opt_state, history = rl_train.epoch_updates(
-    prog, state.params, state.opt_state, router, placed, None, None, epochs=K, minibatches=M,
-    key=key, staleness=STALE)
+  params, opt_state, history = _epochs()
   # The same updates replayed by hand in minibatch_indices' order, each checked at the params
   # before it against numpy.
   old = _np_logp(model_cfg, state.params, router, batch)
@@ -108,6 +119,37 @@ def test_k_epochs_match_the_numpy_clipped_objective():
   np.testing.assert_allclose(history["ratio_max"][0], 1.0, atol=1e-5)
   assert history["clip_frac"][0] == 0 and history["clip_frac"][-M:].min() > 0
   assert 0 < history["is_truncated_frac"][0] < 1
+
+
+# Smaller steps than the numpy check's: float32 summation-order differences grow with the
+# step size (at lr 0.03, 2e-4 relative in the entropy by update 6; at 3e-3, 1.4e-5 in an
+# AdamW weight whose gradient is ~eps).
+SHARDED_LR = 1e-3
+
+
+@pytest.mark.slow  # ~60 s on 2 cores: the minibatch update and old policy, sharded and not
+def test_k_epochs_on_a_sharded_layout_equal_one_device():
+  """K = 4 epochs x M = 2 minibatches under fsdp_ep (8 fake devices: sharded AdamW, EP
+  dispatch) == on one device: every update's metrics, the new params and optimizer state;
+  shardings kept."""
+  want_params, want_opt, want = _epochs("single", SHARDED_LR)
+  params, opt_state, history = _epochs("fsdp_ep", SHARDED_LR)
+  config, model_cfg, _, prog, _, _, _ = _setup("fsdp_ep", SHARDED_LR)
+  # Off-policy: pi_theta has left pi_old.
+  assert history["ratio_max"][-1] > 1 + 1e-4, (history["ratio_max"], history["clip_frac"])
+  assert set(history) == set(want)
+  for k, v in want.items():
+    np.testing.assert_allclose(history[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+  chex.assert_trees_all_close(jax.device_get(params), jax.device_get(want_params),
+                              atol=1e-5, rtol=1e-5)
+  chex.assert_trees_all_close(jax.device_get(opt_state), jax.device_get(want_opt),
+                              atol=1e-5, rtol=1e-5)
+  axes = transformer.logical_axes(model_cfg)["params"]
+  expected = rules_lib.param_shardings(axes, prog.progs.mesh, config.rules)
+  for (path, x), s in zip(jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(expected)):
+    assert x.sharding.is_equivalent_to(s, x.ndim), (jax.tree_util.keystr(path), x.sharding, s)
+  for x, t in zip(jax.tree.leaves(opt_state), jax.tree.leaves(prog.progs.target.opt_state)):
+    assert x.sharding.is_equivalent_to(t.sharding, x.ndim)
 
 
 @pytest.mark.slow  # ~25 s on 2 cores: two compiles of the SD update
