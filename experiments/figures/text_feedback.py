@@ -16,9 +16,9 @@ Writes to --workdir:
                              the behaviour rate, the reward and the probe KL;
   text_feedback.png          per behaviour: rate, reward and probe KL vs step (each seed's curve a
                              trailing --smooth-step moving average), mean and 95% interval;
-and prints, per behaviour and arm, the last `--final_window` steps' mean (mean and 95% interval
-over seeds), and the paired (same seed) differences sd - rl and sd - penalty with their 95%
-intervals. --smoke shrinks every size so the whole pipeline runs in seconds (CI); its numbers
+and prints, per behaviour and arm, the mean of the last `--final_window` steps and of all steps
+(mean and 95% interval over seeds), and the paired (same seed) differences sd - rl, sd - penalty
+and penalty - rl with their 95% intervals. --smoke shrinks every size so the whole pipeline runs in seconds (CI); its numbers
 mean nothing. --replot redraws the summary, PNG and numbers from an existing text_feedback.csv.
 """
 
@@ -194,20 +194,28 @@ def write_outputs(workdir: str, rows: list[dict], smoke: bool) -> None:
   """Summary CSV, PNG and the printed final numbers from the per-step rows."""
   seeds = len({r["seed"] for r in rows})
   _write_csv(os.path.join(workdir, "text_feedback_summary.csv"), summarize(rows))
-  c = arm_config("sd", 0, smoke)
+  sizes = []
+  for behaviour in dict.fromkeys(r["behaviour"] for r in rows):
+    c = arm_config("sd", 0, smoke, behaviour)
+    sizes.append(f"{behaviour} {c.rl.groups}x{c.rl.group_size}")
   _plot(os.path.join(workdir, "text_feedback.png"), summarize(smoothed(rows, FLAGS.smooth)),
-        f"tool-calling env, tiny model, {c.rl.groups}x{c.rl.group_size} episodes/step; "
+        f"tool-calling env, tiny model, episodes/step: {', '.join(sizes)}; "
         f"{FLAGS.smooth}-step moving average per seed; mean and 95% interval over {seeds} seeds")
-  window = f"mean of the last {FLAGS.final_window} steps; mean ± 95% interval over seeds"
-  final = final_numbers(rows, FLAGS.final_window)
-  for (behaviour, arm), curves in final.items():
-    parts = []
-    for curve, per_seed in curves.items():
-      mean, half = interval(per_seed.values())
-      parts.append(f"{curve} {mean:.3f} ± {half:.3f}")
-    print(f"{behaviour} {arm}: " + "; ".join(parts) + f" ({window}, {len(per_seed)} seeds)")
-  for behaviour, curve, name, mean, half in comparisons(final):
-    print(f"{behaviour} {curve} {name}: {mean:+.3f} ± {half:.3f} (paired by seed)")
+  steps = len({r["step"] for r in rows})
+  # The final window says where each arm ends; the whole-run mean (area under the curve) also
+  # says how fast it gets there.
+  for window, what in ((FLAGS.final_window, f"mean of the last {FLAGS.final_window} steps"),
+                       (steps, f"mean of all {steps} steps")):
+    final = final_numbers(rows, window)
+    for (behaviour, arm), curves in final.items():
+      parts = []
+      for curve, per_seed in curves.items():
+        mean, half = interval(per_seed.values())
+        parts.append(f"{curve} {mean:.3f} ± {half:.3f}")
+      print(f"{behaviour} {arm}: " + "; ".join(parts)
+            + f" ({what}; mean ± 95% interval over {len(per_seed)} seeds)")
+    for behaviour, curve, name, mean, half in comparisons(final):
+      print(f"{behaviour} {curve} {name}: {mean:+.3f} ± {half:.3f} (paired by seed; {what})")
 
 
 def main(argv):

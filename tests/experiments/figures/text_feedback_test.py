@@ -48,7 +48,9 @@ def test_smoke_runs_end_to_end(tmp_path):
     half = stats.t.ppf(0.975, 1) * np.std(v, ddof=1) / np.sqrt(2)
     assert float(s["reward_mean"]) == pytest.approx(np.mean(v))
     assert float(s["reward_hi"]) == pytest.approx(np.mean(v) + half)
-  assert out.count("verbose sd:") == 1 and "verbose probe_kl sd - penalty" in out
+  # Per arm: the last --final_window steps' mean, then the whole run's (both smoke steps).
+  assert out.count("verbose sd:") == 2 and out.count("verbose probe_kl sd - penalty") == 2
+  assert "mean of all 2 steps" in out
 
 
 def test_interval_smoothing_and_final_numbers_by_hand():
