@@ -199,7 +199,9 @@ def sample(cfg: ModelConfig, variables: dict[str, Any], prompts: jax.Array,
     raise ValueError(f"prompt_lens must be an integer [{b}] array, got {prompt_lens.dtype} "
                      f"{prompt_lens.shape}")
   if not isinstance(prompt_lens, jax.core.Tracer):
-    lens = np.asarray(prompt_lens)
+    # Each process checks the rows it holds (all rows, unless they span several processes).
+    lens = (np.asarray(prompt_lens) if prompt_lens.is_fully_addressable else
+            np.concatenate([np.ravel(s.data) for s in prompt_lens.addressable_shards]))
     if lens.min() < 1 or lens.max() > p:
       raise ValueError(f"prompt_lens {lens.tolist()} must lie in [1, {p}] (the padded prompt "
                        "length)")

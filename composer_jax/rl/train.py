@@ -237,10 +237,13 @@ def sampler_devices(config, trainer_ids: list[int]) -> list[int]:
       raise ValueError(f"rl.sampler_devices={tuple(r.sampler_devices)} needs "
                        "rl.mode='disaggregated' (colocated samples on the trainer's devices)")
     return trainer_ids
-  ids, count = list(r.sampler_devices), jax.device_count()
-  if not ids or any(not 0 <= i < count for i in ids) or len(set(ids)) != len(ids):
-    raise ValueError(f"rl.sampler_devices={tuple(ids)} must be distinct device ids in "
-                     f"[0, {count}) for rl.mode='disaggregated'")
+  ids, known = list(r.sampler_devices), [d.id for d in jax.devices()]
+  count = len(known)
+  if not ids or any(i not in known for i in ids) or len(set(ids)) != len(ids):
+    # Ids are 0..n-1 in one process; a multi-process run numbers each process's devices apart.
+    valid = f"in [0, {count})" if known == list(range(count)) else f"of this run {tuple(known)}"
+    raise ValueError(f"rl.sampler_devices={tuple(ids)} must be distinct device ids {valid} "
+                     "for rl.mode='disaggregated'")
   overlap = sorted(set(ids) & set(trainer_ids))
   if overlap:
     raise ValueError(

@@ -132,8 +132,10 @@ def batch_shardings(dm: DualMesh, rules_cfg) -> tuple[NamedSharding, NamedShardi
   return spec((None, "batch", "seq")), spec(("batch", "seq"))
 
 
-def to_global(batch: dict, sharding: NamedSharding) -> dict:
-  """Process-local numpy batch `{name: [.., L]}` -> global jax arrays with `sharding`.
+def to_global(batch: dict, sharding: NamedSharding, whole: bool = False) -> dict:
+  """Process-local numpy batch `{name: [.., L]}` -> global jax arrays with `sharding`
+  (`whole`: every process passes the whole global batch, the same in each, and keeps its
+  share).
 
   With context parallelism (`context` > 1 in the sharding's mesh) the sequence axis is
   first put in the load-balanced zig-zag order the model then expects
@@ -141,7 +143,8 @@ def to_global(batch: dict, sharding: NamedSharding) -> dict:
   """
   cp = sharding.mesh.shape.get("context", 1)
   order = (lambda x: context.zigzag(x, cp)) if cp > 1 else (lambda x: x)
-  return {k: jax.make_array_from_process_local_data(sharding, order(np.asarray(v)))
+  return {k: jax.make_array_from_process_local_data(
+              sharding, order(np.asarray(v)), np.shape(v) if whole else None)
           for k, v in batch.items()}
 
 

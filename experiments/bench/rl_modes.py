@@ -1,6 +1,7 @@
 """RL steps/s: colocated vs disaggregated (sampler and trainer on disjoint devices).
 
-    python -m experiments.bench.rl_modes [--steps=6] [--repeats=3] [--groups=8]
+    python -m experiments.bench.rl_modes [--steps=6] [--repeats=3] [--groups=8] \
+        [--max_new_tokens=3] [--max_model_turns=4]
 
 Runs on 8 fake CPU devices (XLA_FLAGS set below, before jax is imported). The trainer runs the
 RL update of `rl_tool_feedback.py:rl` on devices 0-3 (layout fsdp, 4 devices). Colocated: the
@@ -10,9 +11,12 @@ trains on batch k. Overlapping pays where sampling (a host-driven episode loop, 
 call per turn) dominates the step; on 2 shared CPU cores at --groups=8 the two take about as
 long (README: measured ratio 0.89, median of 3). Each repeat runs both
 modes (order alternating) for `--steps` timed steps after 2 untimed ones (compilation); prints
-per mode the median steps/s, the median sampling and training seconds per step, and the
-median over repeats of the ratio disaggregated / colocated (last line: `ratio=X`). The 8 fake
-devices share this machine's cores, so the two meshes also compete for the same CPUs.
+per mode the median steps/s, the median sampling and training seconds per step, the
+colocated sampling fraction (sampling / (sampling + training) seconds), and the median over
+repeats of the ratio disaggregated / colocated (last line: `ratio=X`). Longer generations
+(`--max_new_tokens`, `--max_model_turns`: the policy starts from a random init, so turns run to
+`max_new_tokens`) and fewer episodes make sampling dominate. The 8 fake devices share this
+machine's cores, so the two meshes also compete for the same CPUs.
 """
 
 import os
@@ -37,6 +41,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer("steps", 6, "Timed RL steps per mode and repeat (after 2 untimed ones).")
 flags.DEFINE_integer("repeats", 3, "Repeats (the median is reported).")
 flags.DEFINE_integer("groups", 8, "Tasks per step (x 4 episodes each).")
+flags.DEFINE_integer("max_new_tokens", 3, "Tokens per sampled model turn at most.")
+flags.DEFINE_integer("max_model_turns", 4, "Model turns per episode at most.")
 
 _UNTIMED = 2
 
@@ -48,10 +54,15 @@ def _config(mode: str):
   c.rl.update(dict(groups=FLAGS.groups, group_size=4, mode=mode,
                    max_staleness=1 if mode == "disaggregated" else 0,
                    sampler_devices=(4, 5, 6, 7) if mode == "disaggregated" else ()))
-  # The sizes this bench was measured at (README): tasks of 1-3 calls in 4 turns, no probes.
-  c.env.update(dict(max_model_turns=4, calls_per_task=0))
-  c.rl.update(dict(seq_len=48, prompt_len=40, teacher_seq_len=48, max_new_tokens=3,
-                   probe_count=0))
+  # Tasks of 1-3 calls, no probes; at the defaults the sizes first measured (README).
+  # An episode: a first turn of at most 14 tokens, then per model turn the turn and a reply of
+  # at most 4 tokens (padded to a multiple of 8).
+  turns, new = FLAGS.max_model_turns, FLAGS.max_new_tokens
+  pad8 = lambda n: -(-n // 8) * 8
+  seq_len = pad8(14 + turns * (new + 4))
+  c.env.update(dict(max_model_turns=turns, calls_per_task=0))
+  c.rl.update(dict(seq_len=seq_len, prompt_len=pad8(14 + (turns - 1) * (new + 4)),
+                   teacher_seq_len=seq_len, max_new_tokens=new, probe_count=0))
   c.loss.log_term_grads = False
   return c
 
@@ -82,6 +93,9 @@ def main(argv):
     med = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
     print(f"{mode}: {med['steps_per_s']:.3f} steps/s (sampling {med['sample_s']:.2f} s, "
           f"training {med['train_s']:.2f} s per step; median of {len(runs)})")
+  fractions = [r["sample_s"] / (r["sample_s"] + r["train_s"]) for r in results["colocated"]]
+  print(f"colocated sampling fraction, median of {len(fractions)}: "
+        f"{float(np.median(fractions)):.2f}")
   ratios = [d["steps_per_s"] / c["steps_per_s"]
             for c, d in zip(results["colocated"], results["disaggregated"], strict=True)]
   print(f"disaggregated / colocated steps/s, median of {len(ratios)} repeats: "

@@ -68,6 +68,23 @@ def arm_config(arm: str, seed: int, smoke: bool, behaviour: str = "tools"):
   return c
 
 
+def seed_rows(behaviour: str, seed: int, arms: list[str], smoke: bool) -> list[dict]:
+  """One seed of one behaviour: one warm-up (`tool_feedback.program.warmup`), then each arm's
+  RL steps from it in memory (`rl.train.train`); one row per (arm, RL step `step` = steps
+  done before it, from 0), with `behaviour`, `arm`, `seed` and the warm-up's last CE."""
+  from composer_jax.rl import train as rl_train
+  from experiments.tool_feedback import program
+
+  init, ce = program.warmup(arm_config(arms[0], seed, smoke, behaviour))
+  logging.info("%s seed %d: warm-up CE %.4f", behaviour, seed, ce)
+  rows = []
+  for arm in arms:
+    config = arm_config(arm, seed, smoke, behaviour)
+    for r in rl_train.train(config, program.make_env(config), init):
+      rows.append(dict(behaviour=behaviour, arm=arm, seed=seed, warmup_ce=ce, **r))
+  return rows
+
+
 def _value(row: dict, curve: str) -> float:
   key = RATES[row["behaviour"]][0] if curve == "rate" else curve
   return float(row.get(key, float("nan")))
@@ -230,20 +247,12 @@ def main(argv):
   if bad:
     raise app.UsageError(f"unknown arms/behaviours {bad}; valid: {sorted(LABELS)} / "
                          f"{sorted(RATES)}")
-  from composer_jax.rl import train as rl_train
-  from experiments.tool_feedback import program
-
   t0 = time.time()
   rows = []
   for behaviour in FLAGS.behaviours:
     for seed in range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds):
-      init, ce = program.warmup(arm_config(FLAGS.arms[0], seed, FLAGS.smoke, behaviour))
-      logging.info("%s seed %d: warm-up CE %.4f (%.0f s)", behaviour, seed, ce, time.time() - t0)
-      for arm in FLAGS.arms:
-        config = arm_config(arm, seed, FLAGS.smoke, behaviour)
-        for r in rl_train.train(config, program.make_env(config), init):
-          rows.append(dict(behaviour=behaviour, arm=arm, seed=seed, warmup_ce=ce, **r))
-        logging.info("%s seed %d arm %s done (%.0f s)", behaviour, seed, arm, time.time() - t0)
+      rows += seed_rows(behaviour, seed, FLAGS.arms, FLAGS.smoke)
+      logging.info("%s seed %d done (%.0f s)", behaviour, seed, time.time() - t0)
       _write_csv(path, rows)  # after every seed: a long run that stops keeps what it has
   write_outputs(FLAGS.workdir, rows, FLAGS.smoke)
   print(f"wrote {FLAGS.workdir} in {time.time() - t0:.0f} s")

@@ -79,8 +79,9 @@ def warmup(config) -> tuple[dict, float]:
   for i in range(w.steps):
     batch = warmup_batch(env, rng, w.batch_size, w.seq_len, w.hint_prob, w.hint_all_tools,
                          w.verbose_prob)
+    # Every process generates the same batch (same rng) and keeps its rows.
     state, metrics = progs.train_step(state, placement.to_global(
-        {k: v[None] for k, v in batch.items()}, progs.train_batch_sharding))
+        {k: v[None] for k, v in batch.items()}, progs.train_batch_sharding, whole=True))
     if i == w.steps - 1 or (i + 1) % w.log_every == 0:
       ce = float(metrics["ce"])
       logging.info("warmup step %d ce %.4f", i + 1, ce)

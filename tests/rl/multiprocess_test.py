@@ -1,6 +1,8 @@
-"""2 processes x 4 devices == 1 process x 8 devices for the RL update (JAX multi-controller on
-CPU: `jax.distributed` with a local coordinator, cross-process collectives over gloo)."""
+"""2 processes x 4 devices == 1 process x 8 devices for the RL update and for a whole RL run
+(JAX multi-controller on CPU: `jax.distributed` with a local coordinator, cross-process
+collectives over gloo)."""
 
+import json
 import os
 import socket
 import subprocess
@@ -46,3 +48,70 @@ def test_two_processes_match_one(tmp_path):
   for path, x in jax.tree_util.tree_leaves_with_path(jax.device_get(want_params)):
     key = f"params{jax.tree_util.keystr(path)}"
     np.testing.assert_allclose(got[key], x, rtol=1e-5, atol=1e-5, err_msg=key)
+
+
+# A whole run of `rl_tool_feedback.py:sd,fsdp_ep` at tiny sizes: short tasks (1-3 calls in 4
+# turns), 30 warm-up steps (enough for the policy to call tools, so turns get flagged and the
+# SD term has a gradient), 2 RL steps of 8 episodes with 8 probes.
+_RL_ARGS = ["--config=experiments/configs/rl_tool_feedback.py:sd,fsdp_ep", *(
+  f"--config.{k}={v}" for k, v in {
+    "env.calls_per_task": 0, "env.max_model_turns": 4,
+    "warmup.steps": 30, "warmup.batch_size": 16, "warmup.seq_len": 64, "warmup.log_every": 10,
+    "warmup.optim.warmup_steps": 1, "warmup.optim.total_steps": 30,
+    "train.steps": 2, "train.log_every": 1,
+    "rl.groups": 2, "rl.group_size": 4, "rl.teacher_rows": 8, "rl.probe_count": 8,
+    "rl.seq_len": 48, "rl.prompt_len": 48, "rl.teacher_seq_len": 64,
+    "loss.log_term_grads": False}.items())]
+
+
+def _launch(num_processes, devices_per_process, args, **kw):
+  # LLVM's cheapest settings (the launcher adds the device count): a shorter compile, the same
+  # in both runs.
+  env = dict(os.environ, XLA_FLAGS="--xla_backend_optimization_level=0 "
+             "--xla_llvm_disable_expensive_passes=true")
+  return subprocess.Popen(
+    [sys.executable, "launch/local.py", f"--num_processes={num_processes}",
+     f"--devices_per_process={devices_per_process}", "--", *args], cwd=REPO, env=env,
+    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+@pytest.mark.slow  # ~4 min of CPU: two runs (3 processes) compile the warm-up, sampler and RL
+def test_rl_run_two_processes_match_one(tmp_path):
+  """`python -m experiments.run` of the RL program (warm-up, sampler, probes, RL steps,
+  checkpoints) under launch/local.py: 2 processes x 4 devices == 1 process x 8, every logged
+  value of every step."""
+  multi, single = str(tmp_path / "multi"), str(tmp_path / "single")
+  runs = [_launch(2, 4, [*_RL_ARGS, f"--workdir={multi}"]),
+          _launch(1, 8, [*_RL_ARGS, f"--workdir={single}"])]
+  for run in runs:
+    out, _ = run.communicate(timeout=1800)
+    assert run.returncode == 0, out[-5000:]
+
+  def records(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      rows = [json.loads(line) for line in f]
+    assert [r["step"] for r in rows] == [1, 2]  # written once, by process 0
+    return [{k: v for k, v in r.items() if "seconds" not in k and k != "startup_s"}
+            for r in rows]
+
+  got, want = records(multi), records(single)
+  assert any(r["flagged_turns"] > 0 and r["grad_norm"] > 0 for r in want)
+  for g, w in zip(got, want, strict=True):
+    assert set(g) == set(w)
+    for k, v in w.items():
+      np.testing.assert_allclose(g[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_rl_run_bad_input_is_one_line_per_process(tmp_path):
+  """A disaggregated sampler on devices the 2-process trainer's mesh (all 8) also uses."""
+  proc = _launch(2, 4, ["--config=experiments/configs/rl_tool_feedback.py:sd,fsdp_ep",
+                        f"--workdir={tmp_path}", "--config.rl.mode=disaggregated",
+                        "--config.rl.sampler_devices=(0,1,2,3)"])
+  out, _ = proc.communicate(timeout=600)
+  assert proc.returncode == 1, out
+  errors = sorted(line for line in out.splitlines() if "error: " in line)
+  want = ("error: rl.mode='disaggregated': sampler devices (0, 1, 2, 3) overlap the trainer's "
+          "devices")
+  assert len(errors) == 2 and all(e.startswith(f"[process {i}] {want}")
+                                  for i, e in enumerate(errors)), out
+  assert "(layout 'fsdp_ep') on [0, 1, 2, 3]" in errors[0] and "Traceback" not in out

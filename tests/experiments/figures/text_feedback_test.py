@@ -83,3 +83,42 @@ def test_interval_smoothing_and_final_numbers_by_hand():
   m, h = diffs["rate", "sd - rl"]
   assert m == pytest.approx(np.mean([0.15, -0.55]))
   assert h == pytest.approx(12.7062047 * np.std([0.15, -0.55], ddof=1) / np.sqrt(2))
+
+
+# The figure's --smoke sizes as command-line overrides of `rl_tool_feedback.py:sd`.
+_SMOKE_OVERRIDES = {
+  "warmup.steps": 2, "warmup.batch_size": 4, "warmup.log_every": 1,
+  "warmup.optim.total_steps": 2, "warmup.optim.warmup_steps": 1,
+  "train.steps": 2, "train.log_every": 1,
+  "rl.groups": 2, "rl.group_size": 2, "rl.teacher_rows": 4, "rl.probe_count": 4,
+}
+
+
+@pytest.mark.slow  # ~65 s of CPU: one warm-up and two RL steps compiled once, run twice
+def test_figure_arm_equals_the_cli_run(tmp_path):
+  """The figure's rows of arm sd (seed 0, smoke sizes) == the metrics.jsonl records of
+  `python -m experiments.run --config=experiments/configs/rl_tool_feedback.py:sd` with the
+  same sizes as overrides (its program, in process): every shared logged value, bit-exact."""
+  from composer_jax.train.metrics import read_metrics
+  from experiments.configs import rl_tool_feedback
+  from experiments.figures import text_feedback as fig
+  from experiments.tool_feedback import program
+
+  config = rl_tool_feedback.get_config("sd")
+  for key, value in _SMOKE_OVERRIDES.items():
+    *path, field = key.split(".")
+    section = config
+    for name in path:
+      section = section[name]
+    section[field] = value
+  assert config.to_dict() == fig.arm_config("sd", 0, True).to_dict()
+  program.run(config, str(tmp_path))
+  cli = read_metrics(str(tmp_path))
+  rows = fig.seed_rows("tools", 0, ["sd"], smoke=True)
+  # The figure counts steps done before a row (from 0), the driver steps done after it.
+  assert [r["step"] + 1 for r in rows] == [r["step"] for r in cli] == [1, 2]
+  timing = lambda k: "seconds" in k or k in ("startup_s", "step")
+  for row, record in zip(rows, cli):
+    shared = sorted(k for k in set(row) & set(record) if not timing(k))
+    assert len(shared) > 30 and {"reward", "loss", "sd_loss", "probe_kl"} <= set(shared)
+    assert {k: row[k] for k in shared} == {k: record[k] for k in shared}
