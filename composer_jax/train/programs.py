@@ -25,6 +25,7 @@ from composer_jax.parallel import rules as rules_lib
 from composer_jax.parallel.mesh import DualMesh
 from composer_jax.train import placement
 from composer_jax.train import step as step_lib
+from composer_jax.train.compile_cache import Precompiled
 from composer_jax.train.state import TrainState, abstract_state, init_state
 
 _CACHE_SIZE = 4
@@ -42,6 +43,8 @@ class Programs(NamedTuple):
     init: `(key, variables or None) -> TrainState`, jitted onto `target`'s shardings.
     train_step: `(state, batch[G, B, L]) -> (state, metrics)`, state donated.
     eval_step: `(state, batch[B, L]) -> (ce_token_sum, num_tokens)`.
+    (The three are `compile_cache.Precompiled`: with the compilation cache on, a later
+    process loads them compiled instead of tracing them.)
   """
 
   mesh: DualMesh
@@ -54,7 +57,7 @@ class Programs(NamedTuple):
   eval_step: Callable
 
 
-def _build(config, model_cfg: ModelConfig) -> Programs:
+def _build(config, model_cfg: ModelConfig, key: str) -> Programs:
   t = config.train
   dm = placement.build_mesh(config.mesh, model_cfg, t.seq_len)
   axes = transformer.logical_axes(model_cfg)["params"]
@@ -74,14 +77,16 @@ def _build(config, model_cfg: ModelConfig) -> Programs:
   return Programs(
       mesh=dm, optimizer=optimizer, target=target, train_batch_sharding=train_sharding,
       eval_batch_sharding=eval_sharding,
-      init=jax.jit(lambda k, v: init_state(model_cfg, optimizer, k, v),
-                   out_shardings=shardings),
+      init=Precompiled(jax.jit(lambda k, v: init_state(model_cfg, optimizer, k, v),
+                               out_shardings=shardings), "init", key),
       # The model's shard_map layers (context-parallel attention, expert-parallel MoE) read the
       # mesh while tracing; init needs none (single-device semantics).
-      train_step=jax.jit(context_mesh.with_mesh(dm, config.rules, train_step), donate_argnums=0,
-                         out_shardings=(shardings, None)),
-      eval_step=jax.jit(context_mesh.with_mesh(
-          dm, config.rules, step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk))))
+      train_step=Precompiled(jax.jit(context_mesh.with_mesh(dm, config.rules, train_step),
+                                     donate_argnums=0, out_shardings=(shardings, None)),
+                             "train_step", key, donate_argnums=(0,)),
+      eval_step=Precompiled(jax.jit(context_mesh.with_mesh(
+          dm, config.rules, step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk))),
+                            "eval_step", key))
 
 
 def programs(config, model_cfg: ModelConfig) -> Programs:
@@ -91,7 +96,7 @@ def programs(config, model_cfg: ModelConfig) -> Programs:
                     config.rules.to_dict(), t.loss_chunk, t.z_loss, t.router_bias_rate],
                    sort_keys=True, default=str)
   if key not in _cache:
-    _cache[key] = _build(config, model_cfg)
+    _cache[key] = _build(config, model_cfg, key)
     while len(_cache) > _CACHE_SIZE:
       _cache.popitem(last=False)
   _cache.move_to_end(key)

@@ -58,5 +58,14 @@ def init_state(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
 
 def abstract_state(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
                    key: jax.Array) -> TrainState:
-  """Shapes and dtypes of `init_state` without allocating (`jax.eval_shape`)."""
-  return jax.eval_shape(lambda k: init_state(model_cfg, optimizer, k), key)
+  """Shapes and dtypes of `init_state` without allocating (`jax.eval_shape`).
+
+  The model's shapes come from `transformer.shapes` (traced once per config and shared
+  with `logical_axes`), so only the optimizer's init is traced here.
+  """
+  variables = transformer.shapes(model_cfg)
+  params = variables["params"]
+  return TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
+                    router=variables.get("router", {}),
+                    opt_state=jax.eval_shape(optimizer.init, params),
+                    rng=jax.eval_shape(lambda k: jax.random.split(k)[1], key))

@@ -12,7 +12,7 @@ from composer_jax.model import transformer
 from composer_jax.optim import build_optimizer
 from composer_jax.parallel import rules as rules_lib
 from composer_jax.train import loop, memory_plan, placement
-from composer_jax.train.state import abstract_state
+from composer_jax.train.state import abstract_state, init_state
 from experiments.configs import base, default
 
 
@@ -75,3 +75,14 @@ def test_memory_plan_matches_hand_count(layout, devices):
   else:
     assert per_device < total / 4
   assert plan["param_count"] == transformer.param_counts(model_cfg)[0]
+
+
+@pytest.mark.parametrize("optim", ["muon", "adamw"])
+def test_abstract_state_is_the_shape_of_init_state(optim):
+  # Reference: `init_state` itself under `jax.eval_shape` (abstract_state reuses the model's
+  # cached shapes instead of tracing the model again).
+  _, model_cfg, _, abstract, optimizer = _setup("single", optim)
+  key = jax.ShapeDtypeStruct((2,), np.uint32)
+  want = jax.eval_shape(lambda k: init_state(model_cfg, optimizer, k), key)
+  assert jax.tree.structure(abstract) == jax.tree.structure(want)
+  assert jax.tree.leaves(abstract) == jax.tree.leaves(want)
