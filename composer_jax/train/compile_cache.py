@@ -98,8 +98,8 @@ class Precompiled:
   jax's flags, XLA_FLAGS and the devices: a change to any of them exports a new one.
   `donate_argnums` as `jax.jit`'s (the wrapped function's own are not visible).
   `directory`: the cache directory; None = jax's `jax_compilation_cache_dir` at call time
-  (set by `enable`); without one, and with several devices and an uncommitted argument,
-  it is the jitted function. Other attributes (`lower`, ...) are the jitted function's. Files are pickles: load only caches this code wrote.
+  (set by `enable`); without one, in a multi-process run, and with several devices and an
+  uncommitted argument, it is the jitted function. Other attributes (`lower`, ...) are the jitted function's. Files are pickles: load only caches this code wrote.
   """
 
   def __init__(self, jitted, name: str, settings: str, donate_argnums: tuple[int, ...] = (),
@@ -115,9 +115,10 @@ class Precompiled:
     directory = self._directory or jax.config.jax_compilation_cache_dir
     leaves, tree = jax.tree.flatten(args)
     # An exported program runs on the devices it was exported for; an uncommitted argument
-    # (e.g. a fresh PRNG key) names none, so with several devices the jitted function places it.
-    if not directory or (jax.device_count() > 1
-                         and not all(getattr(x, "committed", False) for x in leaves)):
+    # (e.g. a fresh PRNG key) names none, so with several devices the jitted function places
+    # it. Multi-process runs (each process one share of global arrays) keep the jitted one too.
+    if not directory or jax.process_count() > 1 or (
+        jax.device_count() > 1 and not all(getattr(x, "committed", False) for x in leaves)):
       return self._jitted(*args)
     spec = _arg_spec(leaves, tree)
     if spec not in self._loaded:
