@@ -37,7 +37,9 @@ RL / SD gradient norms and cosine (`loss.log_term_grads`).
 Measured before the probes and the long scenario (targeted single-alias hint, tasks of 1-3
 calls in 4 turns; 3 seeds x 2 arms, 2 shared CPU cores): 8 min 51 s wall. Mean of the last 10
 of 80 RL steps, mean ± std over seeds: unavailable-tool call rate 0.320 ± 0.058 (rl) vs 0.331 ±
-0.047 (sd), reward 0.648 ± 0.051 vs 0.619 ± 0.027: no measurable gain of the SD term there.
+0.047 (sd), reward 0.648 ± 0.051 vs 0.619 ± 0.027: no measurable gain of the SD term there. The full figure
+of this config (5 seeds x 4 arms x 2 behaviours) and what it shows: README, "RL with targeted
+text feedback".
 """
 
 import ml_collections
