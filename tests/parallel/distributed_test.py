@@ -4,7 +4,6 @@ devices (the pytest process)."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -18,6 +17,7 @@ from composer_jax.parallel import distributed
 from composer_jax.parallel.distributed import Plan, Settings
 from composer_jax.train import checkpointing, loop, placement, programs
 from experiments.configs import default
+from tests import local_launch
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -128,16 +128,10 @@ def _final_params(workdir, config):
 
 
 def _launch(num_processes: int, devices_per_process: int, workdir: str) -> subprocess.Popen:
-  cmd = [sys.executable, "launch/local.py", f"--num_processes={num_processes}",
-         f"--devices_per_process={devices_per_process}", "--",
-         f"--config=experiments/configs/default.py:{_LAYOUT}", f"--workdir={workdir}",
-         *(f"--config.{k}={v}" for k, v in _OVERRIDES.items())]
-  # Not pytest's 8 devices (the launcher sets them); LLVM's cheapest settings halve the compile
-  # time, the same for both runs.
-  env = dict(os.environ, XLA_FLAGS="--xla_backend_optimization_level=0 "
-             "--xla_llvm_disable_expensive_passes=true")
-  return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+  return local_launch.launch(
+    num_processes, devices_per_process,
+    [f"--config=experiments/configs/default.py:{_LAYOUT}", f"--workdir={workdir}",
+     *(f"--config.{k}={v}" for k, v in _OVERRIDES.items())])
 
 
 @pytest.mark.slow
@@ -145,10 +139,7 @@ def test_two_processes_match_one(tmp_path):
   """2 processes x 4 devices == 1 process x 8 devices (both through launch/local.py, at once):
   per-step losses, and the final params in the processes' cooperative checkpoint."""
   multi, single = str(tmp_path / "multi"), str(tmp_path / "single")
-  runs = [_launch(2, 4, multi), _launch(1, 8, single)]
-  for run in runs:
-    out, _ = run.communicate(timeout=1200)
-    assert run.returncode == 0, out[-5000:]
+  local_launch.wait_ok([_launch(2, 4, multi), _launch(1, 8, single)], 1200)
 
   def losses(workdir):
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
@@ -206,7 +197,7 @@ def test_slurm_script_runs_one_process_per_gpu(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS" and not k.startswith("SLURM")}
   env.update(PATH=f"{tmp_path}:{env['PATH']}", PYTHON=sys.executable, SLURM_SUBMIT_DIR=REPO,
              SLURM_JOB_NUM_NODES="1", SLURM_GPUS_ON_NODE="2", JAX_PLATFORMS="cpu",
-             JAX_COORDINATOR_PORT=str(_free_port()))
+             JAX_COORDINATOR_PORT=str(local_launch.free_port()))
   script = os.path.join(REPO, "launch", "slurm.sbatch")  # Run from elsewhere: it cds itself.
   proc = subprocess.run(["bash", script, _NEEDS_ONE_PROCESS], cwd=tmp_path, env=env,
                         capture_output=True, text=True, timeout=300)
@@ -215,12 +206,6 @@ def test_slurm_script_runs_one_process_per_gpu(tmp_path):
   assert (tmp_path / "srun_args").read_text().split() == [
       "--nodes=1", "--ntasks-per-node=2", "--ntasks=2", "--gpu-bind=none",
       "--kill-on-bad-exit=1", sys.executable, "-m", "experiments.run", _NEEDS_ONE_PROCESS]
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
 
 
 def test_tpu_pod_script_commands(tmp_path):

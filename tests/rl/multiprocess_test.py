@@ -4,7 +4,6 @@ collectives over gloo)."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -14,22 +13,17 @@ import pytest
 
 from composer_jax.model import transformer
 from composer_jax.train import loop
+from tests import local_launch
 from tests.rl import layouts_test
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 LAYOUT = "fsdp_ep"
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
-
-
 @pytest.mark.slow  # ~40 s on 2 cores: two processes compile the sharded update, and this one
 def test_two_processes_match_one(tmp_path):
   out = str(tmp_path / "update.npz")
-  coordinator = f"localhost:{_free_port()}"
+  coordinator = f"localhost:{local_launch.free_port()}"
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
   procs = [subprocess.Popen(
     [sys.executable, "-m", "tests.rl.multiprocess_update", LAYOUT, coordinator, "2", str(i),
@@ -64,28 +58,14 @@ _RL_ARGS = ["--config=experiments/configs/rl_tool_feedback.py:sd,fsdp_ep", *(
     "loss.log_term_grads": False}.items())]
 
 
-def _launch(num_processes, devices_per_process, args, **kw):
-  # LLVM's cheapest settings (the launcher adds the device count): a shorter compile, the same
-  # in both runs.
-  env = dict(os.environ, XLA_FLAGS="--xla_backend_optimization_level=0 "
-             "--xla_llvm_disable_expensive_passes=true")
-  return subprocess.Popen(
-    [sys.executable, "launch/local.py", f"--num_processes={num_processes}",
-     f"--devices_per_process={devices_per_process}", "--", *args], cwd=REPO, env=env,
-    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-
-
 @pytest.mark.slow  # ~4 min of CPU: two runs (3 processes) compile the warm-up, sampler and RL
 def test_rl_run_two_processes_match_one(tmp_path):
   """`python -m experiments.run` of the RL program (warm-up, sampler, probes, RL steps,
   checkpoints) under launch/local.py: 2 processes x 4 devices == 1 process x 8, every logged
   value of every step."""
   multi, single = str(tmp_path / "multi"), str(tmp_path / "single")
-  runs = [_launch(2, 4, [*_RL_ARGS, f"--workdir={multi}"]),
-          _launch(1, 8, [*_RL_ARGS, f"--workdir={single}"])]
-  for run in runs:
-    out, _ = run.communicate(timeout=1800)
-    assert run.returncode == 0, out[-5000:]
+  local_launch.wait_ok([local_launch.launch(2, 4, [*_RL_ARGS, f"--workdir={multi}"]),
+                        local_launch.launch(1, 8, [*_RL_ARGS, f"--workdir={single}"])], 1800)
 
   def records(workdir):
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
@@ -99,12 +79,14 @@ def test_rl_run_two_processes_match_one(tmp_path):
   for g, w in zip(got, want, strict=True):
     assert set(g) == set(w)
     for k, v in w.items():
-      np.testing.assert_allclose(g[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+      # 30 warm-up steps then 2 RL steps in float32 with each layout's own reduction order:
+      # grad_norm differs by 1.4e-5 relative at the second RL step (the tiled MoE's backward).
+      np.testing.assert_allclose(g[k], v, rtol=5e-5, atol=1e-6, err_msg=k)
 
 
 def test_rl_run_bad_input_is_one_line_per_process(tmp_path):
   """A disaggregated sampler on devices the 2-process trainer's mesh (all 8) also uses."""
-  proc = _launch(2, 4, ["--config=experiments/configs/rl_tool_feedback.py:sd,fsdp_ep",
+  proc = local_launch.launch(2, 4, ["--config=experiments/configs/rl_tool_feedback.py:sd,fsdp_ep",
                         f"--workdir={tmp_path}", "--config.rl.mode=disaggregated",
                         "--config.rl.sampler_devices=(0,1,2,3)"])
   out, _ = proc.communicate(timeout=600)

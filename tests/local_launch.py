@@ -1,0 +1,34 @@
+"""Test helpers for multi-process runs through `launch/local.py` (shared by tests/parallel and
+tests/rl): a free coordinator port, a launch, and waiting for several launches."""
+
+import os
+import socket
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def launch(num_processes: int, devices_per_process: int, args, **kw) -> subprocess.Popen:
+  """`launch/local.py` with `args` for `experiments.run`, stdout and stderr merged."""
+  # Not pytest's 8 devices (the launcher sets them); LLVM's cheapest settings halve the compile
+  # time, the same for every run compared.
+  env = dict(os.environ, XLA_FLAGS="--xla_backend_optimization_level=0 "
+             "--xla_llvm_disable_expensive_passes=true")
+  return subprocess.Popen(
+    [sys.executable, "launch/local.py", f"--num_processes={num_processes}",
+     f"--devices_per_process={devices_per_process}", "--", *args], cwd=REPO, env=env,
+    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def wait_ok(runs, timeout: float) -> None:
+  """Waits for every launch; each must exit 0 (the assertion shows its output's tail)."""
+  for run in runs:
+    out, _ = run.communicate(timeout=timeout)
+    assert run.returncode == 0, out[-5000:]
