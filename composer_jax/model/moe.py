@@ -89,53 +89,11 @@ def _move_rows_bwd(res, g):
 _move_rows.defvjp(_move_rows_fwd, _move_rows_bwd)
 
 
-@jax.custom_vjp
-def _tile_swiglu(tiles, tile_expert, gate, up, down):
-  """`down(silu(x @ gate) * (x @ up))` per tile with its expert's weights.
-
-  `tiles [n, t, D]`, `tile_expert [n]` (sorted), `gate`/`up [E, D, F]`, `down [E, F, D]` ->
-  `[n, t, D]`. The gathered per-tile weights (`[n, D, F]`, n >= E copies of the expert
-  weights) are gathered again in the backward pass instead of being saved: saving them
-  writes and reads n weight matrices per layer (stacked through the layer scan), more
-  than the gather costs; the weight gradients are summed per expert with a sorted
-  segment sum, the transpose of the gather.
-  """
-  return _tile_swiglu_fwd(tiles, tile_expert, gate, up, down)[0]
-
-
-def _tile_swiglu_fwd(tiles, tile_expert, gate, up, down):
-  h_gate = jnp.einsum("ntd,ndf->ntf", tiles, gate[tile_expert])
-  h_up = jnp.einsum("ntd,ndf->ntf", tiles, up[tile_expert])
-  out = jnp.einsum("ntf,nfd->ntd", nn.silu(h_gate) * h_up, down[tile_expert])
-  return out, (tiles, tile_expert, gate, up, down, h_gate, h_up)
-
-
-def _tile_swiglu_bwd(res, g):
-  tiles, tile_expert, gate, up, down, h_gate, h_up = res
-  sig = jax.nn.sigmoid(h_gate)
-  act = h_gate * sig  # silu
-  d_hidden = jnp.einsum("ntd,nfd->ntf", g, down[tile_expert])
-  d_up = d_hidden * act
-  d_gate = d_hidden * h_up * sig * (1 + h_gate * (1 - sig))  # silu'(h) = s (1 + h (1 - s))
-  d_tiles = (jnp.einsum("ntf,ndf->ntd", d_gate, gate[tile_expert])
-             + jnp.einsum("ntf,ndf->ntd", d_up, up[tile_expert]))
-  per_expert = lambda w_n: jax.ops.segment_sum(w_n, tile_expert, gate.shape[0],
-                                               indices_are_sorted=True)
-  tiles_t = jnp.swapaxes(tiles, 1, 2)
-  return (d_tiles, np.zeros(tile_expert.shape, jax.dtypes.float0),
-          per_expert(jnp.einsum("ndt,ntf->ndf", tiles_t, d_gate)),
-          per_expert(jnp.einsum("ndt,ntf->ndf", tiles_t, d_up)),
-          per_expert(jnp.einsum("nft,ntd->nfd", jnp.swapaxes(act * h_up, 1, 2), g)))
-
-
-_tile_swiglu.defvjp(_tile_swiglu_fwd, _tile_swiglu_bwd)
-
-
 def _tiled(h, group_sizes, gate, up, down, tile_rows):
   """SwiGLU experts as one batched matmul over expert-pure tiles of rows.
 
   Rows are copied into `[n_tiles, tile, D]` (each expert's group padded to whole tiles,
-  `tile_layout`), each tile multiplies its expert's weights (`_tile_swiglu`), and the
+  `tile_layout`), each tile multiplies its expert's weights (gathered per tile), and the
   rows are copied back: `(N + E * tile) * D * F` multiply-adds per matmul instead of
   `ragged_dot`'s `N * E * D * F` on XLA:CPU.
   """
@@ -144,7 +102,8 @@ def _tiled(h, group_sizes, gate, up, down, tile_rows):
   tile = max(8, min(tile_rows, 1 << max(0, (num_rows // gate.shape[0]).bit_length() - 1)))
   src, dest, tile_expert = tile_layout(group_sizes, num_rows, tile)
   tiles = _move_rows(h, src, dest).reshape(-1, tile, d)
-  out = _tile_swiglu(tiles, tile_expert, gate, up, down).reshape(-1, d)
+  matmul = lambda a, w: jnp.einsum("ntd,ndf->ntf", a, w[tile_expert])
+  out = _swiglu_experts(tiles, gate, up, down, matmul).reshape(-1, d)
   return _move_rows(out, dest, src)
 
 
