@@ -62,6 +62,12 @@ def sampler_rules() -> list[tuple]:
   return [(name, None) for name in axes.ALL_AXES] + [("batch", "data")]
 
 
+def row_blocks(rows: NamedSharding) -> int:
+  """How many blocks a rows-sharded `[rows, ...]` array is split into."""
+  n = rows.mesh.size
+  return n // rows.shard_shape((n,))[0]
+
+
 def place_batch(batch: dict[str, np.ndarray], layout: BatchLayout,
                 student_length: int | None = None) -> dict[str, jax.Array]:
   """Host batch -> global arrays: arrays shaped like `batch['tokens']` per `layout.tokens`
@@ -96,8 +102,7 @@ def select_rows(batch: dict[str, jax.Array], rows: jax.Array, layout: BatchLayou
   """Rows `rows [R]` of a batch placed by `place_batch` (jittable: a minibatch), laid out as
   `place_batch` lays out a batch when R splits over the row shards (else as XLA propagates).
   Rows are gathered whole, so a context-parallel zig-zag order of the columns is kept."""
-  n = layout.rows.mesh.size
-  shards = n // layout.rows.shard_shape((n,))[0]  # row blocks
+  shards = row_blocks(layout.rows)
   out = {}
   for k, v in batch.items():
     picked = v[rows]
@@ -156,9 +161,9 @@ class SamplerMesh:
   def put_rows(self, x: np.ndarray) -> jax.Array:
     """A host `[B, ...]` array (the same in every process) with its rows ('batch') split as
     the rules say (replicated when B does not divide)."""
-    x, n = np.asarray(x), self.mesh.size
-    blocks = n // self._rows.shard_shape((n,))[0]
-    return jax.device_put(x, self._rows if len(x) % blocks == 0 else self.replicated)
+    x = np.asarray(x)
+    return jax.device_put(x, self._rows if len(x) % row_blocks(self._rows) == 0
+                          else self.replicated)
 
   @staticmethod
   def to_host(x: jax.Array) -> np.ndarray:

@@ -99,7 +99,8 @@ class Precompiled:
   `donate_argnums` as `jax.jit`'s (the wrapped function's own are not visible).
   `directory`: the cache directory; None = jax's `jax_compilation_cache_dir` at call time
   (set by `enable`); without one, in a multi-process run, and with several devices and an
-  uncommitted argument, it is the jitted function. Other attributes (`lower`, ...) are the jitted function's. Files are pickles: load only caches this code wrote.
+  uncommitted argument, it is the jitted function. Other attributes (`lower`, ...) are the
+  jitted function's. Files are pickles: load only caches this code wrote.
   """
 
   def __init__(self, jitted, name: str, settings: str, donate_argnums: tuple[int, ...] = (),
