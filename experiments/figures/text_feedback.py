@@ -19,7 +19,8 @@ Writes to --workdir:
 and prints, per behaviour and arm, the mean of the last `--final_window` steps and of all steps
 (mean and 95% interval over seeds), and the paired (same seed) differences sd - rl, sd - penalty
 and penalty - rl with their 95% intervals. --smoke shrinks every size so the whole pipeline
-runs in seconds (CI); its numbers mean nothing. --replot redraws the summary, PNG and numbers from an existing text_feedback.csv.
+runs in seconds (CI); its numbers mean nothing. --replot redraws the summary, PNG and numbers
+from an existing text_feedback.csv.
 """
 
 from __future__ import annotations
