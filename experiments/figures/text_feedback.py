@@ -20,7 +20,8 @@ and prints, per behaviour and arm, the mean of the last `--final_window` steps a
 (mean and 95% interval over seeds), and the paired (same seed) differences sd - rl, sd - penalty
 and penalty - rl with their 95% intervals. --smoke shrinks every size so the whole pipeline
 runs in seconds (CI); its numbers mean nothing. --replot redraws the summary, PNG and numbers
-from an existing text_feedback.csv.
+from an existing text_feedback.csv; with --merge=DIR,DIR,... it first concatenates those
+workdirs' CSVs (one figure run in several processes, each with its own --first_seed).
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 flags.DEFINE_bool("smoke", False, "Tiny sizes for CI: runs end to end in seconds.")
 flags.DEFINE_integer("seeds", 5, "Seeds per arm (each seed: its own warm-up, shared by arms).")
 flags.DEFINE_integer("first_seed", 0, "Seeds run are first_seed .. first_seed + seeds - 1 (to "
-                     "split one figure over processes; `--replot` reads the concatenated CSV).")
+                     "split one figure over processes; then `--replot --merge=...`).")
 flags.DEFINE_list("arms", ["rl", "sd", "penalty", "both"], "Arms to run.")
 flags.DEFINE_list("behaviours", ["tools", "verbose"], "Behaviours to run.")
 flags.DEFINE_bool("replot", False, "Only redraw the summary and PNG from --workdir's CSV.")
+flags.DEFINE_list("merge", [], "With --replot: workdirs of one figure split over processes "
+                  "(--first_seed); their CSVs are concatenated into --workdir's, then redrawn.")
 flags.DEFINE_integer("final_window", 10, "Steps averaged for the printed final numbers.")
 flags.DEFINE_integer("smooth", 5, "Trailing moving average (steps) of each seed's curve.")
 
@@ -208,6 +211,26 @@ def _read_csv(path: str) -> list[dict]:
            for k, v in r.items()} for r in rows]
 
 
+def merge_rows(paths: list[str]) -> list[dict]:
+  """The rows of several text_feedback.csv files (one figure split by seed over processes).
+
+  Raises:
+    ValueError: a (behaviour, arm, seed, step) row is in more than one file (overlapping
+      --first_seed ranges).
+  """
+  rows, seen = [], {}
+  for path in paths:
+    part = _read_csv(path)
+    for r in part:
+      key = (r["behaviour"], r["arm"], r["seed"], r["step"])
+      if key in seen:
+        raise ValueError(f"row (behaviour, arm, seed, step) = {key} is in both {seen[key]} and "
+                         f"{path}: the parts' --first_seed ranges overlap")
+      seen[key] = path
+    rows += part
+  return rows
+
+
 def write_outputs(workdir: str, rows: list[dict], smoke: bool) -> None:
   """Summary CSV, PNG and the printed final numbers from the per-step rows."""
   seeds = len({r["seed"] for r in rows})
@@ -241,8 +264,13 @@ def main(argv):
   os.makedirs(FLAGS.workdir, exist_ok=True)
   path = os.path.join(FLAGS.workdir, "text_feedback.csv")
   if FLAGS.replot:
+    if FLAGS.merge:
+      rows = merge_rows([os.path.join(d, "text_feedback.csv") for d in FLAGS.merge])
+      _write_csv(path, rows)
     write_outputs(FLAGS.workdir, _read_csv(path), FLAGS.smoke)
     return
+  if FLAGS.merge:
+    raise app.UsageError("--merge only goes with --replot")
   bad = [a for a in FLAGS.arms if a not in LABELS] + [
     b for b in FLAGS.behaviours if b not in RATES]
   if bad:

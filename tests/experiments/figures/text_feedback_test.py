@@ -122,3 +122,18 @@ def test_figure_arm_equals_the_cli_run(tmp_path):
     shared = sorted(k for k in set(row) & set(record) if not timing(k))
     assert len(shared) > 30 and {"reward", "loss", "sd_loss", "probe_kl"} <= set(shared)
     assert {k: row[k] for k in shared} == {k: record[k] for k in shared}
+
+
+def test_merge_concatenates_split_runs_and_rejects_overlaps(tmp_path):
+  from experiments.figures import text_feedback as fig
+
+  header = "behaviour,arm,seed,step,reward\n"
+  parts = {"a": "tools,sd,0,0,0.5\ntools,sd,0,1,0.25\n", "b": "tools,sd,1,0,1.0\n",
+           "c": "tools,sd,1,0,0.0\n"}
+  for name, body in parts.items():
+    (tmp_path / name).write_text(header + body)
+  rows = fig.merge_rows([str(tmp_path / "a"), str(tmp_path / "b")])
+  assert [(r["seed"], r["step"], r["reward"]) for r in rows] == [(0, 0, 0.5), (0, 1, 0.25),
+                                                                  (1, 0, 1.0)]
+  with pytest.raises(ValueError, match=r"\('tools', 'sd', 1, 0\) is in both .*b and .*c"):
+    fig.merge_rows([str(tmp_path / n) for n in "abc"])
