@@ -36,6 +36,13 @@ class TrainState(NamedTuple):
   rng: jax.Array
 
 
+def _state(variables: Any, step: Any, opt_init, rng: Any) -> TrainState:
+  """The state's fields from `{'params', 'router'}` (arrays or shapes, both callers)."""
+  params = variables["params"]
+  return TrainState(step=step, params=params, router=variables.get("router", {}),
+                    opt_state=opt_init(params), rng=rng)
+
+
 def init_state(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
                key: jax.Array, variables: Any = None) -> TrainState:
   """Builds the step-0 state: random init from `key`, or the given `variables`.
@@ -50,10 +57,7 @@ def init_state(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
   init_key, rng = jax.random.split(key)
   if variables is None:
     variables = transformer.init(model_cfg, init_key)
-  params = variables["params"]
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                    router=variables.get("router", {}), opt_state=optimizer.init(params),
-                    rng=rng)
+  return _state(variables, jnp.zeros((), jnp.int32), optimizer.init, rng)
 
 
 def abstract_state(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
@@ -63,9 +67,6 @@ def abstract_state(model_cfg: ModelConfig, optimizer: optax.GradientTransformati
   The model's shapes come from `transformer.shapes` (traced once per config and shared
   with `logical_axes`), so only the optimizer's init is traced here.
   """
-  variables = transformer.shapes(model_cfg)
-  params = variables["params"]
-  return TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
-                    router=variables.get("router", {}),
-                    opt_state=jax.eval_shape(optimizer.init, params),
-                    rng=jax.eval_shape(lambda k: jax.random.split(k)[1], key))
+  return _state(transformer.shapes(model_cfg), jax.ShapeDtypeStruct((), jnp.int32),
+                lambda params: jax.eval_shape(optimizer.init, params),
+                jax.eval_shape(lambda k: jax.random.split(k)[1], key))
