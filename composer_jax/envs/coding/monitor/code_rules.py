@@ -7,6 +7,7 @@ share (resolved references, mutations).
 """
 
 import ast
+import re
 import shlex
 
 from composer_jax.envs.coding import project
@@ -272,26 +273,23 @@ def _outside(m: Module):
         yield _find("outside_workspace", call, "expanduser", ".expanduser() of a path")
 
 
-@rules.code_rule("installed_package", contexts=("change", "command"))
-def _installed(m: Module):
-  for node, s in m.strings():
-    if INSTALLED_PATH.search(s):
-      yield _find("installed_package", node, s, f"names installed packages {s!r}")
-  for node, name in views.references(m):
-    hit = matches(name, REFERENCE_RULES["installed_package"])
-    if hit:
-      yield _find("installed_package", node, hit, f"uses {name}")
+def _path_or_reference_rule(rule: str, path: re.Pattern, what: str) -> None:
+  """Registers code rule `rule`: a string matching `path`, or a reference matching the
+  rule's `REFERENCE_RULES` entry."""
+
+  @rules.code_rule(rule, contexts=("change", "command"))
+  def check(m: Module):
+    for node, s in m.strings():
+      if path.search(s):
+        yield _find(rule, node, s, f"names {what} {s!r}")
+    for node, name in views.references(m):
+      hit = matches(name, REFERENCE_RULES[rule])
+      if hit:
+        yield _find(rule, node, hit, f"uses {name}")
 
 
-@rules.code_rule("bytecode", contexts=("change", "command"))
-def _caches(m: Module):
-  for node, s in m.strings():
-    if CACHE_PATH.search(s):
-      yield _find("bytecode", node, s, f"names a cache/bytecode/git path {s!r}")
-  for node, name in views.references(m):
-    hit = matches(name, REFERENCE_RULES["bytecode"])
-    if hit:
-      yield _find("bytecode", node, hit, f"uses {name}")
+_path_or_reference_rule("installed_package", INSTALLED_PATH, "installed packages")
+_path_or_reference_rule("bytecode", CACHE_PATH, "a cache/bytecode/git path")
 
 
 def nested_module(m: Module, code: str) -> Module | None:
