@@ -27,8 +27,12 @@ def launch(num_processes: int, devices_per_process: int, args, **kw) -> subproce
     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
-def wait_ok(runs, timeout: float) -> None:
-  """Waits for every launch; each must exit 0 (the assertion shows its output's tail)."""
+def wait_ok(runs, timeout: float) -> list[str]:
+  """Waits for every launch; each must exit 0 (the assertion shows its output's tail).
+  Returns their outputs."""
+  outs = []
   for run in runs:
     out, _ = run.communicate(timeout=timeout)
     assert run.returncode == 0, out[-5000:]
+    outs.append(out)
+  return outs
