@@ -86,6 +86,16 @@ def _abstract(x) -> jax.ShapeDtypeStruct:
                               weak_type=aval.weak_type)
 
 
+def _per_leaf(prefix, tree) -> list | None:
+  """`jax.jit`'s `out_shardings` (None, or a pytree prefix of the outputs with None for
+  unspecified) -> one entry per output leaf of `tree`, for the flattened exported call."""
+  if prefix is None:
+    return None
+  prefix_leaves, prefix_tree = jax.tree.flatten(prefix, is_leaf=lambda x: x is None)
+  subtrees = prefix_tree.flatten_up_to(jax.tree.unflatten(tree, range(tree.num_leaves)))
+  return [s for s, sub in zip(prefix_leaves, subtrees, strict=True) for _ in jax.tree.leaves(sub)]
+
+
 class Precompiled:
   """A jitted function whose traced and lowered program is kept beside the compilation cache.
 
@@ -96,16 +106,21 @@ class Precompiled:
   `settings` (everything of the run the program depends on), the arguments' tree, avals
   and shardings, the jax/jaxlib/flax/optax versions, every source file of `composer_jax`,
   jax's flags, XLA_FLAGS and the devices: a change to any of them exports a new one.
-  `donate_argnums` as `jax.jit`'s (the wrapped function's own are not visible).
+  `fn` is jitted with `donate_argnums` and `out_shardings` (as `jax.jit`'s); the loaded
+  program returns the same `out_shardings` objects, so its outputs fed back in (a train
+  step's state) have the argument spec of the first call and reuse its program (without
+  them each output would come back with an equivalent sharding of another spelling, e.g.
+  `P()` for `P(None, None)`, and the second call would export and compile it again).
   `directory`: the cache directory; None = jax's `jax_compilation_cache_dir` at call time
   (set by `enable`); without one, in a multi-process run, and with several devices and an
   uncommitted argument, it is the jitted function. Other attributes (`lower`, ...) are the
   jitted function's. Files are pickles: load only caches this code wrote.
   """
 
-  def __init__(self, jitted, name: str, settings: str, donate_argnums: tuple[int, ...] = (),
-               directory: str | None = None):
-    self._jitted, self._name, self._settings = jitted, name, settings
+  def __init__(self, fn, name: str, settings: str, donate_argnums: tuple[int, ...] = (),
+               out_shardings=None, directory: str | None = None):
+    self._jitted = jax.jit(fn, donate_argnums=donate_argnums, out_shardings=out_shardings)
+    self._name, self._settings, self._out_shardings = name, settings, out_shardings
     self._donate, self._directory = donate_argnums, directory
     self._loaded: dict[str, tuple] = {}  # arg spec -> (jitted flat call, output tree)
 
@@ -129,7 +144,9 @@ class Precompiled:
       offsets = [len(jax.tree.leaves(args[:i])) for i in range(len(args))]
       donated = tuple(offsets[i] + j for i in self._donate
                       for j in range(len(jax.tree.leaves(args[i]))))
-      self._loaded[spec] = (jax.jit(exported.call, donate_argnums=donated), out_tree)
+      self._loaded[spec] = (jax.jit(exported.call, donate_argnums=donated,
+                                    out_shardings=_per_leaf(self._out_shardings, out_tree)),
+                            out_tree)
     call, out_tree = self._loaded[spec]
     return jax.tree.unflatten(out_tree, call(*leaves))
 

@@ -77,15 +77,15 @@ def _build(config, model_cfg: ModelConfig, key: str) -> Programs:
   return Programs(
       mesh=dm, optimizer=optimizer, target=target, train_batch_sharding=train_sharding,
       eval_batch_sharding=eval_sharding,
-      init=Precompiled(jax.jit(lambda k, v: init_state(model_cfg, optimizer, k, v),
-                               out_shardings=shardings), "init", key),
+      init=Precompiled(lambda k, v: init_state(model_cfg, optimizer, k, v), "init", key,
+                       out_shardings=shardings),
       # The model's shard_map layers (context-parallel attention, expert-parallel MoE) read the
       # mesh while tracing; init needs none (single-device semantics).
-      train_step=Precompiled(jax.jit(context_mesh.with_mesh(dm, config.rules, train_step),
-                                     donate_argnums=0, out_shardings=(shardings, None)),
-                             "train_step", key, donate_argnums=(0,)),
-      eval_step=Precompiled(jax.jit(context_mesh.with_mesh(
-          dm, config.rules, step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk))),
+      train_step=Precompiled(context_mesh.with_mesh(dm, config.rules, train_step),
+                             "train_step", key, donate_argnums=(0,),
+                             out_shardings=(shardings, None)),
+      eval_step=Precompiled(context_mesh.with_mesh(
+          dm, config.rules, step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk)),
                             "eval_step", key))
 
 

@@ -33,7 +33,7 @@ def _reference(state, x):  # numpy, by hand
 
 
 def _precompiled(traces, directory, settings="s"):
-  return compile_cache.Precompiled(jax.jit(_step(traces), donate_argnums=0), "step", settings,
+  return compile_cache.Precompiled(_step(traces), "step", settings,
                                    donate_argnums=(0,), directory=str(directory))
 
 
