@@ -15,7 +15,7 @@ import pytest
 from composer_jax.model import transformer
 from composer_jax.train import loop
 from tests import local_launch
-from tests.rl import layouts_test
+from tests.rl import layouts_test, multiprocess_update
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 LAYOUT = "fsdp_ep"
@@ -23,15 +23,19 @@ LAYOUT = "fsdp_ep"
 
 @pytest.mark.slow  # ~40 s on 2 cores: two processes compile the sharded update, and this one
 def test_two_processes_match_one(tmp_path):
-  out = str(tmp_path / "update.npz")
+  # One init for both sides, compiled with LLVM's cheapest settings (as the update is).
+  model_cfg = loop.model_config(layouts_test._config("single"))
+  init = jax.device_get(jax.jit(transformer.init, static_argnums=0).lower(
+    model_cfg, jax.random.key(0)).compile(compiler_options=layouts_test._FAST_COMPILE)(jax.random.key(0)))
+  init_path, out = str(tmp_path / "init.npz"), str(tmp_path / "update.npz")
+  multiprocess_update.save_init(init, init_path)
   coordinator = f"localhost:{local_launch.free_port()}"
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=local_launch.CHEAP_XLA_FLAGS
+             + " --xla_force_host_platform_device_count=4")
   procs = [subprocess.Popen(
     [sys.executable, "-m", "tests.rl.multiprocess_update", LAYOUT, coordinator, "2", str(i),
-     out], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for i in range(2)]
-  init = jax.device_get(transformer.init(
-    loop.model_config(layouts_test._config("single")), jax.random.key(0)))
+     init_path, out], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    text=True) for i in range(2)]
   want_metrics, want_params, _, _ = layouts_test._update(LAYOUT, init)
   for p in procs:
     log, _ = p.communicate(timeout=900)

@@ -1,8 +1,9 @@
 """One RL update of `tests/rl/layouts_test.py` in one process of a multi-process run.
 
-    python -m tests.rl.multiprocess_update LAYOUT COORDINATOR NUM_PROCESSES PROCESS_ID OUT
+    python -m tests.rl.multiprocess_update LAYOUT COORDINATOR NUM_PROCESSES PROCESS_ID INIT OUT
 
-Every process builds the same batch (as every process of an RL run samples the same episodes)
+Every process reads the initial variables from INIT (npz, `save_init`: the reference's own,
+and no init program to compile here), builds the same batch (as every process of an RL run samples the same episodes)
 and places it on the global mesh (`rl.mesh.place_batch`); process 0 writes the metrics and the
 new params, gathered to host, to OUT (npz). Run by `tests/rl/multiprocess_test.py`.
 """
@@ -21,12 +22,25 @@ from composer_jax.train import loop
 from tests.rl import layouts_test
 
 
-def main(layout, coordinator, num_processes, process_id, out):
+def save_init(init: dict, path: str) -> None:
+  """`init` (`transformer.init`'s tree) to an npz, one array per leaf path."""
+  np.savez(path, **{jax.tree_util.keystr(p): x
+                    for p, x in jax.tree_util.tree_leaves_with_path(init)})
+
+
+def load_init(model_cfg, path: str) -> dict:
+  """The tree `save_init` wrote for `model_cfg`."""
+  with np.load(path) as saved:
+    return jax.tree_util.tree_map_with_path(lambda p, _: saved[jax.tree_util.keystr(p)],
+                                            transformer.shapes(model_cfg))
+
+
+def main(layout, coordinator, num_processes, process_id, init_path, out):
   distributed.initialize(distributed.Settings(
     coordinator=coordinator, num_processes=int(num_processes), process_id=int(process_id)))
   config = layouts_test._config(layout)
   model_cfg = loop.model_config(config)
-  init = jax.device_get(transformer.init(model_cfg, jax.random.key(0)))
+  init = load_init(model_cfg, init_path)
   prog = rl_train.update_program(config, model_cfg)
   state = rl_train.initial_state(config, init)
   batch, teacher = layouts_test._batches()
