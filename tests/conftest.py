@@ -14,3 +14,11 @@ jax.config.update("jax_default_matmul_precision", "highest")
 
 def pytest_configure(config):
   assert jax.device_count() == 8, f"expected 8 fake CPU devices, got {jax.devices()}"
+
+
+def pytest_collection_modifyitems(items):
+  # Modules with slow tests first (each module kept whole, so module fixtures are set up
+  # once per worker): under `-n 2` the long tests then start early instead of ending the
+  # run on one worker while the other idles.
+  slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
+  items.sort(key=lambda item: item.module not in slow_modules)
