@@ -1,20 +1,18 @@
 """Test helpers for multi-process runs through `launch/local.py` (shared by tests/parallel and
-tests/rl): a free coordinator port, a launch, and waiting for several launches."""
+tests/rl): a free coordinator port (the launcher's own), a launch, and waiting for several
+launches."""
 
 import os
-import socket
 import subprocess
 import sys
+
+from launch.local import free_port
+
+__all__ = ["CHEAP_XLA_FLAGS", "free_port", "launch", "wait_ok"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # LLVM's cheapest settings: they halve the compile time of the test programs.
 CHEAP_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
 
 
 def launch(num_processes: int, devices_per_process: int, args, **kw) -> subprocess.Popen:

@@ -3,8 +3,8 @@
     python -m tests.rl.multiprocess_update LAYOUT COORDINATOR NUM_PROCESSES PROCESS_ID INIT OUT
 
 Every process reads the initial variables from INIT (npz, `save_init`: the reference's own,
-and no init program to compile here), builds the same batch (as every process of an RL run samples the same episodes)
-and places it on the global mesh (`rl.mesh.place_batch`); process 0 writes the metrics and the
+and no init program to compile here), builds the same batch (as every process of an RL run
+samples the same episodes) and places it on the global mesh (`rl.mesh.place_batch`); process 0 writes the metrics and the
 new params, gathered to host, to OUT (npz). Run by `tests/rl/multiprocess_test.py`.
 """
 
