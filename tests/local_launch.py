@@ -7,12 +7,11 @@ import subprocess
 import sys
 
 from launch.local import free_port
+from tests.compile_options import CHEAP_XLA_FLAGS
 
 __all__ = ["CHEAP_XLA_FLAGS", "free_port", "launch", "wait_ok"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# LLVM's cheapest settings: they halve the compile time of the test programs.
-CHEAP_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 
 
 def launch(num_processes: int, devices_per_process: int, args, **kw) -> subprocess.Popen:

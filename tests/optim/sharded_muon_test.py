@@ -26,6 +26,7 @@ from composer_jax.optim.sharded_muon import muon_leaves, plan_groups, sharded_sc
 from composer_jax.parallel.mesh import make_meshes
 from composer_jax.parallel.rules import param_shardings
 from experiments.configs import layouts
+from tests.compile_options import FAST_COMPILE
 
 # Hand count of shape groups whose matrix dims are sharded (2 all-to-alls each) for the
 # tiny model. Dense view, [fan_in, fan_out] sharded over fsdp (fsdp x context in cp2_ep8):
@@ -38,7 +39,7 @@ from experiments.configs import layouts
 # fsdp x tensor each.
 _SHARDED_GROUPS = {"fsdp": 10, "hsdp": 8, "fsdp_ep": 8, "cp2_ep8": 8, "fsdp_tp": 9}
 _COMPILED = ("cp2_ep8", "fsdp_tp")
-_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+_FAST_COMPILE = FAST_COMPILE
 
 _COLLECTIVES = ("all-to-all", "all-gather", "all-reduce", "reduce-scatter", "collective-permute",
                 "collective-broadcast", "ragged-all-to-all")

@@ -21,9 +21,10 @@ from composer_jax.rl.teacher import DistillTarget, build_teacher_batch
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
 from composer_jax.train import loop
 from experiments.configs import base, layouts, rl_tool_feedback
+from tests.compile_options import FAST_COMPILE
 
 ROWS, L = 8, 16  # rows over up to 8 data shards; L divisible by 2 x context (4 in cp2_ep8)
-_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+_FAST_COMPILE = FAST_COMPILE
 TOL = 1e-5
 
 
