@@ -3,6 +3,8 @@
 Pipeline (SWE-smith style, with the doors seen at scale closed):
   sources   pinned sdists (third_party/coding_sources.json), fetched with pip, sha256-checked;
             dependencies as pinned wheels in a read-only runtime cached by hash
+  microprojects  seeded generated packages of small pure functions with tests (manifest
+            entries {"kind": "micro", "seed": S}): laptop-scale tasks through the same pipeline
   testmap   one sandboxed pytest run with a coverage context per test -> tests <-> symbols
   deletion  libcst removal of a feature + dead helpers/imports/__all__/re-exports/.pyi stubs
   bug_injection  one mutation of covered code (operator, condition, off-by-one, branch, args)

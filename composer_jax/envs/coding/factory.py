@@ -32,6 +32,11 @@ class Job:
   entry: dict
   out: Path
   cfg: generator.Config
+  progress: bool = False  # each candidate's outcome to stderr as it is decided
+
+
+def _stderr(line: str) -> None:
+  print(line, file=sys.stderr, flush=True)
 
 
 def project_id(entry) -> str:
@@ -54,7 +59,8 @@ def run_project(job: Job) -> dict:
   rec = {"project": pid}
   try:
     src = sources.resolve_entry(job.entry, work)
-    gen = generator.Generator(src, work, job.cfg, cache=job.out / "cache")
+    gen = generator.Generator(src, work, job.cfg, cache=job.out / "cache",
+                              progress=_stderr if job.progress else None)
     tasks = gen.generate()
     task.write_jsonl(job.out / "projects" / f"{pid}.jsonl", tasks)
     rejected = collections.Counter(_reason(ln) for ln in gen.log if not ln.endswith(": kept"))
@@ -89,8 +95,11 @@ def run(
   cfg: generator.Config,
   pool: workers.Pool,
   log=sys.stderr,
+  progress: bool = False,
 ) -> dict:
-  """Runs every unfinished project of `manifest` on `pool`; returns (and writes) the summary."""
+  """Runs every unfinished project of `manifest` on `pool`; returns (and writes) the summary.
+  One line per finished project goes to `log`; with `progress`, also one per candidate (to the
+  workers' stderr)."""
   out = Path(out)
   (out / "projects").mkdir(parents=True, exist_ok=True)
   todo, finished = [], 0
@@ -98,7 +107,7 @@ def run(
     if (out / "projects" / f"{project_id(entry)}.json").exists():
       finished += 1
     else:
-      todo.append(Job(entry, out, cfg))
+      todo.append(Job(entry, out, cfg, progress))
   if finished:
     print(f"resuming: {finished} finished projects skipped", file=log, flush=True)
   start, made = time.monotonic(), 0

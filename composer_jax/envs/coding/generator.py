@@ -24,6 +24,8 @@ import json
 import random
 import re
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from composer_jax.envs.coding import (
@@ -67,11 +69,27 @@ class Config:
 class Generator:
   """Generates tasks from one source project (prepare() runs the baseline once)."""
 
-  def __init__(self, source: Source, work: Path, cfg: Config = Config(), cache: Path | None = None):
+  def __init__(self, source: Source, work: Path, cfg: Config = Config(), cache: Path | None = None,
+               progress: Callable[[str], None] | None = None):
     self.check_methods(cfg.methods)
     self.source, self.work, self.cfg, self.cache = source, Path(work), cfg, cache
     self.orig = source.path
-    self.log: list[str] = []
+    self.log: list[str] = []  # one line per candidate: '<candidate>: kept' or ': <why not>'
+    self.progress, self._start = progress, time.monotonic()
+
+  def _note(self, line: str) -> None:
+    """Logs a candidate's outcome and reports it."""
+    self.log.append(line)
+    self._report(line)
+
+  def _report(self, line: str) -> None:
+    """Progress: `line` with the counts so far, to the `progress` callback if there is one."""
+    if self.progress is not None:
+      kept = sum(ln.endswith(": kept") for ln in self.log)
+      self.progress(
+        f"{self.source.name} {self.source.version} [{len(self.log)} tried, {kept} kept, "
+        f"{time.monotonic() - self._start:.0f} s] {line}"
+      )
 
   @staticmethod
   def check_methods(methods) -> None:
@@ -121,6 +139,7 @@ class Generator:
       tmp.replace(path)
 
   def _baseline(self, name: str, files: list[str]) -> None:
+    self._report(f"baseline: a coverage run and {self.cfg.baseline_runs} more runs of the suite")
     copy = self.work / "run-map"
     shutil.copytree(self.orig, copy)
     sources.install_runtime(self.source.runtime, copy)
@@ -147,6 +166,8 @@ class Generator:
     )
     self.flaky = sorted(set(failing) - set(always_failing))
     self.isolation = first.isolation["mode"]
+    self._report(f"baseline: {len(self.passing)} tests pass in every run of {len(runs)}, "
+               f"{len(self.map.symbols)} symbols mapped")
 
   def _n_tests(self, sym) -> int:
     return len(set(self.passing).intersection(self.map.tests_by_symbol[sym.key]))
@@ -233,7 +254,7 @@ class Generator:
   def generate_deletions(self, max_tasks: int) -> list[Task]:
     pool = self.candidates()
     if not pool and max_tasks:
-      self.log.append(
+      self._note(
         "deletion: no candidate: no eligible feature has 1..max_tests_per_feature tests"
       )
     tasks, attempts = [], 0
@@ -250,18 +271,18 @@ class Generator:
   def generate_bugs(self, max_tasks: int) -> list[Task]:
     tasks, pool = [], self.bug_candidates()
     if not pool and max_tasks:
-      self.log.append("bug: no candidate: no covered function has 1..max_tests_per_feature tests")
+      self._note("bug: no candidate: no covered function has 1..max_tests_per_feature tests")
     for sym, mut in pool[: self.cfg.max_attempts]:
       if len(tasks) >= max_tasks:
         break
       task, why = self._guarded(self.build_bug, sym, mut)
-      self.log.append(f"bug {sym.key} {mut.kind}@{mut.line}: {why or 'kept'}")
+      self._note(f"bug {sym.key} {mut.kind}@{mut.line}: {why or 'kept'}")
       tasks += [task] if task is not None else []
     return tasks
 
   def _attempt(self, feats) -> list[Task]:
     task, why = self._guarded(self.build, feats)
-    self.log.append(f"{'+'.join(f.key for f in feats)}: {why or 'kept'}")
+    self._note(f"{'+'.join(f.key for f in feats)}: {why or 'kept'}")
     return [task] if task is not None else []
 
   @staticmethod
@@ -383,6 +404,7 @@ class Generator:
     visible = tdir / "visible"
     shutil.copytree(broken, visible)
     hiding.hide_tests(visible, f2p, self.passing)
+    hiding.drop_unused_guards(visible, change.tests)
     # Lines that other kept code also contains are not leaks; the problem statement's stubs
     # are revealed anyway.
     kept_code = [

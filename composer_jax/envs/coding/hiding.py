@@ -3,6 +3,8 @@
 A test file whose passing tests are all hidden is removed. Otherwise the hidden test functions
 (or methods, for class-based tests) are deleted with libcst, and then module-level data that only
 they used (parametrize tables of inputs and expected outputs) is deleted too, to a fixpoint.
+Import guards the deletion wrote into test modules (`deletion.guard_test_imports`) that no visible
+test uses any more are removed too: they would name the deleted feature in the workspace.
 The grader restores the original files, so hiding never affects what is graded.
 """
 
@@ -84,3 +86,49 @@ def hide_tests(ws: Path, hidden: list[str], passing: list[str]) -> list[str]:
     mod = _drop_unused_data(mod.with_changes(body=body), refs)
     path.write_text(mod.code, encoding="utf-8")
   return touched
+
+
+def _guard_names(stmt) -> list[str]:
+  """The names a guard `try: from m import n / except ImportError: n = None` binds (the form
+  deletion.guard_test_imports writes), else []."""
+  if not isinstance(stmt, cst.Try) or stmt.orelse or stmt.finalbody or len(stmt.handlers) != 1:
+    return []
+  body, handler = stmt.body.body, stmt.handlers[0]
+  if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
+    return []
+  if not (isinstance(body[0].body[0], cst.ImportFrom) and len(body[0].body) == 1):
+    return []
+  if not (isinstance(handler.type, cst.Name) and handler.type.value == "ImportError"):
+    return []
+  names, fallback = bound_names(body[0]), []
+  for s in handler.body.body:  # exactly `name = None` per imported name
+    small = s.body[0] if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 else None
+    if not (isinstance(small, cst.Assign) and _is_none(small.value)):
+      return []
+    fallback += bound_names(s)
+  return names if sorted(fallback) == sorted(names) else []
+
+
+def _is_none(node) -> bool:
+  return isinstance(node, cst.Name) and node.value == "None"
+
+
+def drop_unused_guards(ws: Path, files) -> list[str]:
+  """Removes, from the test modules `files` under ws, the import guards whose names nothing
+  else in the module uses (their tests were hidden); returns the files changed."""
+  changed = []
+  for rel in sorted(files):
+    path = Path(ws) / rel
+    if not path.is_file():
+      continue
+    mod = cst.parse_module(path.read_text(encoding="utf-8"))
+    uses = count_names(mod)
+    body = [
+      s
+      for s in mod.body
+      if not (names := _guard_names(s)) or any(uses[n] > count_names(s)[n] for n in names)
+    ]
+    if len(body) != len(mod.body):
+      path.write_text(mod.with_changes(body=body).code, encoding="utf-8")
+      changed.append(rel)
+  return changed

@@ -3,11 +3,16 @@
   python -m composer_jax.envs.coding.make_tasks --source <sdist|dir|name==ver> --out F.jsonl
   python -m composer_jax.envs.coding.make_tasks --manifest third_party/coding_sources.json \\
       --out DIR --workers N [--backend local|ray] [--only NAME,...]
+  python -m composer_jax.envs.coding.make_tasks --micro 0:150 --out DIR --workers N
 
 --source writes one project's tasks atomically (a failed run leaves no partial records) and
 exits 1 with a one-line error for an unusable source. --manifest runs the factory (factory.py):
 projects on a worker pool, resumable, one line per finished project with an ETA, and a summary
 table; a project that fails is listed there with its one-line reason and the others go on.
+--micro START:STOP (or N = 0:N) runs the same factory on the micro-projects of those seeds
+(microprojects.py: small generated packages for laptop-scale tasks); their suites are pure
+functions, so one baseline and one validation re-run are the defaults there. Each candidate's
+outcome is reported on stderr as it is decided (--quiet: only finished projects).
 """
 
 import argparse
@@ -19,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from composer_jax.envs.coding import factory, generator, sources, task, workers
+from composer_jax.envs.coding import factory, generator, microprojects, sources, task, workers
 
 
 def _config(args) -> generator.Config:
@@ -40,24 +45,31 @@ def main(argv=None) -> int:
   what = p.add_mutually_exclusive_group(required=True)
   what.add_argument("--source", help="sdist path, project dir, or pinned name==ver")
   what.add_argument("--manifest", type=Path, help="JSON manifest of pinned sdists")
+  what.add_argument("--micro", help="micro-project seeds START:STOP, or N for 0:N")
   p.add_argument("--out", required=True, type=Path, help="tasks file (--source) or dir")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--max-tasks", type=int, default=None, help="per project (8; manifest 24)")
   p.add_argument("--max-attempts", type=int, default=30, help="per method")
   p.add_argument("--methods", default=None, help="deletion,bug (--source: deletion)")
   p.add_argument("--n-features", type=int, default=1, help=">1 deletes related features")
-  p.add_argument("--baseline-runs", type=int, default=2, help="besides the coverage run")
-  p.add_argument("--validation-runs", type=int, default=2)
+  p.add_argument("--baseline-runs", type=int, default=None,
+                 help="besides the coverage run (2; micro 1)")
+  p.add_argument("--validation-runs", type=int, default=None, help="(2; micro 1)")
   p.add_argument("--no-verify", action="store_true", help="skip gold=1/empty=0 grading")
   p.add_argument("--workers", type=int, default=1)
   p.add_argument("--backend", default="local", help=f"one of {list(workers.BACKENDS)}")
   p.add_argument("--only", default=None, help="comma-separated project names (manifest)")
+  p.add_argument("--quiet", action="store_true", help="no per-candidate progress lines")
   args = p.parse_args(argv)
-  manifest_mode = args.manifest is not None
+  manifest_mode = args.manifest is not None or args.micro is not None
+  micro = args.micro is not None
   if args.max_tasks is None:
-    args.max_tasks = 24 if manifest_mode else 8
+    args.max_tasks = 6 if micro else 24 if manifest_mode else 8
   if args.methods is None:
     args.methods = ",".join(generator.METHODS) if manifest_mode else "deletion"
+  for name in ("baseline_runs", "validation_runs"):
+    if getattr(args, name) is None:
+      setattr(args, name, 1 if micro else 2)
   try:
     cfg = _config(args)
     generator.Generator.check_methods(cfg.methods)
@@ -69,8 +81,23 @@ def main(argv=None) -> int:
   return _single(args, cfg)
 
 
+def micro_seeds(spec: str) -> range:
+  """'START:STOP' or 'N' (= 0:N) -> the seeds; one-line ValueError otherwise."""
+  try:
+    start, _, stop = spec.rpartition(":")
+    seeds = range(int(start or 0), int(stop))
+  except ValueError:
+    seeds = range(0)
+  if not seeds or seeds.start < 0:
+    raise ValueError(f"--micro {spec!r}: give START:STOP or N, with 0 <= START < STOP")
+  return seeds
+
+
 def _manifest(args, cfg) -> int:
-  entries = sources.load_manifest(args.manifest)
+  if args.micro is not None:
+    entries = [microprojects.entry(s) for s in micro_seeds(args.micro)]
+  else:
+    entries = sources.load_manifest(args.manifest)
   if args.only:
     names = args.only.split(",")
     unknown = sorted(set(names) - {e.get("name") for e in entries if isinstance(e, dict)})
@@ -78,7 +105,7 @@ def _manifest(args, cfg) -> int:
       raise ValueError(f"--only {unknown}: not in {args.manifest}")
     entries = [e for e in entries if isinstance(e, dict) and e.get("name") in names]
   pool = workers.Pool(args.workers, args.backend)
-  summary = factory.run(entries, args.out, cfg, pool)
+  summary = factory.run(entries, args.out, cfg, pool, progress=not args.quiet)
   print(factory.table(summary))
   return 0
 
@@ -88,7 +115,8 @@ def _single(args, cfg) -> int:
   work = Path(tempfile.mkdtemp(prefix="cj-make-"))
   try:
     src = sources.resolve(args.source, work)
-    gen = generator.Generator(src, work, cfg)
+    progress = None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True)
+    gen = generator.Generator(src, work, cfg, progress=progress)
     tasks = gen.generate()
   except (ValueError, RuntimeError) as e:
     print(f"error: {e}", file=sys.stderr)

@@ -26,7 +26,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from composer_jax.envs.coding import project
+from composer_jax.envs.coding import microprojects, project
 
 MANIFEST = Path(__file__).resolve().parents[3] / "third_party" / "coding_sources.json"
 CACHE = Path(os.environ.get("CJ_CODING_CACHE", Path.home() / ".cache" / "composer_jax" / "sdists"))
@@ -247,7 +247,10 @@ def resolve(spec: str, work: Path) -> Source:
 
 
 def resolve_entry(entry: dict, work: Path) -> Source:
-  """A manifest entry -> its verified, extracted sdist and its dependency runtime."""
+  """A manifest entry -> its verified, extracted sdist and its dependency runtime, or (an
+  entry `{"kind": "micro", "seed": S, ...}`, `microprojects.entry`) a micro-project."""
+  if isinstance(entry, dict) and entry.get("kind") == "micro":
+    return _micro(entry, work)
   if err := check_entry(entry):
     raise ValueError(err)
   archive = fetch(entry["name"], entry["version"], entry["sha256"])
@@ -255,3 +258,17 @@ def resolve_entry(entry: dict, work: Path) -> Source:
   root = extract(archive, work / "src")
   runtime = build_runtime(deps) if deps else None
   return Source(entry["name"], entry["version"], sha256_file(archive), root, deps, runtime)
+
+
+def _micro(entry: dict, work: Path) -> Source:
+  """Micro-project `entry["seed"]` written under work/src; its name and version are the ones
+  in its pyproject.toml."""
+  seed = entry.get("seed")
+  if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+    raise ValueError(f"micro entry {entry!r}: seed must be an integer >= 0")
+  if entry.get("version") != microprojects.VERSION:
+    raise ValueError(f"micro entry {entry!r}: made for micro-project generator version "
+                     f"{entry.get('version')!r}; this code makes version {microprojects.VERSION!r}")
+  plan = microprojects.plan(seed)
+  root = microprojects.write(seed, work / "src")
+  return Source(plan.dist, plan.version, _tree_hash(root), root)

@@ -155,3 +155,19 @@ def test_guard_test_imports_by_hand(tmp_path):
     ns = {"__builtins__": {**vars(builtins), "__import__": lambda *a, pkg=pkg, **k: pkg}}
     exec(out["tests/test_a.py"], ns)
     assert (ns["g"], ns["gone2"], ns["keep"]) == ((3, 4, 1) if has else (None, None, 1))
+
+
+def test_unused_import_guards_leave_the_visible_tests(tmp_path):
+  """Once the tests using a guarded name are hidden, its guard goes (it names the deleted
+  feature); a guard still used, and a project's own try/except import, stay."""
+  text = (
+    "try:\n    from pkg.core import gone\nexcept ImportError:\n    gone = None\n"
+    "try:\n    from pkg.core import used as u\nexcept ImportError:\n    u = None\n"
+    "try:\n    from pkg.core import opt\nexcept ImportError:\n    opt = False\n"
+    "\n\ndef test_u():\n    assert u is None or u()\n"
+  )
+  write_project(tmp_path, {"tests/test_a.py": text, "tests/test_b.py": "x = 1\n"})
+  assert hiding.drop_unused_guards(tmp_path, ["tests/test_a.py", "tests/test_b.py"]) == [
+    "tests/test_a.py"
+  ]
+  assert (tmp_path / "tests/test_a.py").read_text() == text[text.index("try:\n    from pkg.core import used"):]
