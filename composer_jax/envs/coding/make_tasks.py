@@ -11,7 +11,8 @@ projects on a worker pool, resumable, one line per finished project with an ETA,
 table; a project that fails is listed there with its one-line reason and the others go on.
 --micro START:STOP (or N = 0:N) runs the same factory on the micro-projects of those seeds
 (microprojects.py: small generated packages for laptop-scale tasks); their suites are pure
-functions, so one baseline and one validation re-run are the defaults there. Each candidate's
+functions, so one baseline and one validation re-run are the defaults there, and deletions
+remove functions (a whole module's gold patch would not fit a small model's turn). Each candidate's
 outcome is reported on stderr as it is decided (--quiet: only finished projects).
 """
 
@@ -28,12 +29,16 @@ from composer_jax.envs.coding import factory, generator, microprojects, sources,
 
 
 def _config(args) -> generator.Config:
+  bad = sorted(set(args.kinds.split(",")) - set(generator.Config.kinds))
+  if bad:
+    raise ValueError(f"--kinds {bad}: valid ones are {list(generator.Config.kinds)}")
   return generator.Config(
     seed=args.seed,
     max_tasks=args.max_tasks,
     max_attempts=args.max_attempts,
     methods=tuple(args.methods.split(",")),
     n_features=args.n_features,
+    kinds=tuple(args.kinds.split(",")),
     baseline_runs=args.baseline_runs,
     validation_runs=args.validation_runs,
     verify=not args.no_verify,
@@ -52,6 +57,9 @@ def main(argv=None) -> int:
   p.add_argument("--max-attempts", type=int, default=30, help="per method")
   p.add_argument("--methods", default=None, help="deletion,bug (--source: deletion)")
   p.add_argument("--n-features", type=int, default=1, help=">1 deletes related features")
+  p.add_argument("--kinds", default=None,
+                 help="features deletion may remove (function,class,method,module; micro: "
+                 "function)")
   p.add_argument("--baseline-runs", type=int, default=None,
                  help="besides the coverage run (2; micro 1)")
   p.add_argument("--validation-runs", type=int, default=None, help="(2; micro 1)")
@@ -67,6 +75,8 @@ def main(argv=None) -> int:
     args.max_tasks = 6 if micro else 24 if manifest_mode else 8
   if args.methods is None:
     args.methods = ",".join(generator.METHODS) if manifest_mode else "deletion"
+  if args.kinds is None:
+    args.kinds = "function" if micro else ",".join(generator.Config.kinds)
   for name in ("baseline_runs", "validation_runs"):
     if getattr(args, name) is None:
       setattr(args, name, 1 if micro else 2)

@@ -12,12 +12,12 @@ what to write, a bug task's failing test names the function, and the gold edit i
 hundred bytes. Why they are not memorisable by name: each project draws its package and module
 names, each function's family (30 families: arithmetic, sequences, strings, mappings;
 arity 1-3), its name (verb x noun per family), parameter names, constants (scales, offsets,
-thresholds, labels, separators), module placement, re-exports and test style (names or module
-imports, plain asserts or parametrized tables) from its seed. Test expectations are computed by
-running the generated functions themselves (code this module wrote, never task input).
+thresholds, labels, separators), module placement, module re-exports and test style (names or
+module imports, plain asserts or parametrized tables) from its seed. Test expectations are
+computed by running the generated functions themselves (code this module wrote, never input).
 
-  project_files(seed) -> {relative path: text}      write(seed, root) -> root
-  entry(seed) -> a manifest entry                    source(entry, work) -> sources.Source
+  plan(seed) -> Plan (names, functions, styles)     project_files(seed) -> {path: text}
+  write(seed, root) -> root                         entry(seed) -> a manifest entry
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import dataclasses
 import random
 import string
 
-VERSION = "1"  # bump when the generated trees change (the entry records it)
+VERSION = "2"  # bump when the generated trees change (the entry records it)
 
 _INT = ("n", "x", "value", "count", "amount", "num", "size", "k")
 _INT2 = (("a", "b"), ("x", "y"), ("left", "right"), ("first", "second"), ("m", "n"))
@@ -444,12 +444,8 @@ def project_files(seed: int) -> dict[str, str]:
     "    pip install -e . && pytest\n",
   }
   init = [f'"""{p.package}: {p.topic}."""', ""]
-  if p.reexport:
-    exported = []
-    for mod, fns in p.modules.items():
-      init.append(_import(f".{mod}", [f.name for f in fns]))
-      exported += [f.name for f in fns]
-    init += ["", "__all__ = [" + ", ".join(repr(n) for n in sorted(exported)) + "]"]
+  if p.reexport:  # modules, not names: a deletion's gold patch stays one block of one file
+    init.append(f"from . import {', '.join(sorted(p.modules))}")
   init += ["", f'__version__ = "{p.version}"']
   files[f"{p.package}/__init__.py"] = "\n".join(init) + "\n"
   for mod, fns in p.modules.items():
