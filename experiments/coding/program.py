@@ -1,8 +1,9 @@
 """The coding-agent RL program: `CodingEnv` on a task file, RL + self-distillation via `rl.run`.
 
-    make_env(config, workdir)  `envs.coding.agent_env.CodingEnv` over the tasks of
-                               `config.env.tasks` (a make_tasks JSONL), with the tokenizer of
-                               `config.env.tokenizer` and the feedback kinds of `config.rl`
+    make_env(config, workdir)  `envs.coding.agent_env.CodingEnv` over the training split of
+                               `config.env.tasks` (a make_tasks JSONL; `train_split`), with
+                               the tokenizer of `config.env.tokenizer` and the feedback kinds
+                               of `config.rl`
     harder_variants(config, workdir)
                                `env.source`'s task generator, prepared once, as the
                                curriculum's `harder` callback (None without a source)
@@ -20,9 +21,18 @@ import shutil
 from pathlib import Path
 
 import jax
+from absl import logging
 
 from composer_jax.data import tokenizer as tokenizer_lib
-from composer_jax.envs.coding import agent_env, agent_tools, generator, sandbox, sources, task
+from composer_jax.envs.coding import (
+  agent_env,
+  agent_tools,
+  generator,
+  sandbox,
+  sources,
+  split,
+  task,
+)
 from composer_jax.rl import run as rl_run
 from composer_jax.rl import train as rl_train
 from composer_jax.train import init_from, loop
@@ -52,6 +62,22 @@ def load_tasks(path: str) -> list[task.Task]:
   if not tasks:
     raise ValueError(f"env.tasks={path!r} holds no tasks")
   return tasks
+
+
+def train_split(config, tasks: list[task.Task]) -> list[task.Task]:
+  """The tasks RL may train on: those of the projects `envs.coding.split` does not hold out
+  (`env.heldout_fraction`, `env.split_seed`; `python -m experiments.eval` evaluates the
+  held-out projects with the same function and values)."""
+  e = config.env
+  train, held = split.split_by_project(tasks, e.heldout_fraction, e.split_seed)
+  projects = lambda ts: len({split.project_of(t) for t in ts})
+  if not train:
+    raise ValueError(f"env.tasks={e.tasks!r}: all {projects(held)} projects are held out at "
+                     f"env.heldout_fraction={e.heldout_fraction} (env.split_seed={e.split_seed}); "
+                     "RL trains only on the other projects: lower the fraction or add projects")
+  logging.info("RL tasks: %d of %d projects (%d tasks); held out for eval: %d projects (%d "
+               "tasks)", projects(train), projects(tasks), len(train), projects(held), len(held))
+  return train
 
 
 def harder_variants(config, workdir: str):
@@ -88,7 +114,7 @@ def make_env(config, workdir: str) -> agent_env.CodingEnv:
   if e.curriculum.min_rollouts:
     curriculum = {**e.curriculum.to_dict(), "max_active": e.curriculum.max_active or None}
   return agent_env.CodingEnv(
-    load_tasks(e.tasks), tok, budget=budget, tools=tuple(e.tools),
+    train_split(config, load_tasks(e.tasks)), tok, budget=budget, tools=tuple(e.tools),
     max_turn_tokens=r.max_new_tokens, feedback_kinds=tuple(r.feedback_kinds),
     feedback_options=r.feedback_options.to_dict(), workers=e.workers, backend=e.backend,
     curriculum=curriculum, harder=harder_variants(config, workdir) if curriculum else None,

@@ -20,7 +20,9 @@ hints first.
 
 with the full tool set, long turns and the episode workers on Ray (`ray.init()` joins
 $RAY_ADDRESS). The config is an overlay on `base.py`'s schema; `env` is this program's own:
-tasks (JSONL), tokenizer, tools, max_turns, wall_s, output_chars, command_s (a command's wall
+tasks (JSONL), heldout_fraction / split_seed (RL trains only on the projects these do not hold
+out: `envs.coding.split`, the split `python -m experiments.eval` evaluates with the same
+values), tokenizer, tools, max_turns, wall_s, output_chars, command_s (a command's wall
 clock), workers/backend (`workers.Pool` for episode steps), curriculum (`TaskPool` options;
 min_rollouts 0 = off), source (the tasks' project: its generator makes harder variants of
 tasks solved more often than easy_rate; '' = none) and source_options (its `generator.Config`
@@ -55,6 +57,8 @@ def get_config(arg=None):
       curriculum=dict(min_rollouts=8, easy_rate=0.8, max_active=0),
       source="",
       source_options={},
+      heldout_fraction=0.2,  # projects held out of RL for eval (`envs.coding.split`)
+      split_seed=0,
     )
   )
   c.model.overrides = {"vocab_size": 512, "max_position_embeddings": 4096}

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from composer_jax.envs.coding import split
 from composer_jax.envs.coding import task as task_lib
 from composer_jax.train import checkpointing
 from composer_jax.train.metrics import read_metrics
@@ -88,3 +89,19 @@ def test_source_gives_the_curriculum_harder_variants(mini_root, mini_gen, tmp_pa
   hypot = next(t for t in mini_gen[1] if t.features[0]["qualname"] == "hypot_scaled")
   (variant,) = harder(hypot)  # hypot_scaled + a related feature of the same module
   assert len(variant.features) == 2 and set(hypot.FAIL_TO_PASS) < set(variant.FAIL_TO_PASS)
+
+
+def test_rl_trains_on_the_train_split_only(tmp_path):
+  """RL and eval agree on the project-hash split: 'theta' hashes to held out at 0.2."""
+  t = lambda name: task_lib.Task(f"{name}-t", {"name": name}, [], "", "", "", "", "", [], [], {})
+  tasks = [t("alpha"), t("theta"), t("beta")]
+  assert split.split_by_project(tasks, 0.2)[1] == [tasks[1]]
+  c = rl_coding.get_config("cpu")
+  path = tmp_path / "tasks.jsonl"
+  task_lib.write_jsonl(path, tasks)
+  c.env.tasks = str(path)
+  env = program.make_env(c, str(tmp_path))
+  assert sorted(env.tasks) == ["alpha-t", "beta-t"]
+  task_lib.write_jsonl(path, [tasks[1]])
+  with pytest.raises(ValueError, match="all 1 projects are held out at env.heldout_fraction=0.2"):
+    program.make_env(c, str(tmp_path))
