@@ -55,10 +55,14 @@ def is_protected(rel: str) -> bool:
 
 
 def walk(root: Path, skip=_SKIP_DIRS):
-  """Yields every regular file under root as a relative POSIX path, sorted."""
+  """Every regular file under root as a relative POSIX path, sorted, not entering directories
+  named in `skip` (by default also `*.egg-info`; `skip=frozenset()`: every file)."""
   out = []
+  eggs = skip is _SKIP_DIRS
   for dirpath, dirnames, filenames in os.walk(root):
-    dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.endswith(".egg-info"))
+    dirnames[:] = sorted(
+      d for d in dirnames if d not in skip and not (eggs and d.endswith(".egg-info"))
+    )
     for f in filenames:
       full = Path(dirpath) / f
       if full.is_file() and not full.is_symlink():

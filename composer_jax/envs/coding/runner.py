@@ -21,6 +21,7 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
 import sysconfig
@@ -211,6 +212,19 @@ def run_suite(
   return check(res, key, test_ids)
 
 
+_E_LINE = re.compile(r"^E +(\S.*)$", re.M)
+
+
+def pytest_error(log: str, k: int = 3) -> str:
+  """pytest's own words for a failed run, in one line: its `ERROR:` usage line and the last k
+  distinct `E   ...` lines (the exceptions of the first error report), at most 400 chars."""
+  text = log[-20000:]
+  usage = [ln.strip() for ln in text.splitlines() if ln.startswith("ERROR: ")][:1]
+  first = text.split("\n___", 2)[1] if text.count("\n___") >= 2 else text
+  excs = list(dict.fromkeys(m.group(1).strip() for m in _E_LINE.finditer(first)))[-k:]
+  return " | ".join(usage + excs)[:400]
+
+
 def check(res: sandbox.Result, key: bytes, expected: list[str] | None) -> SuiteRun:
   """Fail-closed reading of a finished run (see the module docstring)."""
   run = SuiteRun({}, [], [], res.returncode, False, "", res.wall_s, res.isolation, res.log[-4000:])
@@ -245,6 +259,8 @@ def check(res: sandbox.Result, key: bytes, expected: list[str] | None) -> SuiteR
     run.reason = "canary comparison misbehaved: the interpreter was tampered with"
   elif done["rc"] not in allowed or res.returncode != done["rc"]:
     run.reason = f"pytest exit status {done['rc']} (process {res.returncode})"
+    if why := pytest_error(res.log):
+      run.reason += f": {why}"
   elif expected is not None and (
     len(collected) != len(set(collected)) or set(collected) != set(expected)
   ):

@@ -2,9 +2,16 @@
 
 Closes the doors seen at scale: bytecode and type-checker caches from earlier runs, build
 artefacts and installed copies, compiled extensions, git history (a fresh single commit with
-fixed identity and dates), and prose (README/docs/PKG-INFO) that restates the API. The leak scan
+fixed identity and dates), and prose (README/docs/PKG-INFO) that restates the API. A package
+that reads its own metadata (`importlib.metadata.version`) keeps it: the `*.egg-info` of an
+importable root (the workspace, src/) is cut to identifying headers, entry points and
+requirements, so the workspace imports as the validated tree did. The leak scan
 reads every remaining file — binaries and decompressed git objects included — for the deleted
-symbols' names and source lines; any hit rejects the task.
+symbols' names and source lines; any hit rejects the task. What the task shows anyway is no
+leak: a source line that kept code also contains, and in text files a name that the problem
+statement or kept code already uses (a deleted `call` or `text` is a common word elsewhere);
+names the task never shows (removed private helpers) count everywhere, and in binary files
+(compiled code, caches) every name counts.
 """
 
 import os
@@ -39,6 +46,10 @@ _SCRUB_FILES = re.compile(
   r"^(\.coverage.*|coverage\.xml|PKG-INFO|sitecustomize\.py|usercustomize\.py)$|"
   r"^(README|CHANGELOG|CHANGES|HISTORY|NEWS|AUTHORS|CONTRIBUTING)"
 )
+# Prose at the root whatever its case and extension (semantic_version's `ChangeLog`).
+_TOP_PROSE = re.compile(
+  r"(?i)(readme|changelog|changes|history|news|authors|contributing)(\.(md|rst|txt|markdown))?$"
+)
 _GIT_ENV = {
   "GIT_AUTHOR_NAME": "task",
   "GIT_AUTHOR_EMAIL": "task@localhost",
@@ -53,19 +64,63 @@ _GIT_ENV = {
 MIN_LEAK_LINE = 24  # shorter source lines ("return result") are too generic to scan for
 
 
-def scrub(ws: Path) -> list[str]:
-  """Deletes caches, build outputs, compiled files, VCS data and prose; returns what went."""
+# What a package may read of its own installed metadata (importlib.metadata: its version, entry
+# points, requirements), kept in an importable root's `*.egg-info`; PKG-INFO keeps only these
+# headers (its description restates the README).
+_METADATA_FILES = frozenset({"PKG-INFO", "entry_points.txt", "requires.txt", "top_level.txt"})
+_METADATA_HEADERS = frozenset(
+  {"metadata-version", "name", "version", "requires-python", "requires-dist", "provides-extra"}
+)
+
+
+def _reduce_metadata(info: Path) -> list[str]:
+  """Leaves in an `*.egg-info` directory only what importlib.metadata serves a package about
+  itself (the module comment above); returns what went."""
   removed = []
+  for p in sorted(info.rglob("*"), reverse=True):
+    rel = p.relative_to(info).as_posix()
+    if p.is_symlink() or (p.is_file() and rel not in _METADATA_FILES):
+      p.unlink()
+      removed.append(rel)
+    elif p.is_dir():
+      shutil.rmtree(p)
+      removed.append(rel)
+  pkg_info = info / "PKG-INFO"
+  if pkg_info.is_file():
+    head = pkg_info.read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
+    keep = [
+      ln
+      for ln in head.splitlines()
+      if ln.split(":", 1)[0].strip().lower() in _METADATA_HEADERS and ":" in ln
+    ]
+    pkg_info.write_text("\n".join(keep) + "\n", encoding="utf-8")
+  return removed
+
+
+def scrub(ws: Path) -> list[str]:
+  """Deletes caches, build outputs, compiled files, VCS data and prose, and reduces the package
+  metadata of the importable roots (the workspace and src/) to what imports read; returns what
+  went."""
+  removed = []
+  roots = {Path(ws), Path(ws) / "src"}
   for dirpath, dirnames, filenames in os.walk(ws, topdown=True):
     for d in list(dirnames):
       top = Path(dirpath) == Path(ws) and d in _TOP_SCRUB_DIRS
+      info = Path(dirpath) / d
+      if d.endswith(".egg-info") and Path(dirpath) in roots and not info.is_symlink():
+        gone = _reduce_metadata(info)
+        removed += [os.path.relpath(info / r, ws) for r in gone]
+        dirnames.remove(d)
+        continue
       if d in _SCRUB_DIRS or top or d.endswith(".egg-info"):
         shutil.rmtree(Path(dirpath) / d)
         dirnames.remove(d)
         removed.append(os.path.relpath(Path(dirpath) / d, ws))
     for f in filenames:
       p = Path(dirpath) / f
-      top_prose = Path(dirpath) == Path(ws) and f.endswith((".md", ".rst", ".txt"))
+      top_prose = Path(dirpath) == Path(ws) and (
+        f.endswith((".md", ".rst", ".txt")) or _TOP_PROSE.match(f)
+      )
       if _SCRUB_FILES.search(f) or p.is_symlink() or (top_prose and "requirements" not in f):
         p.unlink()
         removed.append(os.path.relpath(p, ws))
@@ -95,37 +150,52 @@ def fresh_git(ws: Path) -> str:
 def leak_lines(code: list[str], revealed: str = "") -> list[str]:
   """Distinctive source lines of removed code (stripped, >= MIN_LEAK_LINE chars).
 
-  Lines of `revealed` text (the problem statement's signatures and docstrings) are excluded:
-  finding them elsewhere discloses nothing the task does not already say.
+  Lines that occur in `revealed` text (the problem statement's signatures and docstrings, the
+  kept code), whole or as part of a longer line, are excluded: finding them elsewhere discloses
+  nothing the task does not already show.
   """
-  shown = {ln.strip() for ln in revealed.splitlines()}
   out = set()
   for block in code:
     for line in block.splitlines():
       s = line.strip()
-      if len(s) >= MIN_LEAK_LINE and s not in shown and not s.startswith("#"):
+      if len(s) >= MIN_LEAK_LINE and s not in revealed and not s.startswith("#"):
         out.add(s)
   return sorted(out)
 
 
+def _name_pattern(name: str) -> re.Pattern:
+  return re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(name.encode()) + rb"(?![A-Za-z0-9_])")
+
+
+def _is_text(data: bytes) -> bool:
+  try:
+    data.decode("utf-8")
+  except UnicodeDecodeError:
+    return False
+  return b"\0" not in data
+
+
 def leak_scan(ws: Path, names: list[str], code: list[str], revealed: str = "") -> list[str]:
-  """Every (file, needle) hit of a removed name (as an identifier) or source line."""
-  pats = [
-    (n, re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(n.encode()) + rb"(?![A-Za-z0-9_])"))
-    for n in names
-  ]
+  """Every (file, needle) hit of a removed name (as an identifier) or source line (module
+  docstring: what counts where). Git objects are read decompressed, as text: they hold the
+  workspace's own files, which are scanned as they are."""
+  pats = [(n, _name_pattern(n)) for n in names]
+  shown = {n for n, pat in pats if pat.search(revealed.encode())}
   lines = [ln.encode() for ln in leak_lines(code, revealed)]
   hits = []
   for dirpath, _, filenames in os.walk(ws):
     for f in filenames:
       p = Path(dirpath) / f
       data = p.read_bytes() if not p.is_symlink() else os.readlink(p).encode()
+      text = "/.git/objects/" in p.as_posix() or _is_text(data)
       if "/.git/objects/" in p.as_posix():
         try:
           data = zlib.decompress(data)
         except zlib.error:
           pass
       rel = os.path.relpath(p, ws)
-      hits += [f"{rel}: name {n!r}" for n, pat in pats if pat.search(data)]
+      hits += [
+        f"{rel}: name {n!r}" for n, pat in pats if not (text and n in shown) and pat.search(data)
+      ]
       hits += [f"{rel}: line {ln.decode()[:60]!r}" for ln in lines if ln in data]
   return hits

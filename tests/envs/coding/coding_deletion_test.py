@@ -2,6 +2,7 @@
 
 import builtins
 import subprocess
+import sys
 import types
 
 import pytest
@@ -170,4 +171,74 @@ def test_unused_import_guards_leave_the_visible_tests(tmp_path):
   assert hiding.drop_unused_guards(tmp_path, ["tests/test_a.py", "tests/test_b.py"]) == [
     "tests/test_a.py"
   ]
-  assert (tmp_path / "tests/test_a.py").read_text() == text[text.index("try:\n    from pkg.core import used"):]
+  assert (tmp_path / "tests/test_a.py").read_text() == text[
+    text.index("try:\n    from pkg.core import used") :
+  ]
+
+
+def test_leak_scan_counts_what_the_task_does_not_show(tmp_path):
+  """toolz's false hits: a deleted `call` or `raises` is a common word in unrelated files, and a
+  deleted module's import line is part of a longer kept line. A removed private helper's name
+  counts anywhere, and in a binary file (compiled code) every name counts."""
+  removed = [
+    "def call(self, *args):\n    return self._apply_twice(args)\n",
+    "from itertools import filterfalse\n",
+  ]
+  write_project(
+    tmp_path,
+    {
+      "versioneer.py": "subprocess.call(cmd)  # unrelated\n",
+      "pkg/core.py": "from itertools import filterfalse, zip_longest\n",
+      "pkg/data.txt": "see _apply_twice\n",
+    },
+  )
+  (tmp_path / "pkg/blob.bin").write_bytes(b"\x00\xffcall\x00")
+  shown = "def call(self, *args):\n    ...\nfrom itertools import filterfalse, zip_longest\n"
+  hits = scrub.leak_scan(tmp_path, ["call", "_apply_twice"], removed, shown)
+  assert sorted(hits) == ["pkg/blob.bin: name 'call'", "pkg/data.txt: name '_apply_twice'"]
+  # The same files with nothing shown: every occurrence is a hit.
+  assert sorted(scrub.leak_scan(tmp_path, ["call", "_apply_twice"], removed)) == [
+    "pkg/blob.bin: name 'call'",
+    "pkg/core.py: line 'from itertools import filterfalse'",
+    "pkg/data.txt: name '_apply_twice'",
+    "versioneer.py: name 'call'",
+  ]
+
+
+def test_scrub_keeps_the_metadata_a_package_imports(tmp_path):
+  """semantic_version reads its version with importlib.metadata: an importable root's egg-info
+  stays, cut to what imports read; prose at the root goes whatever its case."""
+  pkg_info = "Metadata-Version: 2.1\nName: vpkg\nVersion: 1.2\nSummary: s\nDescription: the API\n"
+  write_project(
+    tmp_path,
+    {
+      "vpkg.egg-info/PKG-INFO": pkg_info + "\nlong README text\n",
+      "vpkg.egg-info/SOURCES.txt": "vpkg/secret.py\n",
+      "vpkg.egg-info/entry_points.txt": "[console_scripts]\nv = vpkg:main\n",
+      "src/other.egg-info/PKG-INFO": "Name: other\nVersion: 2\n",
+      "vpkg/nested.egg-info/PKG-INFO": "Name: x\n",
+      "ChangeLog": "2.10: added secret\n",
+      "vpkg/__init__.py": "",
+      "vpkg/history.py": "",
+    },
+  )
+  removed = scrub.scrub(tmp_path)
+  assert sorted(removed) == ["ChangeLog", "vpkg.egg-info/SOURCES.txt", "vpkg/nested.egg-info"]
+  assert (tmp_path / "vpkg.egg-info/PKG-INFO").read_text() == (
+    "Metadata-Version: 2.1\nName: vpkg\nVersion: 1.2\n"
+  )
+  assert (tmp_path / "vpkg.egg-info/entry_points.txt").exists()
+  assert (tmp_path / "src/other.egg-info/PKG-INFO").exists()
+  res = subprocess.run(
+    [
+      sys.executable,
+      "-I",
+      "-c",
+      "import sys; sys.path.insert(0, '.'); from importlib.metadata import version; "
+      "print(version('vpkg'))",
+    ],
+    cwd=tmp_path,
+    capture_output=True,
+    text=True,
+  )
+  assert res.stdout == "1.2\n", res.stderr

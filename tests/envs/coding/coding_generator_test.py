@@ -5,7 +5,16 @@ import subprocess
 
 import pytest
 
-from composer_jax.envs.coding import generator, grade, grader, make_tasks, project, scrub, sources
+from composer_jax.envs.coding import (
+  generator,
+  grade,
+  grader,
+  make_tasks,
+  project,
+  runner,
+  scrub,
+  sources,
+)
 from composer_jax.envs.coding import task as task_lib
 from tests.envs.coding.mini_project import FAST, MINI, requires_sandbox, write_project
 
@@ -139,3 +148,51 @@ def test_harder_variant_deletes_related_features(mini_gen, hypot_task):
   assert [f["qualname"] for f in harder.features] == ["hypot_scaled", "add_numbers"]
   assert set(hypot_task.FAIL_TO_PASS) < set(harder.FAIL_TO_PASS)
   assert harder.provenance["verify"]["gold"] == 1.0 and harder.provenance["n_features"] == 2
+
+
+VERSIONED = {
+  # semantic_version 2.10.0's layout: the package reads its own version from its metadata.
+  "vpkg/__init__.py": 'from importlib.metadata import version\n\n__version__ = version("vpkg")\n',
+  "vpkg/core.py": "def double(x):\n  return 2 * x\n\n\ndef halve(x):\n  return x // 2\n",
+  "vpkg.egg-info/PKG-INFO": "Metadata-Version: 2.1\nName: vpkg\nVersion: 3.1\n\nREADME: double\n",
+  "vpkg.egg-info/SOURCES.txt": "vpkg/core.py\n",
+  "tests/test_core.py": (
+    "from vpkg import core\n\n\ndef test_double():\n  assert core.double(2) == 4\n\n\n"
+    "def test_halve():\n  assert core.halve(4) == 2\n"
+  ),
+}
+
+
+@requires_sandbox
+def test_package_reading_its_own_metadata_makes_tasks(tmp_path):
+  """The scrubbed workspace keeps the metadata the package imports, so the gold patch grades
+  1.0 there as on the validated tree (it failed every test module's import: pytest exit 4)."""
+  src = sources.resolve(str(write_project(tmp_path / "vpkg-3.1", VERSIONED)), tmp_path / "w")
+  cfg = generator.Config(max_tasks=1, baseline_runs=0, validation_runs=1, limits=FAST)
+  gen = generator.Generator(src, tmp_path / "w", cfg)
+  tasks = gen.generate()
+  assert len(tasks) == 1 and tasks[0].provenance["verify"]["gold"] == 1.0, gen.log
+  project.unpack(tasks[0].workspace, tmp_path / "ws")
+  assert (tmp_path / "ws/vpkg.egg-info/PKG-INFO").read_text() == (
+    "Metadata-Version: 2.1\nName: vpkg\nVersion: 3.1\n"
+  )
+  assert not (tmp_path / "ws/vpkg.egg-info/SOURCES.txt").exists()
+
+
+def test_pytest_error_is_pytests_own_words():
+  log = (
+    "ERROR: found no collectors for /ws/tests/test_base.py::test_x\n\n"
+    "===== ERRORS =====\n"
+    "_____ ERROR collecting tests/test_base.py _____\n"
+    "ImportError while importing test module '/ws/tests/test_base.py'.\n"
+    "E   importlib.metadata.PackageNotFoundError: No package metadata was found for vpkg\n"
+    "E   ModuleNotFoundError: No module named 'pkg_resources'\n"
+    "_____ ERROR collecting tests/test_spec.py _____\n"
+    "E   SyntaxError: other\n"
+    "=== short test summary info ===\n"
+  )
+  assert runner.pytest_error(log) == (
+    "ERROR: found no collectors for /ws/tests/test_base.py::test_x | importlib.metadata."
+    "PackageNotFoundError: No package metadata was found for vpkg | ModuleNotFoundError: No "
+    "module named 'pkg_resources'"
+  )
