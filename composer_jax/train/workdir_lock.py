@@ -1,27 +1,39 @@
-"""One running job per workdir: `<workdir>/.lock` holds the owner's pid and host.
+"""One running job per workdir: an `flock(2)` lock on `<workdir>/.lock`, held for the job's life.
 
 A second run on the same workdir fails with a one-line `WorkdirLockedError` naming the
-holder, instead of overwriting its checkpoints. A lock left by a process that died without
-releasing it (kill -9, OOM kill, a crashed node on the same host) is taken over with a
-warning: on the holder's host, `kill(pid, 0)` tells whether it still runs. A lock held from
-another host is never taken over (liveness cannot be checked from here); the message says
-to delete the file if that job is gone. Creating the lock is also the first write into the
-workdir, so a read-only or non-directory workdir fails here, in one line, before any work.
+holder (the lock file holds its pid, host and start time), instead of overwriting its
+checkpoints. The kernel releases the lock when the holder's process ends in any way (exit,
+kill -9, OOM kill), so a lock left by a dead run is never "stale": the next run simply gets
+it, and there is no takeover to race. Of any number of runs starting at once, exactly one
+wins. On NFS, Linux maps `flock` to whole-file POSIX locks that every client sees, unless
+the filesystem is mounted with `local_lock=flock|all` (then the lock only excludes runs on
+the same host).
+
+On a filesystem without file locks (`flock` fails with ENOLCK/EOPNOTSUPP, e.g. some FUSE
+mounts) the lock file is created exclusively (`O_EXCL`) instead: still one winner, but a
+run that died without releasing it leaves it behind, and the message says to delete it.
+
+Creating the lock is also the first write into the workdir, so a read-only or non-directory
+workdir fails here, in one line, before any work.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import socket
 import time
 from collections.abc import Iterator
 
-from absl import logging
-
 LOCK_FILE = ".lock"
+
+# flock errors that mean "this filesystem has no file locks", not "someone holds it".
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL)
+
+_held: dict[str, int] = {}  # lock path -> the open descriptor that holds it
 
 
 class WorkdirLockedError(RuntimeError):
@@ -32,44 +44,56 @@ class WorkdirUnusableError(OSError):
   """The workdir cannot be created or written (a file, read-only, no permission)."""
 
 
-def _holder(path: str) -> dict | None:
-  """The lock's content, or None when it vanished or is unreadable (a torn write)."""
+def _describe(path: str) -> str:
+  """The holder as its lock file names it (it may be mid-write: then 'another process')."""
   try:
     with open(path) as f:
-      return json.load(f)
-  except FileNotFoundError:
-    return None
-  except (OSError, ValueError):
-    return {}
+      holder = json.load(f)
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(holder["time"])))
+    return f"pid {holder['pid']} on host {holder['host']!r} (since {since})"
+  except (OSError, ValueError, TypeError, KeyError):
+    return "another process"
 
 
-def _create(tmp: str, path: str, me: dict) -> None:
-  """Creates `path` holding `me`, atomically; FileExistsError if it exists."""
-  try:
-    os.link(tmp, path)  # The complete file appears at once.
-  except FileExistsError:
-    raise
-  except OSError as e:  # A filesystem without hard links: exclusive create, then write.
-    if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+def _write_holder(fd: int) -> None:
+  me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
+  os.ftruncate(fd, 0)
+  os.pwrite(fd, json.dumps(me).encode(), 0)
+
+
+def _lock(path: str) -> int:
+  """The descriptor holding `path`'s lock.
+
+  Raises BlockingIOError when another process holds it, and FileExistsError when the file
+  exists on a filesystem without flock (there the lock is the file's existence: whoever
+  creates it, `O_EXCL`, holds it). The lock is taken on an open file, so the file must
+  still be `path` once it is held: a holder releasing it unlinks it, and a run that opened
+  the old file just before would hold a lock nobody else sees; then it retries.
+  """
+  while True:
+    try:
+      fd, created = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), True
+    except FileExistsError:
+      try:
+        fd, created = os.open(path, os.O_RDWR | os.O_CLOEXEC), False
+      except FileNotFoundError:  # Released in between: create it.
+        continue
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+      if e.errno in _NO_LOCKS and created:
+        return fd
+      os.close(fd)
+      if e.errno in _NO_LOCKS:
+        raise FileExistsError(errno.EEXIST, "held", path) from None
       raise
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    with os.fdopen(fd, "w") as f:
-      json.dump(me, f)
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # Exists, owned by another user.
-    return True
-  return True
-
-
-def _describe(holder: dict) -> str:
-  since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("time", 0)))
-  return f"pid {holder.get('pid')} on host {holder.get('host')!r} (since {since})"
+    try:
+      same = os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+      same = False
+    if same:
+      return fd
+    os.close(fd)
 
 
 def _unusable(workdir: str, e: OSError) -> WorkdirUnusableError:
@@ -82,53 +106,39 @@ def _unusable(workdir: str, e: OSError) -> WorkdirUnusableError:
 
 
 def acquire(workdir: str) -> str:
-  """Creates `workdir` if needed and takes its lock; returns the lock path.
+  """Creates `workdir` if needed and takes its lock until `release` or this process ends;
+  returns the lock path.
 
   Raises:
-    WorkdirLockedError: a live process holds the lock (or one on another host).
+    WorkdirLockedError: another process holds the lock (in this process too: a second
+      `acquire` of a held workdir is refused).
     WorkdirUnusableError: `workdir` is a file, read-only, or otherwise not writable.
   """
   path = os.path.join(workdir, LOCK_FILE)
-  me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
-  tmp = f"{path}.{me['pid']}.tmp"
   try:
     os.makedirs(workdir, exist_ok=True)
-    with open(tmp, "w") as f:  # Complete before it becomes the lock: never a torn lock file.
-      json.dump(me, f)
     try:
-      _create(tmp, path, me)
-      return path
-    except FileExistsError:
-      holder = _holder(path)
-      stale = (holder is not None and holder.get("host") == me["host"]
-               and isinstance(holder.get("pid"), int) and not _alive(holder["pid"]))
-      if holder and not stale:
-        raise WorkdirLockedError(
-            f"--workdir {workdir} is in use by {_describe(holder)}: wait for that run to "
-            f"finish or pass another --workdir (if that run is gone, delete {path})") from None
-      if holder:
-        logging.warning("Taking over the stale lock %s of %s, which no longer runs", path,
-                        _describe(holder))
-      else:
-        logging.warning("Replacing the unreadable lock file %s", path)
-      os.replace(tmp, path)
-      if _holder(path) != me:  # Another run took it over at the same moment.
-        raise WorkdirLockedError(f"--workdir {workdir} is in use by "
-                                 f"{_describe(_holder(path) or {})}") from None
-      return path
+      fd = _lock(path)
+    except (BlockingIOError, FileExistsError) as e:
+      hint = ("" if isinstance(e, BlockingIOError) else
+              f"; this filesystem has no file locks, so if that run is gone, delete {path}")
+      raise WorkdirLockedError(f"--workdir {workdir} is in use by {_describe(path)}: wait for "
+                               f"that run to finish or pass another --workdir{hint}") from None
+    _write_holder(fd)
   except OSError as e:
     raise _unusable(workdir, e) from None
-  finally:
-    with contextlib.suppress(OSError):
-      os.remove(tmp)
+  _held[path] = fd
+  return path
 
 
 def release(path: str) -> None:
-  """Removes the lock if this process still holds it."""
-  holder = _holder(path)
-  if holder and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
-    with contextlib.suppress(OSError):
-      os.remove(path)
+  """Releases the lock if this process holds it (the file is removed, then unlocked)."""
+  fd = _held.pop(path, None)
+  if fd is None:
+    return
+  with contextlib.suppress(OSError):
+    os.remove(path)
+  os.close(fd)
 
 
 @contextlib.contextmanager
