@@ -1,6 +1,5 @@
 """`python -m experiments.run` turns bad input into one clear line on stderr and exit code 1."""
 
-import json
 import os
 import socket
 import subprocess
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 
 from composer_jax.model.config import get_preset
-from composer_jax.train import checkpointing
+from composer_jax.train import checkpointing, workdir_lock
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -30,6 +29,7 @@ def _guard(real, is_write):
 builtins.open = _guard(builtins.open,
                        lambda a, k: any(c in (a[0] if a else k.get("mode", "r")) for c in "wax+"))
 os.mkdir = _guard(os.mkdir, lambda a, k: True)
+os.open = _guard(os.open, lambda a, k: bool(a[0] & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)))
 runpy.run_module("experiments.run", run_name="__main__", alter_sys=True)
 """
 
@@ -63,9 +63,8 @@ def test_bad_input_is_one_line_error(case, tmp_path):
   (tmp_path / "syntax.py").write_text("def get_config(:\n")
   (tmp_path / "file").write_text("")
   locked = tmp_path / "locked"
-  locked.mkdir()
-  # The holder is this test process: alive, on this host.
-  (locked / ".lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+  if case == "locked":  # The holder is this test process.
+    lock = workdir_lock.acquire(str(locked))
   args, expected = {
       "unknown_field": (["--config.train.stepz=1"],
                         "unknown config field 'stepz' in --config.train.stepz=1. Did you mean "
@@ -99,7 +98,11 @@ def test_bad_input_is_one_line_error(case, tmp_path):
   }[case]
   if not any(a.startswith("--workdir") for a in args):
     args.append(f"--workdir={tmp_path / 'work'}")
-  rc, last, stderr = _run(*args)
+  try:
+    rc, last, stderr = _run(*args)
+  finally:
+    if case == "locked":
+      workdir_lock.release(lock)
   assert rc == 1, stderr
   assert last.startswith("error: ") and expected in last, stderr
   assert "Traceback" not in stderr, stderr

@@ -212,11 +212,13 @@ def test_kill_during_save_sigterm_and_torn_metrics_resume_bit_exact(full_run, tm
     proc.wait()
   ckpt_dir = os.path.join(workdir, "checkpoints")
   assert "4" not in os.listdir(ckpt_dir) and "2" in os.listdir(ckpt_dir)
+  with open(os.path.join(workdir, ".lock")) as f:
+    assert json.load(f)["pid"] == proc.pid  # left behind by kill -9
   with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
     f.write('{"step": 7, "loss": 0.12')  # a record cut mid-write
 
   stderr = _finish(_cli(workdir, "sigterm_at:5"))  # resumes from 2, preempted in step 5
-  assert f"Taking over the stale lock {workdir}/.lock of pid {proc.pid}" in stderr
+  assert "in use by" not in stderr  # the killed run's lock died with it: nothing to take over
   assert "Moved 1 torn or unreadable lines" in stderr and "records after step 2" in stderr
   assert "Preemption signal: saved checkpoint" in stderr
   assert "5" in os.listdir(ckpt_dir)  # the SIGTERM save (no periodic save was due)
