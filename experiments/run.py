@@ -29,7 +29,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from composer_jax.parallel import distributed
-from composer_jax.train import loop, workdir_lock
+from composer_jax.train import checkpointing, loop, workdir_lock
 from experiments.coding import program as coding
 from experiments.tool_feedback import program as tool_feedback
 
@@ -163,7 +163,8 @@ def main(argv):
     finally:
       if lock:
         workdir_lock.release(lock)
-  except (ValueError, OSError, workdir_lock.WorkdirLockedError, loop.NonFiniteLossError) as e:
+  except (ValueError, OSError, workdir_lock.WorkdirLockedError, loop.NonFiniteLossError,
+          checkpointing.NonFiniteStateError) as e:
     sys.exit(f"error: {e}")
 
 

@@ -11,11 +11,15 @@ asynchronous (training continues while files are written), keep the newest `keep
 checkpoints, and are atomic (orbax writes a temporary directory and renames it on commit),
 so an interrupted save never leaves a half-written step behind.
 
-Faults end in one line: a checkpoint whose files do not read back raises
-`CorruptCheckpointError` naming the step and the file (the loop then falls back to the
-previous one and `set_aside` renames the bad one to `<step>.corrupt`); a save that cannot
-be written (disk full, read-only) raises `CheckpointSaveError`, checked for free space
-before the write starts and re-raised from the async writer's thread without its traceback.
+Faults end in one line: a checkpoint whose files do not read back, or whose arrays hold
+NaN/inf, raises `CorruptCheckpointError` naming the step and the file or array (the loop then
+falls back to the previous one and `set_aside` renames the bad one to `<step>.corrupt`); a
+state holding NaN/inf is never saved (`NonFiniteStateError` names the first such array, and
+the checkpoints before it stay); a save that cannot be written (disk full, read-only) raises
+`CheckpointSaveError`, checked for free space before the write starts and re-raised from the
+async writer's thread without its traceback. Its message lists the checkpoints committed on
+disk (a step still being written, or left half-written as an `.orbax-checkpoint-tmp` directory,
+is not one; such leftovers are removed when the next run opens the workdir).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from typing import Any
 
 import grain
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from composer_jax.model.config import ModelConfig
@@ -70,6 +76,31 @@ class CorruptCheckpointError(ValueError):
 
 class CheckpointSaveError(OSError):
   """A checkpoint that could not be written (disk full, read-only, ...)."""
+
+
+class NonFiniteStateError(FloatingPointError):
+  """A state holding NaN/inf, refused as a checkpoint."""
+
+
+@jax.jit
+def _count_and_first_nonfinite(arrays: list) -> tuple[jax.Array, jax.Array]:
+  finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in arrays])
+  return jnp.sum(~finite), jnp.argmin(finite)  # argmin: the first False
+
+
+def nonfinite_arrays(state: Any) -> tuple[int, int, str | None]:
+  """(arrays holding NaN/inf, float arrays, the first bad one's path, e.g. 'params/embed').
+
+  One jitted reduction over every floating-point array of `state`; only two scalars come
+  back to the host."""
+  named = [(jax.tree_util.keystr(path, simple=True, separator="/"), x)
+           for path, x in jax.tree_util.tree_flatten_with_path(state)[0]
+           if isinstance(x, (jax.Array, np.ndarray, np.generic))
+           and jnp.issubdtype(x.dtype, jnp.inexact)]
+  if not named:
+    return 0, 0, None
+  bad, first = jax.device_get(_count_and_first_nonfinite([x for _, x in named]))
+  return int(bad), len(named), named[int(first)][0] if bad else None
 
 
 def _root_cause(e: BaseException) -> BaseException:
@@ -137,8 +168,11 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, keep: int):
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    # cleanup_tmp_directories: a save cut short (kill, full disk) leaves a temporary
+    # directory, not a step; it is removed when the next run opens the workdir.
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                           enable_async_checkpointing=True)
+                                           enable_async_checkpointing=True,
+                                           cleanup_tmp_directories=True)
     self._mngr = ocp.CheckpointManager(self.directory, options=options,
                                        item_names=("state", "data", "config"))
     self._save_error: CheckpointSaveError | None = None
@@ -161,9 +195,17 @@ class Checkpointer:
     `state`'s buffers) right away.
 
     Raises:
+      NonFiniteStateError: `state` holds NaN/inf (nothing is written; earlier checkpoints
+        stay).
       CheckpointSaveError: too little free space for this checkpoint, or an earlier
         asynchronous save failed.
     """
+    bad, total, first = nonfinite_arrays(state)
+    if bad:
+      self.wait()  # An earlier save still in flight commits (or fails: that error) first.
+      raise NonFiniteStateError(
+          f"checkpoint step {step} not written: the state is not finite ({bad} of {total} "
+          f"arrays hold NaN/inf, the first is {first}); {self._kept()}")
     self._check_free_space(step, state)
     config = {"model": model_cfg.to_dict(), "run": run_config}
     data_args = (ocp.args.JsonSave(data) if isinstance(data, dict)
@@ -180,15 +222,26 @@ class Checkpointer:
     need = int(need * 1.1) + (1 << 20)
     free = shutil.disk_usage(self.directory).free
     if free < need:
+      self.wait()  # An earlier save still in flight commits (or fails: that error) first.
       self._save_error = CheckpointSaveError(
           errno.ENOSPC, f"cannot write checkpoint step {step}: it needs ~{need / 2**20:.1f} "
           f"MiB, {free / 2**20:.1f} MiB free in {self.directory}; free space or use "
           f"another --workdir ({self._intact()})")
       raise self._save_error
 
+  def committed_steps(self) -> list[int]:
+    """The steps whose checkpoint is committed on disk (`all_steps` also lists a save in
+    flight; a failed or interrupted one is only a temporary directory, not a step)."""
+    return sorted(m.step for m in ocp.step.standard_name_format().find_all(self.directory))
+
   def _intact(self) -> str:
-    steps = self.all_steps()
-    return f"checkpoints {steps} are intact" if steps else "no checkpoint was written yet"
+    steps = self.committed_steps()
+    return f"checkpoints {steps} are intact" if steps else "no checkpoint was committed yet"
+
+  def _kept(self) -> str:
+    steps = self.committed_steps()
+    return (f"the last good checkpoint, {self.directory}/{steps[-1]}, is kept" if steps
+            else "no checkpoint was committed yet")
 
   @contextlib.contextmanager
   def _save_errors(self, step: int | None):
@@ -246,16 +299,23 @@ class Checkpointer:
     `data_iterator`, if given, to the saved position.
 
     Raises:
-      CorruptCheckpointError: a file of the checkpoint does not read back completely.
+      CorruptCheckpointError: a file of the checkpoint does not read back completely, or
+        an array holds NaN/inf.
     """
     items = {"state": ocp.args.StandardRestore(abstract_state)}
     if data_iterator is not None:
       items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
     try:
       state = self._mngr.restore(step, args=ocp.args.Composite(**items))["state"]
-      return jax.block_until_ready(state)  # Read errors surface here, not at first use.
+      state = jax.block_until_ready(state)  # Read errors surface here, not at first use.
     except Exception as e:
       raise self._corrupt(step, e) from None
+    bad, total, first = nonfinite_arrays(state)
+    if bad:  # Saved by an older version that did not check: not a good checkpoint.
+      raise CorruptCheckpointError(
+          f"checkpoint step {step} does not restore: {bad} of {total} arrays hold NaN/inf, "
+          f"the first is {first}")
+    return state
 
   def _corrupt(self, step: int, e: Exception) -> CorruptCheckpointError:
     step_dir = os.path.join(self.directory, str(step))

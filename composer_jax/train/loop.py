@@ -169,10 +169,14 @@ class Program(Protocol):
 
 
 def _check_finite(metrics: dict[str, float], step: int, ckpt) -> None:
-  """NonFiniteLossError unless the loss (and the update, when logged) is finite."""
-  if all(math.isfinite(metrics[k]) for k in ("loss", "update_norm") if k in metrics):
+  """NonFiniteLossError unless the loss (and the gradient and update norms, when logged) is
+  finite. A state that turns NaN/inf with none of these showing it is refused by the
+  checkpoint save (`checkpointing.NonFiniteStateError`)."""
+  if all(math.isfinite(metrics[k]) for k in ("loss", "grad_norm", "update_norm")
+         if k in metrics):
     return
-  last = ckpt.latest_step()
+  ckpt.wait()
+  last = (ckpt.committed_steps() or [None])[-1]
   values = ", ".join(f"{k}={metrics[k]}" for k in ("loss", "grad_norm", "update_norm")
                      if k in metrics)
   raise NonFiniteLossError(
@@ -203,7 +207,9 @@ def drive(program: Program, state: Any, step: int, ckpt: checkpointing.Checkpoin
   Closes `ckpt`.
 
   Raises:
-    NonFiniteLossError: NaN/inf loss or update; checkpoints before it are intact.
+    NonFiniteLossError: NaN/inf loss, gradient or update; checkpoints before it are intact.
+    NonFiniteStateError: the state to checkpoint holds NaN/inf; checkpoints before it are
+      intact.
     CheckpointSaveError: a checkpoint could not be written (disk full, read-only).
   """
   # Metrics are global (every process computes the same values): process 0 writes them.

@@ -141,6 +141,101 @@ def test_async_save_failure_is_one_line(tmp_path, monkeypatch):
   assert ckpt.all_steps() == [1, 2]
 
 
+
+def _block_commit(monkeypatch, step: str, seconds: float, fail: bool):
+  """The commit (rename) of checkpoint `step` waits `seconds` in orbax's writer thread,
+  then fails with ENOSPC if `fail`: a save still in flight when the next one starts."""
+  from orbax.checkpoint._src.path import atomicity
+  commit = atomicity.AtomicRenameTemporaryPath.finalize
+
+  async def finalize(self, *a, **k):
+    if self.get_final().name == step:
+      time.sleep(seconds)
+      if fail:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.get()))
+    return await commit(self, *a, **k)
+  monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", finalize)
+
+
+@pytest.mark.parametrize("in_flight", ["fails", "commits"])
+def test_full_disk_message_names_only_committed_steps(in_flight, tmp_path, monkeypatch):
+  """Step 3 is still being written when step 4 finds the disk full: the message waits for
+  it and lists what is committed on disk (3 only if its commit went through)."""
+  ckpt, state = _small_checkpoints(str(tmp_path))
+  _block_commit(monkeypatch, "3", 1.0, fail=in_flight == "fails")
+  it = iter(grain.MapDataset.range(8).to_iter_dataset())
+  ckpt.save(3, state, it, get_preset("tiny"), {})
+  monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(1 << 30, 0, 100))
+  with pytest.raises(checkpointing.CheckpointSaveError) as e:
+    ckpt.save(4, state, it, get_preset("tiny"), {})
+  ckpt.close()
+  msg = str(e.value)
+  assert "\n" not in msg
+  if in_flight == "fails":  # the earlier failure is the one reported
+    assert "No space left on device" in msg and msg.endswith("checkpoints [1, 2] are intact")
+    assert glob.glob(f"{ckpt.directory}/3.orbax-checkpoint-tmp*")  # half-written, not a step
+  else:
+    assert msg.endswith("(checkpoints [1, 2, 3] are intact)"), msg
+  assert ckpt.committed_steps() == ([1, 2] if in_flight == "fails" else [1, 2, 3])
+
+
+def test_half_written_save_is_no_step_and_is_removed(tmp_path):
+  """A temporary directory left by a save cut short (kill -9, full disk) is not listed as
+  a checkpoint, and the next run opening the workdir removes it."""
+  ckpt, _ = _small_checkpoints(str(tmp_path))
+  ckpt.close()
+  tmp = os.path.join(ckpt.directory, "3.orbax-checkpoint-tmp-1700000000000000")
+  os.makedirs(os.path.join(tmp, "state"))
+  reopened = checkpointing.Checkpointer(str(tmp_path), keep=3)
+  assert reopened.committed_steps() == [1, 2] and reopened.all_steps() == [1, 2]
+  assert not os.path.exists(tmp)
+  reopened.close()
+
+
+class _Diverging:
+  """A `loop.Program` whose state turns NaN in step 3 while every logged value stays finite
+  (as an RL run with a NaN loss coefficient: nothing in the record shows it)."""
+
+  def step(self, state, step):
+    w = state["params"]["w"] * (jnp.nan if step + 1 == 3 else 1.0) + 1.0
+    return {"params": {"w": w}, "step": jnp.int32(step + 1)}, {"loss": 1.0, "grad_norm": 0.5}
+
+  def record(self, step, metrics, state):
+    return {**metrics(), "step": step}
+
+  def checkpoint(self, state):
+    return state, {}
+
+
+def test_non_finite_state_is_never_saved_nor_resumed(tmp_path, monkeypatch, caplog):
+  workdir = str(tmp_path)
+  state = {"params": {"w": jnp.zeros(8)}, "step": jnp.int32(0)}
+  with pytest.raises(checkpointing.NonFiniteStateError) as e:
+    loop.drive(_Diverging(), state, 0, checkpointing.Checkpointer(workdir, keep=3),
+               workdir=workdir, total_steps=6, ckpt_every=2, console_every=1,
+               model_cfg=get_preset("tiny"), run_config={})
+  ckpt = checkpointing.Checkpointer(workdir, keep=3)
+  assert str(e.value) == (
+      "checkpoint step 4 not written: the state is not finite (1 of 1 arrays hold NaN/inf, "
+      f"the first is params/w); the last good checkpoint, {ckpt.directory}/2, is kept")
+  assert ckpt.all_steps() == [2]
+  assert [r["step"] for r in read_metrics(workdir)] == [1, 2, 3, 4]
+
+  # A NaN checkpoint written anyway (by a version without this check) is set aside on
+  # resume like a corrupt one: the run goes on from the last finite one.
+  monkeypatch.setattr(checkpointing, "nonfinite_arrays", lambda _: (0, 1, None))
+  ckpt.save(4, {"params": {"w": jnp.full(8, jnp.inf)}, "step": jnp.int32(4)}, {},
+            get_preset("tiny"), {})
+  ckpt.wait()
+  monkeypatch.undo()
+  restored = loop.restore_newest(get_preset("tiny"), ckpt,
+                                 lambda step: ckpt.restore(step, state), workdir)
+  assert int(restored["step"]) == 2 and jnp.isfinite(restored["params"]["w"]).all()
+  assert ("checkpoint step 4 does not restore: 1 of 1 arrays hold NaN/inf, the first is "
+          f"params/w; renamed it to {ckpt.directory}/4.corrupt") in caplog.text
+  assert ckpt.all_steps() == [2]
+  ckpt.close()
+
 # Runs experiments.run with one fault injected (argv[1]):
 #   block_save:STEP:MARKER  the commit of checkpoint STEP never finishes (MARKER is touched
 #                           when it starts): the test kills the process there with -9;
