@@ -6,6 +6,16 @@ tokens decoded with their special-token names kept, after any `<think>` pre-fill
 generation prompt. A problem does not raise: `error` is one line naming it, fit to show
 the model as an observation and to flag the turn for feedback, and the fields hold what
 was readable (the calls well formed before the problem).
+
+Accepted text round-trips: rendering the parsed message (`chat.render_message`) gives back
+the text exactly (plus `<|im_end|>` if it was left off), so a tool reply quotes the call id
+the model wrote. That is why a turn must open with `<think>` (the template always writes
+the block; a missing one usually means a generation prompt's pre-fill was not prepended),
+a call id is `functions.NAME:INDEX` with NAME of 1-64 ASCII letters, digits, `_`, `.` or
+`-` and INDEX an ASCII decimal without leading zeros below 10^9 (`int` would read `٣` or
+`03` as 3, which re-renders differently), and arguments are a JSON object nested at most
+`MAX_ARGUMENT_DEPTH` deep (deeper JSON is refused in one line; Python's decoder would raise
+RecursionError past about a thousand levels). Parsing takes time linear in the text.
 """
 
 import dataclasses
@@ -20,9 +30,12 @@ ARG_BEGIN = "<|tool_call_argument_begin|>"
 END = "<|im_end|>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _CALL_TOKENS = (CALL_BEGIN, ARG_BEGIN, CALL_END, SECTION_END)
-_CALL_ID = re.compile(r"functions\.(?P<name>[^\s:]+):(?P<index>\d+)")
+_CALL_ID = re.compile(r"functions\.(?P<name>[A-Za-z0-9_.\-]{1,64}):(?P<index>0|[1-9][0-9]{0,8})")
+MAX_ARGUMENT_DEPTH = 64
 FORMAT_HINT = (f"write calls as {SECTION_BEGIN}{CALL_BEGIN}functions.NAME:INDEX{ARG_BEGIN}"
                f"{{JSON object}}{CALL_END}{SECTION_END}")
+_ID_HINT = ("functions.NAME:INDEX (NAME: 1-64 ASCII letters, digits, _ . -; INDEX: a decimal "
+            "number without leading zeros, below 10^9)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,13 +59,15 @@ def parse_assistant(text: str) -> ParsedAssistant:
   if END in body:
     body, error = body[: body.index(END)], f"text after {END}"
 
-  think = ""
-  if body.startswith(THINK_OPEN):
-    close = body.find(THINK_CLOSE)
-    if close < 0:
-      return ParsedAssistant("", body[len(THINK_OPEN):], (), f"{THINK_OPEN} is never closed "
-                             f"by {THINK_CLOSE}")
-    think, body = body[len(THINK_OPEN):close], body[close + len(THINK_CLOSE):]
+  if not body.startswith(THINK_OPEN):
+    return ParsedAssistant(body, "", (), f"the turn must open with {THINK_OPEN} (its reasoning "
+                           f"block, empty allowed: {THINK_OPEN}{THINK_CLOSE}); with a "
+                           "pre-filled generation prompt, prepend the pre-fill")
+  close = body.find(THINK_CLOSE)
+  if close < 0:
+    return ParsedAssistant("", body[len(THINK_OPEN):], (), f"{THINK_OPEN} is never closed "
+                           f"by {THINK_CLOSE}")
+  think, body = body[len(THINK_OPEN):close], body[close + len(THINK_CLOSE):]
 
   content, section = body, None
   if SECTION_BEGIN in body:
@@ -78,30 +93,46 @@ def _parse_section(section: str) -> tuple[tuple[ToolCall, ...], str | None]:
 
 def _parse_calls(inner: str, after: str) -> tuple[tuple[ToolCall, ...], str | None]:
   """The calls of a section's text `inner` (and what followed the section, `after`)."""
-  calls, rest = [], inner
-  while rest:
-    if not rest.startswith(CALL_BEGIN):
-      return tuple(calls), f"malformed tool call: expected {CALL_BEGIN}, got {rest[:40]!r}; " + FORMAT_HINT
-    rest = rest[len(CALL_BEGIN):]
-    if ARG_BEGIN not in rest or CALL_END not in rest or rest.index(CALL_END) < rest.index(ARG_BEGIN):
+  calls, at = [], 0
+  while at < len(inner):
+    if not inner.startswith(CALL_BEGIN, at):
+      return tuple(calls), (f"malformed tool call: expected {CALL_BEGIN}, got "
+                            f"{inner[at:at + 40]!r}; " + FORMAT_HINT)
+    at += len(CALL_BEGIN)
+    arg, end = inner.find(ARG_BEGIN, at), inner.find(CALL_END, at)
+    if arg < 0 or end < arg:
       return tuple(calls), (f"malformed tool call {len(calls)}: needs {ARG_BEGIN} then "
                             f"{CALL_END}; " + FORMAT_HINT)
-    header, rest = rest.split(ARG_BEGIN, 1)
-    arguments, rest = rest.split(CALL_END, 1)
+    header, arguments, at = inner[at:arg], inner[arg + len(ARG_BEGIN):end], end + len(CALL_END)
     match = _CALL_ID.fullmatch(header)
     if not match:
-      return tuple(calls), (f"malformed tool call {len(calls)}: id {header[:60]!r} is not "
-                            "functions.NAME:INDEX")
-    try:
-      value = json.loads(arguments)
-    except ValueError as e:
-      return tuple(calls), f"malformed tool call {header}: arguments are not valid JSON ({e})"
-    if not isinstance(value, dict):
-      return tuple(calls), (f"malformed tool call {header}: arguments must be a JSON object, "
-                            f"got {type(value).__name__}")
+      return tuple(calls), f"malformed tool call {len(calls)}: id {header[:60]!r} is not {_ID_HINT}"
+    error = _arguments_error(arguments)
+    if error:
+      return tuple(calls), f"malformed tool call {header}: {error}"
     calls.append(ToolCall(match["name"], arguments, int(match["index"])))
   if not calls:
     return (), "malformed tool call: empty tool-calls section; " + FORMAT_HINT
   if after:
     return tuple(calls), f"text after {SECTION_END}: {after[:40]!r}"
   return tuple(calls), None
+
+
+def _arguments_error(arguments: str) -> str | None:
+  """Why `arguments` is not a JSON object nested at most MAX_ARGUMENT_DEPTH deep, or None."""
+  too_deep = f"arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels"
+  try:
+    value = json.loads(arguments)
+  except RecursionError:
+    return too_deep
+  except ValueError as e:
+    return f"arguments are not valid JSON ({e})"
+  if not isinstance(value, dict):
+    return f"arguments must be a JSON object, got {type(value).__name__}"
+  level = [value]
+  for _ in range(MAX_ARGUMENT_DEPTH):  # One pass per level, no recursion.
+    level = [v for c in level for v in (c.values() if isinstance(c, dict) else c)
+             if isinstance(v, (dict, list))]
+    if not level:
+      return None
+  return too_deep

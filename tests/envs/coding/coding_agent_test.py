@@ -214,6 +214,23 @@ def test_turn_budget_ends_the_episode(tok, hypot_task):
   assert (ep.state.reward, ep.state.grade) == (0.0, None)  # an empty diff: 0, not graded
 
 
+def test_adversarial_call_is_an_error_reply_not_a_raise(tok, hypot_task):
+  """A call nested 5,000 levels deep (Python's JSON decoder would raise RecursionError) or
+  with a call id of 5,000 digits gets the parse error as the reply; the episode goes on."""
+  env = agent_env.CodingEnv([hypot_task], tok,
+                            budget=agent_tools.Budget(max_turns=4, max_tokens=100_000),
+                            max_turn_tokens=256)
+  state, _ = env.reset(hypot_task)
+  raw = ("<think></think><|tool_calls_section_begin|><|tool_call_begin|>functions.{}"
+         "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>")
+  for call_id, arguments, error in [
+      ("run:0", '{"a": ' + "[" * 5000 + "]" * 5000 + "}", "arguments nest deeper than"),
+      ("run:" + "1" * 5000, "{}", "is not functions.NAME:INDEX")]:
+    state, reply = env.step(state, S.turn_ids(tok, raw=raw.format(call_id, arguments)))
+    assert error in state.records[-1].parse_error and not state.done
+    assert "error: malformed tool call" in tok.decode(reply)
+
+
 def _summary(episode):
   s = episode.state
   errors = [[c.observation.error for c in r.calls] for r in s.records]
