@@ -18,8 +18,8 @@ LAYERS = (
     ("data", "parallel"),
     ("model", "chat"),
     ("optim", "hf"),
-    ("train", "tools"),
-    ("rl",),
+    ("train",),
+    ("rl", "tools"),  # tools: the import/export CLIs read any checkpoint (train.load_checkpoint)
     ("envs",),
     ("experiments",),
 )

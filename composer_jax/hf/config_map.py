@@ -9,6 +9,8 @@ the released checkpoints, and transformers 5.x `rope_parameters: {"rope_type", "
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from typing import Any
 
 from composer_jax.model.config import ModelConfig, RopeScaling
@@ -30,6 +32,35 @@ _REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate
 # Keys whose value must be this for our architecture to be the same function.
 _FIXED = {"hidden_act": "silu", "attention_bias": False, "moe_layer_freq": 1}
 _YARN_KEYS = tuple(f.name for f in dataclasses.fields(RopeScaling))
+_MODEL_TYPES = typing.get_type_hints(ModelConfig)
+_YARN_TYPES = typing.get_type_hints(RopeScaling)
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+               dict: "a JSON object"}
+
+
+def _typed(c: dict[str, Any], key: str, kind, where: str = "") -> Any:
+  """`c[key]` (None when absent) if it is a JSON value of type `kind` (a ModelConfig field's
+  type; a number may be an integer, an integer field takes an integral number), else a
+  one-line ValueError naming the key and the type it needs."""
+  value = c.get(key)
+  kinds = typing.get_args(kind) if isinstance(kind, types.UnionType) else (kind,)
+  if value is None:
+    return None
+  for k in kinds:
+    if k is bool and isinstance(value, bool):
+      return value
+    if isinstance(value, bool):
+      continue
+    if k is float and isinstance(value, (int, float)):
+      return float(value)
+    if k is int and (isinstance(value, int) or isinstance(value, float) and value.is_integer()):
+      return int(value)
+    if k in (str, dict) and isinstance(value, k):
+      return value
+  need = " or ".join(_TYPE_WORDS[k] for k in kinds if k in _TYPE_WORDS)
+  shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+  raise ValueError(f"config.json {where}{key}={shown} must be {need}"
+                   f"{' or null' if type(None) in kinds else ''}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,19 +77,25 @@ def text_config(raw: dict[str, Any]) -> tuple[dict[str, Any], str]:
   """(text-model config dict, tensor-name prefix); unwraps `text_config` if present."""
   if "text_config" not in raw:
     return raw, ""
-  text = dict(raw["text_config"])
+  text = dict(_typed(raw, "text_config", dict) or {})
   for key in ("quantization_config", "tie_word_embeddings"):
     if key in raw and key not in text:
       text[key] = raw[key]
   return text, NESTED_PREFIX
 
 
-def _rope(c: dict[str, Any]) -> tuple[float, RopeScaling | None]:
-  params = c.get("rope_parameters") or {}
-  legacy = c.get("rope_scaling") or {}
-  theta = float(c.get("rope_theta", params.get("rope_theta", 10000.0)))
-  scaling = params if params.get("rope_type") not in (None, "default") else legacy
-  kind = scaling.get("rope_type", scaling.get("type", "default"))
+def _rope(c: dict[str, Any], where: str) -> tuple[float, RopeScaling | None]:
+  params = _typed(c, "rope_parameters", dict | None, where) or {}
+  legacy = _typed(c, "rope_scaling", dict | None, where) or {}
+  theta = _typed(c, "rope_theta", float, where)
+  if theta is None:
+    theta = _typed(params, "rope_theta", float, f"{where}rope_parameters.")
+  theta = 10000.0 if theta is None else theta
+  rope_type = _typed(params, "rope_type", str, f"{where}rope_parameters.")
+  scaling, field = ((params, "rope_parameters") if rope_type not in (None, "default")
+                    else (legacy, "rope_scaling"))
+  at = f"{where}{field}."
+  kind = _typed(scaling, "rope_type", str, at) or _typed(scaling, "type", str, at) or "default"
   if kind == "default":
     return theta, None
   if kind != "yarn":
@@ -66,39 +103,43 @@ def _rope(c: dict[str, Any]) -> tuple[float, RopeScaling | None]:
   if scaling.get("attention_factor") is not None:
     raise ValueError("rope attention_factor is not supported; DeepSeek YaRN derives it from "
                      "mscale / mscale_all_dim")
-  return theta, RopeScaling(**{k: type(getattr(RopeScaling(), k))(scaling[k])
+  return theta, RopeScaling(**{k: _typed(scaling, k, _YARN_TYPES[k], at)
                                for k in _YARN_KEYS if scaling.get(k) is not None})
 
 
 def from_hf(raw: dict[str, Any], **overrides) -> HFConfig:
   """Parses a `config.json` dict; `overrides` set ModelConfig fields (dtype, remat, ...)."""
   c, prefix = text_config(raw)
+  where = "text_config." if prefix else ""
   model_type = c.get("model_type")
   if model_type not in MODEL_TYPES:
-    where = "text_config.model_type" if prefix else "model_type"
-    raise ValueError(f"Unsupported {where}={model_type!r}; supported: {MODEL_TYPES}")
+    raise ValueError(f"Unsupported {where}model_type={model_type!r}; supported: {MODEL_TYPES}")
   missing = [k for k in _REQUIRED if k not in c]
   if missing:
     raise ValueError(f"config.json ({model_type}) lacks required key(s) {missing}")
   for key, want in _FIXED.items():
     if c.get(key, want) != want:
       raise ValueError(f"config.json {key}={c[key]!r} is not supported; only {want!r}")
-  kv_heads = c.get("num_key_value_heads") or c["num_attention_heads"]
-  if kv_heads != c["num_attention_heads"]:
+  # Every value read is checked against its field's type first: one line naming the key.
+  fields = {k: _typed(c, k, _MODEL_TYPES[k], where) for k in _SAME}
+  fields = {k: v for k, v in fields.items() if v is not None}
+  fields.update({ours: _typed(c, k, _MODEL_TYPES[ours], where) for k, ours in _RENAMED.items()})
+  kv_heads = _typed(c, "num_key_value_heads", int | None, where)
+  if (kv_heads or fields["num_heads"]) != fields["num_heads"]:
     raise ValueError(f"num_key_value_heads={kv_heads} must equal num_attention_heads="
-                     f"{c['num_attention_heads']} for MLA")
-  fields = {k: c[k] for k in _SAME if c.get(k) is not None}
-  fields.update({ours: c[k] for k, ours in _RENAMED.items()})
-  fields["n_group"] = c.get("n_group") or 1
-  fields["topk_group"] = c.get("topk_group") or 1
+                     f"{fields['num_heads']} for MLA")
+  fields["n_group"] = _typed(c, "n_group", int | None, where) or 1
+  fields["topk_group"] = _typed(c, "topk_group", int | None, where) or 1
   fields.setdefault("first_k_dense_replace", 0)
   fields.setdefault("n_shared_experts", 0)
-  fields["q_lora_rank"] = c.get("q_lora_rank")
-  fields["rope_theta"], fields["rope_scaling"] = _rope(c)
+  fields["q_lora_rank"] = _typed(c, "q_lora_rank", _MODEL_TYPES["q_lora_rank"], where)
+  fields["rope_theta"], fields["rope_scaling"] = _rope(c, where)
   fields["attention"] = "mla"
   fields.update(overrides)
-  mtp = c.get("num_nextn_predict_layers", c.get("num_mtp_layers", 0)) or 0
-  return HFConfig(ModelConfig(**fields), prefix, bool(c.get("rope_interleave", True)), int(mtp))
+  mtp = (_typed(c, "num_nextn_predict_layers", int | None, where)
+         or _typed(c, "num_mtp_layers", int | None, where) or 0)
+  interleave = _typed(c, "rope_interleave", bool, where)
+  return HFConfig(ModelConfig(**fields), prefix, True if interleave is None else interleave, mtp)
 
 
 def to_hf(cfg: ModelConfig, *, quantization_config: dict | None = None,

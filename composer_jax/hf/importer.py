@@ -114,11 +114,14 @@ def load_hf(hf_dir: str, dtype: str | None = None, **overrides) -> tuple[ModelCo
 
 def import_to_checkpoint(hf_dir: str, out_dir: str, dtype: str | None = None,
                          **overrides) -> ModelConfig:
-  """Streaming import to our checkpoint format (see `checkpoint`) under `out_dir`.
+  """Streaming import to our checkpoint format (see `checkpoint`) into `out_dir`, which must
+  be new or empty (`tools.outputs.staged` gives a fresh directory that replaces an old one).
 
   Each destination array is a memory-mapped file in `out_dir/staging` (page cache, not
   resident memory), filled one HF tensor at a time, then written by orbax and deleted.
   """
+  if os.path.isdir(out_dir) and os.listdir(out_dir):
+    raise ValueError(f"{out_dir} is not empty; import into a new or empty directory")
   staging = os.path.join(out_dir, "staging")
   os.makedirs(staging, exist_ok=True)
 

@@ -91,7 +91,8 @@ def read_header(path: str) -> dict[str, TensorInfo]:
 def _indexed_shards(hf_dir: str) -> list[str]:
   """Shard paths named by `model.safetensors.index.json` (none if there is no index).
 
-  Raises a one-line error for an unreadable index or a shard it names that is missing.
+  Raises a one-line error for an unreadable index, a shard name that is not a file name in
+  `hf_dir` (a path such as '../x' would read outside it), or a named shard that is missing.
   """
   index = os.path.join(hf_dir, INDEX_FILE)
   if not os.path.exists(index):
@@ -102,8 +103,15 @@ def _indexed_shards(hf_dir: str) -> list[str]:
   except (ValueError, KeyError, TypeError) as e:
     raise ValueError(f"{index}: not a safetensors index (JSON with a weight_map): "
                      f"{e!r}") from None
+  if not isinstance(weight_map, dict) or not all(isinstance(v, str)
+                                                 for v in weight_map.values()):
+    raise ValueError(f"{index}: weight_map must be a JSON object of tensor name -> shard file "
+                     "name")
   shards = sorted(set(weight_map.values()))
   for shard in shards:
+    if os.path.basename(shard) != shard or shard in ("", ".", ".."):
+      raise ValueError(f"{index} names shard {shard!r}, not a file name in {hf_dir}; shards "
+                       "must lie in the checkpoint directory itself")
     if not os.path.isfile(os.path.join(hf_dir, shard)):
       tensors = [t for t, s in weight_map.items() if s == shard]
       raise FileNotFoundError(f"{index} names shard {shard!r} ({len(tensors)} tensors, e.g. "

@@ -14,8 +14,10 @@ materialized, so with a lazy `get` host memory holds one HF tensor plus one shar
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
+import operator
 import os
 from collections.abc import Callable
 
@@ -38,10 +40,25 @@ def fp8_quantized(entry: names.Entry) -> bool:
           and len(entry.hf_shape) == 2 and not entry.base.endswith("mlp.gate"))
 
 
+def leaf(variables: dict, path: names.Path) -> np.ndarray:
+  """`variables[path[0]][path[1]]...`: `export_hf`'s `get` over an in-memory tree."""
+  return functools.reduce(operator.getitem, path, variables)
+
+
 def export_hf(cfg: ModelConfig, get: Callable[[names.Path], np.ndarray], out_dir: str, *,
               dtype: str = "bfloat16", fp8: bool = False,
               max_shard_bytes: int = 4 << 30) -> None:
-  """Writes the HF checkpoint of the variables that `get(path) -> array` returns."""
+  """Writes the HF checkpoint of the variables that `get(path) -> array` returns into
+  `out_dir`, which must be new or empty (shards of another export would mix with these;
+  `tools.outputs.staged` gives a fresh directory that replaces an old one when done).
+
+  Raises:
+    ValueError: `out_dir` is not empty, or `cfg` does not export (GQA attention).
+  """
+  hf_cfg = config_map.to_hf(cfg, quantization_config=FP8_QUANTIZATION_CONFIG if fp8 else None,
+                            torch_dtype=dtype)  # Fails before anything is written.
+  if os.path.isdir(out_dir) and os.listdir(out_dir):
+    raise ValueError(f"{out_dir} is not empty; export into a new or empty directory")
   os.makedirs(out_dir, exist_ok=True)
   np_dtype = jax.numpy.dtype(dtype)
   by_path = itertools.groupby(sorted(names.entries(cfg), key=lambda e: e.path),
@@ -82,7 +99,5 @@ def export_hf(cfg: ModelConfig, get: Callable[[names.Path], np.ndarray], out_dir
   with open(os.path.join(out_dir, INDEX_FILE), "w") as f:
     json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))},
               f, indent=2)
-  hf_cfg = config_map.to_hf(cfg, quantization_config=FP8_QUANTIZATION_CONFIG if fp8 else None,
-                            torch_dtype=dtype)
   with open(os.path.join(out_dir, "config.json"), "w") as f:
     json.dump(hf_cfg, f, indent=2)

@@ -1,28 +1,55 @@
-"""Exports our checkpoint to a Hugging Face `deepseek_v3` checkpoint for serving.
+"""Exports a checkpoint to a Hugging Face `deepseek_v3` checkpoint for serving.
 
-  python -m composer_jax.tools.export_hf --ckpt DIR --out DIR [--dtype bfloat16] [--fp8]
+  python -m composer_jax.tools.export_hf --ckpt DIR --out DIR [--dtype bfloat16] [--fp8] [--overwrite]
 
-`--ckpt` is a directory written by `import_hf` (config.json + orbax `variables`). Each
-HF tensor is read on its own from the stored zarr arrays (host memory: one tensor plus
-one shard); `--fp8` re-quantizes decoder Linear weights to DeepSeek-V3 128x128 block fp8.
+`--ckpt` is any checkpoint `train.load_checkpoint` reads: a directory written by `import_hf`
+(config.json + orbax `variables`), whose HF tensors are read one at a time from the stored
+zarr arrays (host memory: one tensor plus one shard), or a training / RL workdir (its newest
+checkpoint) or an HF directory, read whole into host memory (small models). `--fp8`
+re-quantizes decoder Linear weights to DeepSeek-V3 128x128 block fp8.
+
+`--out` is never the checkpoint, inside it or around it, and must be new or empty unless
+`--overwrite` (then it is replaced as a whole). The export is written to a temporary
+directory beside `--out` that takes its place only when complete (`tools.outputs`), so a
+failed or interrupted export (disk full, Ctrl-C) leaves `--out` as it was. Bad input exits
+with one line.
 """
+
+import sys
 
 from absl import app, flags, logging
 
 from composer_jax.hf import checkpoint, writer
+from composer_jax.model.config import DTYPES
+from composer_jax.tools import outputs
+from composer_jax.train import load_checkpoint
 
-_CKPT = flags.DEFINE_string("ckpt", None, "Our checkpoint directory.", required=True)
+_CKPT = flags.DEFINE_string("ckpt", None, "Checkpoint directory (module docstring).",
+                            required=True)
 _OUT = flags.DEFINE_string("out", None, "Output HF checkpoint directory.", required=True)
-_DTYPE = flags.DEFINE_string("dtype", "bfloat16", "dtype of unquantized tensors.")
+_DTYPE = flags.DEFINE_enum("dtype", "bfloat16", DTYPES, "dtype of unquantized tensors.")
 _FP8 = flags.DEFINE_bool("fp8", False, "Store decoder Linear weights as block fp8.")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a non-empty --out.")
+
+
+def _source(path: str):
+  """(model config, get(path) -> array) of the checkpoint at `path`."""
+  if load_checkpoint.kind(path) == "imported":  # lazy: one tensor at a time
+    return checkpoint.load_config(path), lambda p: checkpoint.open_leaf(path, p)
+  cfg, variables = load_checkpoint.load(path)
+  return cfg, lambda p: writer.leaf(variables, p)
 
 
 def main(argv):
   del argv
-  cfg = checkpoint.load_config(_CKPT.value)
-  writer.export_hf(cfg, lambda path: checkpoint.open_leaf(_CKPT.value, path), _OUT.value,
-                   dtype=_DTYPE.value, fp8=_FP8.value)
-  logging.info("Exported %s to %s", _CKPT.value, _OUT.value)
+  try:
+    out = outputs.check(_OUT.value, inputs=[_CKPT.value], overwrite=_OVERWRITE.value)
+    cfg, get = _source(_CKPT.value)
+    with outputs.staged(out) as tmp:
+      writer.export_hf(cfg, get, tmp, dtype=_DTYPE.value, fp8=_FP8.value)
+  except (ValueError, OSError) as e:
+    sys.exit(f"error: {e}")
+  logging.info("Exported %s to %s", _CKPT.value, out)
 
 
 if __name__ == "__main__":

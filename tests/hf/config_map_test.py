@@ -80,6 +80,18 @@ def test_to_hf_from_hf_roundtrip(preset):
     (dict(num_key_value_heads=8), "num_key_value_heads=8 must equal"),
     (dict(rope_scaling={"type": "linear", "factor": 2.0}), "Unsupported rope type 'linear'"),
     (dict(vocab_size=None), r"lacks required key\(s\) \['vocab_size'\]"),
+    # A value of the wrong JSON type: one line naming the key and the type it needs.
+    (dict(rope_scaling="yarn"), r"rope_scaling='yarn' must be a JSON object or null"),
+    (dict(rope_parameters=[1]), r"rope_parameters=\[1\] must be a JSON object or null"),
+    (dict(rope_scaling={"type": "yarn", "factor": "40"}),
+     r"rope_scaling.factor='40' must be a number"),
+    (dict(num_hidden_layers="61"), r"num_hidden_layers='61' must be an integer"),
+    (dict(vocab_size=1.5), r"vocab_size=1.5 must be an integer"),
+    (dict(rope_theta="1e4"), r"rope_theta='1e4' must be a number"),
+    (dict(norm_topk_prob=1), r"norm_topk_prob=1 must be true or false"),
+    (dict(rope_interleave="false"), r"rope_interleave='false' must be true or false"),
+    (dict(q_lora_rank=True), r"q_lora_rank=True must be an integer or null"),
+    (dict(text_config="kimi"), r"text_config='kimi' must be a JSON object"),
 ])
 def test_bad_configs(change, match):
   raw = {k: v for k, v in dict(DEEPSEEK_V3, **change).items() if v is not None}

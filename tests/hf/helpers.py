@@ -26,10 +26,6 @@ def random_variables(cfg=CFG, seed=0):
   return tree
 
 
-def get_path(tree, path):
-  for k in path:
-    tree = tree[k]
-  return tree
 
 
 def read_dir(hf_dir):

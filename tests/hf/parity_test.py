@@ -18,7 +18,6 @@ from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
 from composer_jax.hf import importer, writer
 from composer_jax.model import transformer
-from tests.hf import helpers
 
 SEQ = 12
 DOC_LENS = (5, 7)  # the packed row: two documents filling SEQ tokens
@@ -116,7 +115,7 @@ def test_logits_match_hf(models):
 def test_export_serves_in_transformers(models, tmp_path):
   """Our export of the imported weights, loaded by transformers, gives HF's logits."""
   hf, cfg, variables = models
-  writer.export_hf(cfg, lambda p: helpers.get_path(variables, p), str(tmp_path),
+  writer.export_hf(cfg, lambda p: writer.leaf(variables, p), str(tmp_path),
                    dtype="float32")
   served = DeepseekV3ForCausalLM.from_pretrained(str(tmp_path), attn_implementation="eager")
   tokens = np.random.default_rng(2).integers(0, cfg.vocab_size, (2, SEQ))
