@@ -5,9 +5,15 @@
 `--checkpoint`: an imported checkpoint (`composer_jax.tools.import_hf`), a Hugging Face
 directory, or a training / RL workdir (newest checkpoint) — `train.load_checkpoint`.
 `--tokenizer`: a tiktoken file with Kimi's special tokens (or a directory holding
-`tiktoken.model`); default: the checkpoint's own `tiktoken.model`.
+`tiktoken.model`); default: the checkpoint's own `tiktoken.model` (an RL workdir keeps its
+tokenizer there).
 Tasks are split by project (`envs.coding.split`, `--heldout-fraction`, `--split-seed`); the
-held-out split is evaluated unless `--split all`. Writes `eval.json`, `episodes.csv` and
+held-out split is evaluated unless `--split all`. For an RL workdir, the flags left unset
+default to its run's settings: the split (env.heldout_fraction, env.split_seed), the tools
+(env.tools), turns (env.max_turns) and token budgets (rl.seq_len, rl.max_new_tokens), so the
+policy is evaluated as it was trained; otherwise to 0.2, 0, every tool, 30 turns, a
+1024-token turn and the episode budget the model's positions allow (at most 32768). Budgets
+are checked against the model and every task's first prompt before any episode, one line. Writes `eval.json`, `episodes.csv` and
 `eval.png` under `--out` (default `<checkpoint>/eval`) and prints the summary. Bad input
 (no tasks, a missing tokenizer, an unreadable checkpoint) exits 1 with one line.
 """
@@ -31,19 +37,34 @@ def _args(argv):
   p.add_argument("--tokenizer", default="", help="tiktoken file or directory")
   p.add_argument("--out", default="", help="output directory (default <checkpoint>/eval)")
   p.add_argument("--split", choices=("heldout", "train", "all"), default="heldout")
-  p.add_argument("--heldout-fraction", type=float, default=0.2)
-  p.add_argument("--split-seed", type=int, default=0)
+  p.add_argument("--heldout-fraction", type=float, default=None, help="(run's, else 0.2)")
+  p.add_argument("--split-seed", type=int, default=None, help="(run's, else 0)")
   p.add_argument("--temperature", type=float, default=1.0)
   p.add_argument("--top-p", type=float, default=1.0)
-  p.add_argument("--max-turns", type=int, default=30)
-  p.add_argument("--max-tokens", type=int, default=32768, help="episode token budget")
-  p.add_argument("--max-turn-tokens", type=int, default=1024)
-  p.add_argument("--tools", default=",".join(agent_tools.TOOL_NAMES),
-                 help="comma-separated tools offered (those the policy was trained with)")
+  p.add_argument("--max-turns", type=int, default=None, help="(run's, else 30)")
+  p.add_argument("--max-tokens", type=int, default=None,
+                 help="episode token budget (run's rl.seq_len, else what the model allows)")
+  p.add_argument("--max-turn-tokens", type=int, default=None,
+                 help="(run's rl.max_new_tokens, else 1024)")
+  p.add_argument("--tools", default=None,
+                 help="comma-separated tools offered (run's env.tools, else all)")
   p.add_argument("--batch", type=int, default=8, help="episodes per policy call")
   p.add_argument("--workers", type=int, default=1, help="processes running tools and grading")
   p.add_argument("--seed", type=int, default=0)
   return p.parse_args(argv)
+
+
+def _run_defaults(args, run: dict) -> None:
+  """Fills the flags left unset from the run config `run` ({} for none), else the defaults."""
+  env, rl = run.get("env", {}), run.get("rl", {})
+  for name, value in (("heldout_fraction", env.get("heldout_fraction", 0.2)),
+                      ("split_seed", env.get("split_seed", 0)),
+                      ("max_turns", env.get("max_turns", 30)),
+                      ("max_turn_tokens", rl.get("max_new_tokens", 1024)),
+                      ("max_tokens", rl.get("seq_len")),
+                      ("tools", ",".join(env.get("tools", agent_tools.TOOL_NAMES)))):
+    if getattr(args, name) is None:
+      setattr(args, name, value)
 
 
 def _tasks(args) -> list:
@@ -75,11 +96,14 @@ def _tokenizer(args):
 def main(argv=None) -> int:
   args = _args(argv)
   try:
+    _run_defaults(args, load_checkpoint.run_config(args.checkpoint))
     tasks = _tasks(args)
     tools = tuple(t for t in args.tools.split(",") if t)
     agent_tools.Session.check_tools(tools)
     tokenizer = _tokenizer(args)
     model_cfg, variables = load_checkpoint.load(args.checkpoint)
+    if args.max_tokens is None:  # what the sampler can hold, at most 32768
+      args.max_tokens = min(32768, model_cfg.max_position_embeddings - args.max_turn_tokens + 1)
     if tokenizer.vocab_size > model_cfg.vocab_size:
       raise ValueError(f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} ids, more than "
                        f"the checkpoint's vocab_size {model_cfg.vocab_size}")

@@ -79,6 +79,21 @@ def load(path: str) -> tuple[ModelConfig, dict]:
   return cfg, jax.tree.map(np.asarray, {"params": state["params"], "router": router})
 
 
+def run_config(path: str) -> dict:
+  """The run config saved with the newest checkpoint of a training or RL workdir (a dict of
+  sections: env, rl, train, ...); {} for the other layouts, which have none."""
+  path = os.path.abspath(os.path.expanduser(path))
+  try:
+    if kind(path) != "workdir":
+      return {}
+  except ValueError:  # not a checkpoint at all: load() says so
+    return {}
+  with ocp.CheckpointManager(os.path.join(path, "checkpoints"),
+                             item_names=("state", "config")) as mngr:
+    saved = mngr.restore(_steps(path)[-1], args=ocp.args.Composite(config=ocp.args.JsonRestore()))
+  return saved["config"].get("run", {})
+
+
 def _initial_router(path: str, cfg: ModelConfig, saved_config: dict):
   """The router bias an RL run in `path` started from (module docstring)."""
   warmup = os.path.join(path, "warmup")

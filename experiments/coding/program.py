@@ -28,33 +28,48 @@ from composer_jax.envs.coding import (
   agent_env,
   agent_tools,
   generator,
+  make_tasks,
   sandbox,
   sources,
   split,
   task,
 )
+from composer_jax.envs.coding import workers as workers_lib
 from composer_jax.rl import run as rl_run
 from composer_jax.rl import train as rl_train
 from composer_jax.train import init_from, loop
 
 
 def load_tokenizer(config, workdir: str):
-  """`env.tokenizer`: 'bytes' (a 256-byte tiktoken file written in the workdir: vocab 512, for
-  tiny CPU runs) or a tiktoken file / a directory holding `tiktoken.model` (Kimi's)."""
+  """`env.tokenizer`: 'bytes' (the 256 single bytes: vocab 512, for tiny CPU runs) or a tiktoken
+  file / a directory holding `tiktoken.model` (Kimi's). Either is kept as the workdir's own
+  `tiktoken.model`, where `python -m experiments.eval --checkpoint WORKDIR` finds it."""
   name = config.env.tokenizer
-  if name == "bytes":
-    os.makedirs(workdir, exist_ok=True)
-    name = tokenizer_lib.write_byte_ranks(os.path.join(workdir, "bytes.tiktoken"))
   if name in ("", "byte"):
     raise ValueError(f"env.tokenizer={name!r}: the chat format needs 'bytes' or a tiktoken file")
-  return tokenizer_lib.load_tokenizer({"tokenizer": name})
+  os.makedirs(workdir, exist_ok=True)
+  own = os.path.join(workdir, tokenizer_lib.TIKTOKEN_FILENAME)
+  if name == "bytes":
+    tokenizer_lib.write_byte_ranks(own)
+  else:
+    tok = tokenizer_lib.load_tokenizer({"tokenizer": name})  # one line for a bad path
+    if os.path.abspath(tok.path) != os.path.abspath(own):
+      shutil.copyfile(tok.path, own + ".partial")
+      os.replace(own + ".partial", own)
+  return tokenizer_lib.load_tokenizer({"tokenizer": own})
 
 
-def load_tasks(path: str) -> list[task.Task]:
-  """The tasks of a make_tasks JSONL; one-line ValueError for a missing, unreadable or empty
-  file."""
+def load_tasks(spec: str, workers: int = 1) -> list[task.Task]:
+  """The tasks of `spec`: a make_tasks JSONL, or `micro:START:STOP` (micro-projects of those
+  seeds, made on first use in the task cache: `make_tasks.micro_tasks`). One-line ValueError
+  for a missing, unreadable or empty file."""
+  path = spec
+  if spec.startswith("micro:"):
+    cache = sources.CACHE.parent / "micro_tasks"
+    path = str(make_tasks.micro_tasks(spec.removeprefix("micro:"), cache, workers_lib.Pool(workers)))
   if not path or not os.path.isfile(path):
-    raise ValueError(f"env.tasks={path!r} is not a file; give a make_tasks JSONL")
+    raise ValueError(f"env.tasks={path!r} is not a file; give a make_tasks JSONL or "
+                     "micro:START:STOP")
   try:
     tasks = task.read_jsonl(path)
   except (ValueError, TypeError, UnicodeDecodeError) as e:
@@ -98,27 +113,79 @@ def harder_variants(config, workdir: str):
 
 
 def make_env(config, workdir: str) -> agent_env.CodingEnv:
+  """The env over the training split; token lengths left at 0 in `config.rl` are derived from
+  its tasks first, and all of them checked (`fit_lengths`)."""
   e, r = config.env, config.rl
   tok = load_tokenizer(config, workdir)
   vocab = loop.model_config(config).vocab_size
   if vocab < tok.vocab_size:
     raise ValueError(f"model vocab_size={vocab} < the tokenizer's {tok.vocab_size}")
-  if r.prompt_len < r.seq_len - r.max_new_tokens:
-    raise ValueError(f"rl.prompt_len={r.prompt_len} must be >= rl.seq_len - rl.max_new_tokens "
-                     f"({r.seq_len - r.max_new_tokens}): the env's token budget is rl.seq_len")
-  budget = agent_tools.Budget(
-    max_turns=e.max_turns, max_tokens=r.seq_len, wall_s=e.wall_s, output_chars=e.output_chars,
-    command=sandbox.Limits(cpu_s=int(e.command_s), wall_s=e.command_s, log_bytes=256 << 10),
-  )
   curriculum = None  # min_rollouts 0: off; max_active 0: every task active
   if e.curriculum.min_rollouts:
     curriculum = {**e.curriculum.to_dict(), "max_active": e.curriculum.max_active or None}
-  return agent_env.CodingEnv(
-    train_split(config, load_tasks(e.tasks)), tok, budget=budget, tools=tuple(e.tools),
+  env = agent_env.CodingEnv(
+    train_split(config, load_tasks(e.tasks, e.workers)), tok,
+    budget=_budget(e, 1 << 30), tools=tuple(e.tools),  # rl.seq_len: fit_lengths
     max_turn_tokens=r.max_new_tokens, feedback_kinds=tuple(r.feedback_kinds),
     feedback_options=r.feedback_options.to_dict(), workers=e.workers, backend=e.backend,
     curriculum=curriculum, harder=harder_variants(config, workdir) if curriculum else None,
+    max_hint_tokens=e.max_hint_tokens,
   )
+  fit_lengths(config, env)
+  env.budget = _budget(e, r.seq_len)
+  return env
+
+
+def _budget(e, max_tokens: int) -> agent_tools.Budget:
+  return agent_tools.Budget(
+    max_turns=e.max_turns, max_tokens=max_tokens, wall_s=e.wall_s, output_chars=e.output_chars,
+    command=sandbox.Limits(cpu_s=int(e.command_s), wall_s=e.command_s, log_bytes=256 << 10),
+  )
+
+
+def fit_lengths(config, env: agent_env.CodingEnv) -> None:
+  """Derives the token lengths left at 0 from the env's tasks, then checks every length, one
+  line each, before anything is compiled:
+
+    rl.seq_len          the episode budget; 0: the longest first prompt (tool declarations,
+                        system, statement) + env.max_turns * rl.max_new_tokens
+    rl.prompt_len       the sampler's prompt buffer (>= rl.seq_len - rl.max_new_tokens); 0:
+                        rl.seq_len
+    rl.teacher_seq_len  teacher rows, history + hint + turn (>= rl.seq_len +
+                        env.max_hint_tokens); 0: that. With rl.teacher_prefix_reuse the rows
+                        hold 1 + hint + turn (>= 1 + env.max_hint_tokens + rl.max_new_tokens)
+  and rl.seq_len >= the longest prompt + rl.max_new_tokens (a first turn fits); the model's
+  max_position_embeddings covers the sampler (prompt_len + max_new_tokens - 1) and the teacher.
+  """
+  r, hint = config.rl, env.max_hint_tokens
+  longest = max(env.prompt_tokens(t) for t in env.tasks.values())
+  r.seq_len = r.seq_len or longest + config.env.max_turns * r.max_new_tokens
+  r.prompt_len = r.prompt_len or r.seq_len
+  teacher = 1 + hint + r.max_new_tokens if r.teacher_prefix_reuse else r.seq_len + hint
+  r.teacher_seq_len = r.teacher_seq_len or teacher
+  logging.info("token lengths: longest first prompt %d, rl.seq_len %d, rl.prompt_len %d, "
+               "rl.max_new_tokens %d, rl.teacher_seq_len %d", longest, r.seq_len, r.prompt_len,
+               r.max_new_tokens, r.teacher_seq_len)
+  if r.seq_len < longest + r.max_new_tokens:
+    raise ValueError(f"rl.seq_len={r.seq_len} < the longest first prompt ({longest} tokens) + "
+                     f"rl.max_new_tokens={r.max_new_tokens}: raise it (0 derives it)")
+  if r.prompt_len < r.seq_len - r.max_new_tokens:
+    raise ValueError(f"rl.prompt_len={r.prompt_len} must be >= rl.seq_len - rl.max_new_tokens "
+                     f"({r.seq_len - r.max_new_tokens}): the env's token budget is rl.seq_len")
+  if r.teacher_seq_len < teacher:
+    raise ValueError(f"rl.teacher_seq_len={r.teacher_seq_len} < {teacher}, a teacher row's "
+                     f"longest ({'1 + ' if r.teacher_prefix_reuse else 'rl.seq_len + '}"
+                     f"env.max_hint_tokens={hint}{' + rl.max_new_tokens' * r.teacher_prefix_reuse}"
+                     "): raise it or set it to 0 (derived)")
+  positions = loop.model_config(config).max_position_embeddings
+  teacher_stream = r.seq_len + r.teacher_seq_len if r.teacher_prefix_reuse else r.teacher_seq_len
+  need = max(r.prompt_len + r.max_new_tokens - 1, r.seq_len, teacher_stream)
+  if need > positions:
+    raise ValueError(f"the model's max_position_embeddings={positions} < {need} tokens, the "
+                     f"longest sequence these lengths make (rl.seq_len={r.seq_len}, prompt_len="
+                     f"{r.prompt_len} + max_new_tokens={r.max_new_tokens} - 1, teacher_seq_len="
+                     f"{r.teacher_seq_len}): lower them or raise model.overrides."
+                     "max_position_embeddings (a random init only)")
 
 
 def initial_variables(config) -> dict:
@@ -134,7 +201,7 @@ def initial_variables(config) -> dict:
 
 def run(config, workdir: str) -> list[dict]:
   """RL on coding episodes in `workdir` (resumes from its newest checkpoint)."""
+  env = make_env(config, workdir)  # derives the token lengths left at 0 from the tasks
   rl_run.validate(config)
-  env = make_env(config, workdir)
   with env:
     return rl_run.run(config, workdir, env, initial_variables(config))

@@ -1,16 +1,25 @@
 """RL + self-distillation on coding episodes (`CodingEnv`, Kimi K2 chat format).
 
-    python -m composer_jax.envs.coding.make_tasks --source DIR_OR_PIN --out tasks.jsonl
+    python -m experiments.run --config=experiments/configs/rl_coding.py
     python -m experiments.run --config=experiments/configs/rl_coding.py \
-        --config.env.tasks=tasks.jsonl
+        --config.env.tasks=tasks.jsonl    # python -m composer_jax.envs.coding.make_tasks ...
 
-'cpu' (the default arg): the `tiny` model, random init, the 256-byte tokenizer written in the
-workdir (`env.tokenizer='bytes'`, vocab 512) and four tools, so one step of 2 groups x 2
-episodes runs on a laptop CPU: sampling with tools (`experiments/coding/program.py`), the
-sandboxed harness and grader, the RL + SD update on turns the feedback kinds flag, metrics,
-checkpoints (the curriculum's pass rates included) and bit-for-bit resume (`rl.run`). A
-random policy writes no well-formed call, so it learns the format from the malformed-call
-hints first.
+'cpu' (the default arg): micro-project tasks (`env.tasks='micro:0:8'`: made on first use,
+`make_tasks.micro_tasks`, about a minute per project on one worker), the `tiny` model,
+random init, the 256-byte tokenizer (`env.tokenizer='bytes'`, vocab 512, kept as the
+workdir's tiktoken.model for `python -m experiments.eval`) and four tools, so one step of 2
+groups x 2 episodes runs on a laptop CPU: sampling with tools (`experiments/coding/
+program.py`), the sandboxed harness and grader, the RL + SD update on turns the feedback kinds
+flag, metrics, checkpoints (the curriculum's pass rates included) and bit-for-bit resume
+(`rl.run`). Budgets fit the tasks: in byte tokens a micro task's first prompt is 1.7-1.9k
+tokens (1.3k of them the four tool declarations), the gold edit as one `edit` call 170-450
+(655 for 1 task in 324), a `submit` turn 41; so a model turn is up to 512 tokens and 2 turns
+are enough to solve one.
+
+Token lengths (`rl.seq_len`, `rl.prompt_len`, `rl.teacher_seq_len`) set to 0 are derived from
+the tasks when the env is built, and every length is checked against the tasks and the model
+there, one line each (`program.fit_lengths`): a real project's statements are longer, so
+leave them at 0 or set what the line asks for.
 
 'pod': the imported Kimi K2 checkpoint and its tokenizer, given by path:
 
@@ -20,13 +29,15 @@ hints first.
 
 with the full tool set, long turns and the episode workers on Ray (`ray.init()` joins
 $RAY_ADDRESS). The config is an overlay on `base.py`'s schema; `env` is this program's own:
-tasks (JSONL), heldout_fraction / split_seed (RL trains only on the projects these do not hold
-out: `envs.coding.split`, the split `python -m experiments.eval` evaluates with the same
-values), tokenizer, tools, max_turns, wall_s, output_chars, command_s (a command's wall
-clock), workers/backend (`workers.Pool` for episode steps), curriculum (`TaskPool` options;
-min_rollouts 0 = off), source (the tasks' project: its generator makes harder variants of
-tasks solved more often than easy_rate; '' = none) and source_options (its `generator.Config`
-fields, as the tasks were made).
+tasks (a JSONL or micro:START:STOP), heldout_fraction / split_seed (RL trains only on the
+projects these do not hold out: `envs.coding.split`, the split `python -m experiments.eval`
+evaluates with the same values), tokenizer, tools, max_turns, wall_s, output_chars,
+command_s (a command's wall clock), max_hint_tokens (hints are cut to it: a teacher row is
+at most the history + this + the turn), workers/backend (`workers.Pool` for episode steps and
+for making micro tasks), curriculum (`TaskPool` options; min_rollouts 0 = off), source (the
+tasks' project: its generator makes harder variants of tasks solved more often than
+easy_rate; '' = none) and source_options (its `generator.Config` fields, as the tasks were
+made).
 """
 
 import ml_collections
@@ -45,7 +56,7 @@ def get_config(arg=None):
   c.env = ml_collections.ConfigDict(
     dict(
       name="coding",
-      tasks="",
+      tasks="micro:0:8",
       tokenizer="bytes",
       tools=("read_file", "edit", "run", "submit"),
       max_turns=2,
@@ -59,6 +70,7 @@ def get_config(arg=None):
       source_options={},
       heldout_fraction=0.2,  # projects held out of RL for eval (`envs.coding.split`)
       split_seed=0,
+      max_hint_tokens=384,
     )
   )
   c.model.overrides = {"vocab_size": 512, "max_position_embeddings": 4096}
@@ -67,10 +79,10 @@ def get_config(arg=None):
     dict(
       groups=2,
       group_size=2,
-      seq_len=2048,  # the episode's token budget: prompt ~1.7k bytes + 2 turns and replies
-      prompt_len=2048,
-      max_new_tokens=32,
-      teacher_seq_len=2304,  # prefix + hint (~300 bytes) + turn
+      seq_len=0,  # derived from the tasks: longest prompt + max_turns * max_new_tokens
+      prompt_len=0,  # derived: seq_len
+      max_new_tokens=512,  # a micro task's gold edit (200-450 byte tokens) fits one turn
+      teacher_seq_len=0,  # derived: seq_len + env.max_hint_tokens
       teacher_rows=4,
     )
   )
@@ -83,12 +95,13 @@ def get_config(arg=None):
   if arg == "pod":
     c.model.preset = "kimi_k2"
     c.model.overrides = {}
-    c.env.update(dict(tokenizer="", tools=("list_dir", "read_file", "search", "edit",
-                                           "write_file", "run", "submit"),
-                      max_turns=30, workers=64, backend="ray", command_s=120.0))
+    c.env.update(dict(tasks="", tokenizer="", tools=("list_dir", "read_file", "search", "edit",
+                                                     "write_file", "run", "submit"),
+                      max_turns=30, workers=64, backend="ray", command_s=120.0,
+                      max_hint_tokens=512))
     c.env.curriculum.max_active = 512
     c.rl.update(dict(groups=64, group_size=8, seq_len=65536, prompt_len=65536,
-                     max_new_tokens=8192, teacher_seq_len=65536, teacher_rows=256))
+                     max_new_tokens=8192, teacher_seq_len=0, teacher_rows=256))
     c.rl.feedback_kinds = ("unavailable_tool", "malformed_call", "style", "overlong_message",
                            "tests_or_outside", "effort")
     c.loss.vocab_chunk_size = 8192

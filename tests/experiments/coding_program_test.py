@@ -6,9 +6,10 @@ import shutil
 
 import pytest
 
+from composer_jax.data import tokenizer as tokenizer_lib
 from composer_jax.envs.coding import split
 from composer_jax.envs.coding import task as task_lib
-from composer_jax.train import checkpointing
+from composer_jax.train import checkpointing, load_checkpoint
 from composer_jax.train.metrics import read_metrics
 from experiments.coding import program
 from experiments.configs import rl_coding
@@ -36,6 +37,7 @@ def _config(tasks_file, cache, steps=STEPS):
   c.model.overrides.update(num_layers=2)
   c.env.tools = ("edit", "submit")
   c.rl.update(seq_len=1536, prompt_len=1536, teacher_seq_len=1792, max_new_tokens=16)
+  c.env.max_hint_tokens = 256  # teacher rows: 1536 + 256
   return c
 
 
@@ -55,6 +57,10 @@ def test_rl_coding_steps_and_resumes_bit_for_bit(tasks_file, tmp_path):
     assert r["tokens_per_episode"] > 1000 and r["turns_per_episode"] >= 1
     assert r["flagged_turns"] >= 1 and r["num_model_tokens"] > 0 and r["grad_norm"] > 0
   assert full[-1]["curriculum/retired"] >= 1  # never solved after 2 rollouts: retired
+  # What `python -m experiments.eval --checkpoint WORKDIR` reads: the run's settings, the
+  # tokenizer.
+  assert load_checkpoint.run_config(full_dir)["rl"]["seq_len"] == 1536
+  assert tokenizer_lib.find_tokenizer_near(full_dir)
   # A run stopped after step 1: the full run's directory without the step-2 checkpoint.
   split_dir = tmp_path / "split"
   shutil.copytree(full_dir, split_dir)
@@ -105,3 +111,36 @@ def test_rl_trains_on_the_train_split_only(tmp_path):
   task_lib.write_jsonl(path, [tasks[1]])
   with pytest.raises(ValueError, match="all 1 projects are held out at env.heldout_fraction=0.2"):
     program.make_env(c, str(tmp_path))
+
+
+def _fake_tasks(tmp_path, statements):
+  t = lambda i, s: task_lib.Task(f"t{i}", {"name": "alpha"}, [], s, "", "", "", "", [], [], {})
+  path = tmp_path / "tasks.jsonl"
+  task_lib.write_jsonl(path, [t(i, s) for i, s in enumerate(statements)])
+  return str(path)
+
+
+def test_token_lengths_are_derived_from_the_tasks_and_checked(tmp_path):
+  c = rl_coding.get_config("cpu")
+  c.env.tasks = _fake_tasks(tmp_path, ["short", "x" * 1000])
+  env = program.make_env(c, str(tmp_path))
+  longest = max(env.prompt_tokens(t) for t in env.tasks.values())
+  assert longest == env.prompt_tokens(env.tasks["t0"]) + 1000 - 5
+  r = c.rl
+  assert r.seq_len == longest + c.env.max_turns * r.max_new_tokens == env.budget.max_tokens
+  assert (r.prompt_len, r.teacher_seq_len) == (r.seq_len, r.seq_len + c.env.max_hint_tokens)
+  # The workdir keeps its tokenizer where eval looks for it.
+  found = tokenizer_lib.find_tokenizer_near(str(tmp_path))
+  assert tokenizer_lib.load_tokenizer({"tokenizer": found}).vocab_size == 512
+  bad = [
+    (dict(seq_len=longest + 511), f"rl.seq_len={longest + 511} < the longest first prompt "
+                                  rf"\({longest} tokens\) \+ rl.max_new_tokens=512"),
+    (dict(teacher_seq_len=100), "rl.teacher_seq_len=100 < .*env.max_hint_tokens=384"),
+    (dict(seq_len=5000, teacher_seq_len=0), "max_position_embeddings=4096 < 5511 tokens"),
+  ]
+  for overrides, match in bad:
+    c = rl_coding.get_config("cpu")
+    c.env.tasks = _fake_tasks(tmp_path, ["short", "x" * 1000])
+    c.rl.update(overrides)
+    with pytest.raises(ValueError, match=match):
+      program.make_env(c, str(tmp_path))

@@ -96,6 +96,8 @@ class CodingEnv:
       as its task's rollout, then retires never / always solved tasks, admits waiting ones and
       asks `harder` for variants of easy ones (`TaskPool.refresh`); logged and in the metrics.
     harder: task -> harder variants (e.g. `generator.Generator.harder`), for the curriculum.
+    max_hint_tokens: the longest hint (`hint`): longer texts are cut, so a teacher row is at
+      most the history + max_hint_tokens + the turn.
   """
 
   def __init__(
@@ -114,6 +116,7 @@ class CodingEnv:
     system: str = SYSTEM,
     curriculum: dict | None = None,
     harder: Callable[[Task], list[Task]] | None = None,
+    max_hint_tokens: int = 512,
   ):
     if not tasks:
       raise ValueError("CodingEnv needs at least one task")
@@ -129,12 +132,22 @@ class CodingEnv:
     self.gen = chat.render_generation_prompt(tokenizer).ids.tolist()
     self.stop_ids = (tokenizer.special_tokens["<|im_end|>"],)
     self.pad_id = tokenizer.pad_id
-    if max_turn_tokens < 1 or len(self.prefix) + max_turn_tokens >= budget.max_tokens:
-      raise ValueError(
-        f"max_turn_tokens={max_turn_tokens} must be >= 1 and leave room in budget.max_tokens="
-        f"{budget.max_tokens} after the {len(self.prefix)}-token tool declarations"
-      )
     self.max_turn_tokens = max_turn_tokens
+    longest = max(tasks, key=self.prompt_tokens)
+    n = self.prompt_tokens(longest)
+    need = n + max_turn_tokens
+    if max_turn_tokens < 1 or need > budget.max_tokens:
+      raise ValueError(
+        f"task {longest.id}'s first prompt is {n} tokens (tool declarations and system "
+        f"{len(self.prefix)}, statement and generation prompt {n - len(self.prefix)}): with "
+        f"max_turn_tokens="
+        f"{max_turn_tokens} (>= 1) the episode budget max_tokens={budget.max_tokens} must be "
+        f">= {need}"
+      )
+    if max_hint_tokens < len(self._hint("...")) + 8:
+      raise ValueError(f"max_hint_tokens={max_hint_tokens} must be >= "
+                       f"{len(self._hint('...')) + 8} (a hint message's frame + 8 tokens)")
+    self.max_hint_tokens = max_hint_tokens
     self.grade_limits = grade_limits
     self._feedbacks = feedback_lib.make_feedback(
       feedback_kinds, feedback_options, agent_feedback.FEEDBACK_KINDS
@@ -179,9 +192,16 @@ class CodingEnv:
     self.pool.load_state_dict(blob["curriculum"])
 
   # -- episodes ------------------------------------------------------------------------------
-  def reset(self, task: Task) -> tuple[CodingState, list[int]]:
+  def prompt(self, task: Task) -> list[int]:
+    """The episode's first prompt: tool declarations, system, task statement, `<|gen|>`."""
     user = chat.render_message(self.tokenizer, chat.Message("user", task.problem_statement))
-    first = self.prefix + user.ids.tolist() + self.gen
+    return self.prefix + user.ids.tolist() + self.gen
+
+  def prompt_tokens(self, task: Task) -> int:
+    return len(self.prompt(task))
+
+  def reset(self, task: Task) -> tuple[CodingState, list[int]]:
+    first = self.prompt(task)
     return CodingState(
       agent_tools.Session(task, self.budget, self.tools), history=len(first)
     ), first
@@ -246,10 +266,17 @@ class CodingEnv:
 
   # -- feedback and metrics ------------------------------------------------------------------
   def hint(self, text: str) -> list[int]:
-    """A hint as the teacher reads it: a system message right before the judged turn."""
-    end = self.stop_ids[0]
+    """A hint as the teacher reads it: a system message right before the judged turn, at most
+    `max_hint_tokens` tokens (a longer text is cut and ends in '...')."""
+    ids, words = self._hint(text), self.tokenizer.encode(text)
+    while len(ids) > self.max_hint_tokens:  # ends: words shrink, and _hint("...") fits (init)
+      words = words[: max(len(words) - (len(ids) - self.max_hint_tokens) - 4, 0)]
+      ids = self._hint(self.tokenizer.decode(words) + "...")
+    return ids
+
+  def _hint(self, text: str) -> list[int]:
     msg = chat.render_message(self.tokenizer, chat.Message("system", text)).ids.tolist()
-    return [end, *msg, *self.gen]
+    return [self.stop_ids[0], *msg, *self.gen]
 
   def feedback(self, episode) -> list[tuple[int, list[int]]]:
     """(turn index, hint ids) of each model turn flagged by this env's feedback kinds."""

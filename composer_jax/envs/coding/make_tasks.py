@@ -72,14 +72,14 @@ def main(argv=None) -> int:
   manifest_mode = args.manifest is not None or args.micro is not None
   micro = args.micro is not None
   if args.max_tasks is None:
-    args.max_tasks = 6 if micro else 24 if manifest_mode else 8
+    args.max_tasks = MICRO.max_tasks if micro else 24 if manifest_mode else 8
   if args.methods is None:
     args.methods = ",".join(generator.METHODS) if manifest_mode else "deletion"
   if args.kinds is None:
-    args.kinds = "function" if micro else ",".join(generator.Config.kinds)
+    args.kinds = ",".join(MICRO.kinds if micro else generator.Config.kinds)
   for name in ("baseline_runs", "validation_runs"):
     if getattr(args, name) is None:
-      setattr(args, name, 1 if micro else 2)
+      setattr(args, name, getattr(MICRO if micro else generator.Config, name))
   try:
     cfg = _config(args)
     generator.Generator.check_methods(cfg.methods)
@@ -89,6 +89,23 @@ def main(argv=None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 1
   return _single(args, cfg)
+
+
+# The factory settings of micro-project tasks (the --micro defaults, and `micro_tasks`): pure
+# functions, so one baseline and one validation re-run; deletions of functions only.
+MICRO = generator.Config(max_tasks=6, methods=generator.METHODS, kinds=("function",),
+                         baseline_runs=1, validation_runs=1)
+
+
+def micro_tasks(spec: str, cache: Path, pool: workers.Pool, log=sys.stderr) -> Path:
+  """The task file of micro-projects `spec` (START:STOP or N) made with MICRO settings under
+  `cache` on first use (resumable; reused once made); returns its tasks.jsonl."""
+  seeds = micro_seeds(spec)
+  out = Path(cache) / f"micro-v{microprojects.VERSION}-{seeds.start}-{seeds.stop}"
+  if not (out / "tasks.jsonl").is_file():
+    print(f"making micro-project tasks {seeds.start}:{seeds.stop} in {out}", file=log, flush=True)
+    factory.run([microprojects.entry(i) for i in seeds], out, MICRO, pool, log=log)
+  return out / "tasks.jsonl"
 
 
 def micro_seeds(spec: str) -> range:

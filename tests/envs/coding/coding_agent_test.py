@@ -14,6 +14,7 @@ import pytest
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
 from composer_jax.envs.coding import agent_env, agent_tools, sandbox
 from composer_jax.envs.coding import agent_scripts as S
+from composer_jax.envs.coding.task import Task
 from composer_jax.rl import env as rl_env
 from tests.envs.coding.mini_project import requires_sandbox
 
@@ -277,3 +278,30 @@ def test_curriculum_retires_solved_tasks_from_rollouts(tok, mini_gen, episodes):
                                 curriculum={"min_rollouts": 2, "easy_rate": 0.8})
   resumed.load_state_dict(json.loads(json.dumps(fresh.state_dict())))  # as a checkpoint holds it
   assert resumed.active() == fresh.active() and resumed.state_dict() == fresh.state_dict()
+
+
+def _statement_task(statement):
+  return Task("t-long", {"name": "p"}, [], statement, "", "", "", "", [], [], {})
+
+
+def test_a_prompt_the_budget_cannot_hold_is_one_line(tok):
+  """Checked for every task when the env is built (not at the first sampled step)."""
+  short, long = _statement_task("fix it"), _statement_task("x" * 3000)
+  env = agent_env.CodingEnv([short, long], tok, budget=agent_tools.Budget(max_tokens=8192),
+                            max_turn_tokens=100, tools=("edit", "submit"))
+  n = env.prompt_tokens(long)
+  assert n == len(env.prompt(long)) and n - env.prompt_tokens(short) == 3000 - 6
+  with pytest.raises(ValueError, match=rf"task t-long's first prompt is {n} tokens .* budget "
+                                       rf"max_tokens={n + 99} must be >= {n + 100}$"):
+    agent_env.CodingEnv([short, long], tok, budget=agent_tools.Budget(max_tokens=n + 99),
+                        max_turn_tokens=100, tools=("edit", "submit"))
+
+
+def test_hints_are_cut_to_max_hint_tokens(tok):
+  env = agent_env.CodingEnv([_statement_task("s")], tok, max_hint_tokens=120)
+  short = env.hint("reminder: run the tests")
+  assert short == env._hint("reminder: run the tests") and len(short) < 120
+  cut = env.hint("reminder: " + "y" * 500)
+  assert len(cut) <= 120 and tok.decode(cut).count("y") > 40 and "y..." in tok.decode(cut)
+  with pytest.raises(ValueError, match="max_hint_tokens=10 must be >= "):
+    agent_env.CodingEnv([_statement_task("s")], tok, max_hint_tokens=10)

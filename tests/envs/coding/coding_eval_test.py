@@ -164,3 +164,33 @@ def test_scripted_policies_are_counted_right(hypot_task, tmp_path):
   assert report["summary"]["pass@2"] == pytest.approx(1 - 1 / 3)  # 1 - C(2,2)/C(3,2)
   assert report["summary"]["pass@3"] == 1.0
   assert report["summary"]["style_violations_per_edit"] == pytest.approx(1 / (len(gold) + 1))
+
+
+def test_flags_default_to_the_runs_settings():
+  """An RL workdir's run config fills the flags left unset; flags given win; without a run
+  config the defaults are eval's own (the episode budget then comes from the model)."""
+  run = {"env": {"heldout_fraction": 0.3, "split_seed": 2, "max_turns": 3,
+                 "tools": ["edit", "submit"]}, "rl": {"seq_len": 2900, "max_new_tokens": 512}}
+  args = eval_cli._args(["--tasks", "t", "--checkpoint", "c", "--max-turns", "5"])
+  eval_cli._run_defaults(args, run)
+  assert (args.heldout_fraction, args.split_seed, args.max_turns, args.tools) == (
+    0.3, 2, 5, "edit,submit")
+  assert (args.max_tokens, args.max_turn_tokens) == (2900, 512)
+  args = eval_cli._args(["--tasks", "t", "--checkpoint", "c"])
+  eval_cli._run_defaults(args, {})
+  assert (args.heldout_fraction, args.split_seed, args.max_turns, args.max_turn_tokens) == (
+    0.2, 0, 30, 1024)
+  assert args.max_tokens is None and args.tools.split(",") == list(agent_tools.TOOL_NAMES)
+
+
+def test_a_budget_beyond_the_models_positions_is_one_line(tmp_path, capsys):
+  cfg = model_config.get_preset("tiny", num_layers=1, max_position_embeddings=4096)
+  shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))  # no compile
+  hf_checkpoint.save(str(tmp_path), cfg, jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
+  write_byte_ranks(str(tmp_path / "tiktoken.model"))
+  tasks_file = tmp_path / "tasks.jsonl"
+  task_lib.write_jsonl(tasks_file, [_fake_task("a", "proj")])
+  args = ["--tasks", str(tasks_file), "--checkpoint", str(tmp_path), "--split", "all",
+          "--max-tokens", "8000"]
+  assert eval_cli.main(args) == 1
+  assert "exceeds the model's max_position_embeddings=4096" in _one_line_error(capsys)
