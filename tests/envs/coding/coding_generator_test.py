@@ -196,3 +196,37 @@ def test_pytest_error_is_pytests_own_words():
     "PackageNotFoundError: No package metadata was found for vpkg | ModuleNotFoundError: No "
     "module named 'pkg_resources'"
   )
+
+
+IN_PACKAGE = {
+  # toolz 1.0.0's layout: tests inside the package import the functions by name in one
+  # parenthesized import; the package star-imports its module; the functions' names are
+  # common words that unrelated files also use.
+  "tpkg/__init__.py": "from .itertoolz import *  # noqa\n",
+  "tpkg/itertoolz.py": (
+    "__all__ = ('first', 'second')\n\n\ndef first(seq):\n  return next(iter(seq))\n\n\n"
+    "def second(seq):\n  it = iter(seq)\n  next(it)\n  return next(it)\n"
+  ),
+  "tpkg/compat.py": "# the first and second halves are kept apart\nPY = 3\n",
+  "setup.cfg": "[metadata]\nname = tpkg\ndescription = first, second and friends\n",
+  "tpkg/tests/test_itertoolz.py": (
+    "from tpkg.itertoolz import (first,\n                             second)\n\n\n"
+    "def test_first():\n  assert first('ab') == 'a'\n\n\n"
+    "def test_second():\n  assert second('ab') == 'b'\n"
+  ),
+}
+
+
+@requires_sandbox
+def test_in_package_tests_importing_by_name_make_deletions(tmp_path):
+  src = sources.resolve(str(write_project(tmp_path / "tpkg-1.0", IN_PACKAGE)), tmp_path / "w")
+  cfg = generator.Config(max_tasks=1, kinds=("function",), baseline_runs=0, validation_runs=1,
+                         limits=FAST)
+  gen = generator.Generator(src, tmp_path / "w", cfg)
+  tasks = gen.generate()
+  assert len(tasks) == 1 and tasks[0].provenance["verify"]["gold"] == 1.0, gen.log
+  name = tasks[0].features[0]["qualname"]
+  assert tasks[0].F2P_direct == [f"tpkg/tests/test_itertoolz.py::test_{name}"]
+  project.unpack(tasks[0].workspace, tmp_path / "ws")
+  assert name not in (tmp_path / "ws/tpkg/tests/test_itertoolz.py").read_text()
+  assert name in (tmp_path / "ws/setup.cfg").read_text()  # a common word, left alone
