@@ -5,8 +5,9 @@ segment 0 = padding) and token order. The mask comes either dense (`[B, 1, L, L]
 decoding, context parallelism, tests; attended by the plain-jnp `reference`) or as
 `SegmentMask(segment_ids)` (training on one device), attended by `cfg.attention_impl`
 (`ATTENTION_IMPLS`): `blocked` (flash-style online softmax over key blocks, never builds
-`[B, H, L, L]`; CPU), `jax_nn` (`jax.nn.dot_product_attention`: cuDNN flash attention on
-GPU) or `reference`. Given a per-layer `kv_cache` buffer and the token positions, both
+`[B, H, L, L]`; CPU), `jax_nn` (`jax.nn.dot_product_attention` with jax's own choice,
+which is XLA's reference today), `cudnn` (cuDNN's fused flash attention; GPU) or
+`reference`. Given a per-layer `kv_cache` buffer and the token positions, both
 modules write the new keys into the cache and attend over it (decoding), returning
 `(out, new layer cache)`.
 
@@ -131,7 +132,7 @@ def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax
 
 def jax_nn_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
                      scale: float) -> jax.Array:
-  """`jax.nn.dot_product_attention` (cuDNN flash attention on GPU, XLA elsewhere).
+  """`jax.nn.dot_product_attention` with jax's own choice of kernel (XLA's, on every backend).
 
   It needs one head dim for q, k and v: v is zero-padded to dk and the output cut back.
   Shapes as `blocked_attention`.
@@ -139,6 +140,24 @@ def jax_nn_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.
   dv = v.shape[-1]
   v = jnp.pad(v, [(0, 0)] * 3 + [(0, q.shape[-1] - dv)])
   out = jax.nn.dot_product_attention(q, k, v, mask=attention_mask(segment_ids), scale=scale)
+  return out[..., :dv]
+
+
+def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
+                    scale: float) -> jax.Array:
+  """cuDNN's fused flash attention (GPU only; bf16/fp16, head dims <= 128 and multiples of 8).
+
+  `jax.nn.dot_product_attention` with no `implementation` runs XLA's reference (the full
+  `[B, H, L, L]` logits); this asks for cuDNN: the causal mask is its own (`is_causal`) and
+  documents are kept apart by the same-segment mask, which cuDNN takes as an additive
+  `[B, 1, L, L]` bias. v is zero-padded to dk and the output cut back. Shapes as
+  `blocked_attention`.
+  """
+  dv = v.shape[-1]
+  v = jnp.pad(v, [(0, 0)] * 3 + [(0, q.shape[-1] - dv)])
+  same = (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids[:, None, :] > 0)
+  out = jax.nn.dot_product_attention(q, k, v, mask=same[:, None], scale=scale, is_causal=True,
+                                     implementation="cudnn")
   return out[..., :dv]
 
 
@@ -173,7 +192,8 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array,
 
 
 # Implementations of a `SegmentMask`ed attention by name (`ModelConfig.attention_impl`).
-ATTENTION_IMPLS = {"blocked": blocked_attention, "jax_nn": jax_nn_attention}
+ATTENTION_IMPLS = {"blocked": blocked_attention, "jax_nn": jax_nn_attention,
+                   "cudnn": cudnn_attention}
 
 
 def latent_attention(q: jax.Array, latent: jax.Array, rank: int, mask: jax.Array,

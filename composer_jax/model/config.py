@@ -11,7 +11,7 @@ import dataclasses
 
 ATTENTION_KINDS = ("mla", "gqa")
 MOE_DISPATCH_KINDS = ("dropless", "capacity", "dense", "expert_parallel")
-ATTENTION_IMPL_KINDS = ("auto", "reference", "blocked", "jax_nn")  # see model/attention.py
+ATTENTION_IMPL_KINDS = ("auto", "reference", "blocked", "jax_nn", "cudnn")  # see model/attention.py
 GROUPED_MATMUL_KINDS = ("auto", "ragged_dot", "tiled")  # see model/moe.py GROUPED_MATMULS
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -51,7 +51,8 @@ class ModelConfig:
   qk_nope_head_dim: int = 16
   qk_rope_head_dim: int = 8
   v_head_dim: int = 16
-  # Training attention kernel: "auto" = "jax_nn" (cuDNN flash) on GPU/TPU, "blocked" on CPU
+  # Training attention kernel: "auto" = "jax_nn" on GPU/TPU (XLA's reference: jax picks
+  # no fused kernel by itself; "cudnn" asks for cuDNN flash attention), "blocked" on CPU
   # (reference when the sequence fits one block); `attention_block`: its query/key block.
   attention_impl: str = "auto"
   attention_block: int = 512

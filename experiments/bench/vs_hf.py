@@ -1,35 +1,27 @@
-"""Train-step throughput against transformers' `DeepseekV3ForCausalLM`, same CPU, same dims.
+"""Train-step speed against transformers' `DeepseekV3ForCausalLM`, same machine, same dims.
 
-    python -m experiments.bench.vs_hf --presets=tiny,small
+    python -m experiments.bench.vs_hf --presets=tiny,small [--rounds=5] [--threads=1]
 
-One training step = forward + backward + AdamW update, float32, at random tokens:
-ours is one jitted function (`transformer.forward`, chunked cross-entropy through the
-output head, `optax.adamw`); the peer is eager PyTorch (`model(input_ids, labels=...)`,
-`loss.backward()`, `torch.optim.AdamW.step()`), built from `hf.config_map.to_hf` of the same
-`ModelConfig` (attention: PyTorch SDPA). Both run in this process, interleaved (one step
-of each per round, median over `--rounds`), so load from other processes hits both alike.
+One training step = forward + backward + AdamW update at random tokens: ours is one jitted
+function (`transformer.forward`, chunked cross-entropy through the output head,
+`optax.adamw`); the peer is eager PyTorch (`model(input_ids, labels=...)`,
+`loss.backward()`, `torch.optim.AdamW.step()`), built from `hf.config_map.to_hf` of the
+same `ModelConfig` (attention: PyTorch SDPA; experts: `--hf_experts`, transformers'
+default 'eager' loop over the experts hit). Each side runs in its own process
+(`experiments.bench.versus`: health check first, interleaved rounds, medians, MFU against
+the measured matmul peak); float32 on CPU, bfloat16 compute with float32 parameters on GPU
+(`--device=gpu`: ours `dtype=bfloat16`, the peer under `torch.autocast`).
 
-Sizes: `tiny` as is at 16 x 128 tokens per step. `small` with `--small_layers` layers (1
-dense + the rest MoE; 0 = the preset's 12) at `--small_batch` x `--small_seq`, float32
-and no remat (the preset trains in bfloat16 with remat on one GPU). Last lines:
-`throughput_ratio_vs_hf_<preset>=X` (ours / peer tokens per second; > 1: we are faster).
+Sizes: `tiny` as is at `--tiny_batch` x `--tiny_seq`. `small` with `--small_layers` layers
+(1 dense + the rest MoE; 0 = the preset's 12) at `--small_batch` x `--small_seq`, no remat.
+Last lines: `throughput_ratio_vs_hf_<preset>=X` (the peer's step time / ours: > 1 means
+we are faster), or why no ratio is given.
 """
 
-import time
-
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
-import torch
 from absl import app, flags
-from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
-from composer_jax.hf import config_map
-from composer_jax.model import config as model_config
-from composer_jax.model import loss as model_loss
-from composer_jax.model import transformer
-from experiments.bench import timing
+from experiments.bench import versus
 
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "small"], "Model presets to compare.")
 _TINY_BATCH = flags.DEFINE_integer("tiny_batch", 16, "Rows per step for tiny.")
@@ -38,11 +30,41 @@ _SMALL_BATCH = flags.DEFINE_integer("small_batch", 2, "Rows per step for small."
 _SMALL_SEQ = flags.DEFINE_integer("small_seq", 128, "Tokens per row for small.")
 _SMALL_LAYERS = flags.DEFINE_integer("small_layers", 4, "small's num_layers (0 = preset's).")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (one step of each side per round).")
+_THREADS = flags.DEFINE_integer("threads", 1, "Intra-op threads per side (versus.py says why 1).")
+_DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "Where both sides run.")
+_HF_EXPERTS = flags.DEFINE_enum("hf_experts", "eager", ["eager", "grouped_mm", "batched_mm"],
+                                "transformers' experts implementation.")
 _LR = 1e-4
 
 
-def _ours(cfg: model_config.ModelConfig, tokens: np.ndarray):
-  """A no-argument call running one jitted train step of ours (state kept between calls)."""
+def model_config(preset: str, layers: int, device: str):
+  """The compared `ModelConfig`: float32 on CPU, bf16 compute on GPU; no remat."""
+  from composer_jax.model import config as model_config
+
+  dtype = "float32" if device == "cpu" else "bfloat16"
+  cfg = model_config.get_preset(preset).replace(dtype=dtype, param_dtype="float32",
+                                                remat_policy="none")
+  if layers:
+    cfg = cfg.replace(num_layers=layers,
+                      first_k_dense_replace=min(cfg.first_k_dense_replace, layers - 1))
+  return cfg
+
+
+def _tokens(cfg, batch: int, seq: int) -> np.ndarray:
+  return np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, seq + 1))
+
+
+def ours_train(preset: str, layers: int, batch: int, seq: int, device: str):
+  """A call running one jitted train step of ours and waiting for it (state kept)."""
+  import jax
+  import jax.numpy as jnp
+  import optax
+
+  from composer_jax.model import loss as model_loss
+  from composer_jax.model import transformer
+
+  cfg = model_config(preset, layers, device)
+  tokens = _tokens(cfg, batch, seq)
   variables = transformer.init(cfg, jax.random.key(0))
   tx = optax.adamw(_LR)
   inputs, targets = jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:])
@@ -65,61 +87,65 @@ def _ours(cfg: model_config.ModelConfig, tokens: np.ndarray):
 
   def call():
     state[0], state[1], loss = step(*state)
-    return loss
+    jax.block_until_ready(loss)
 
   return call
 
 
-def _peer(cfg: model_config.ModelConfig, tokens: np.ndarray):
-  """A no-argument call running one eager train step of transformers' DeepSeek-V3."""
+def peer_train(preset: str, layers: int, batch: int, seq: int, device: str, experts: str):
+  """A call running one eager train step of transformers' DeepSeek-V3 and waiting for it."""
+  import contextlib
+
+  import torch
+  from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+  from composer_jax.hf import config_map
+
+  cfg = model_config(preset, layers, device)
+  dev = "cuda" if device == "gpu" else "cpu"
   hf_cfg = DeepseekV3Config(**config_map.to_hf(cfg, torch_dtype="float32"))
   hf_cfg._attn_implementation = "sdpa"
+  hf_cfg._experts_implementation = experts
   torch.manual_seed(0)
-  model = DeepseekV3ForCausalLM(hf_cfg).float().train()
+  model = DeepseekV3ForCausalLM(hf_cfg).float().to(dev).train()
   opt = torch.optim.AdamW(model.parameters(), lr=_LR)
-  ids = torch.from_numpy(tokens.astype(np.int64))
+  ids = torch.from_numpy(_tokens(cfg, batch, seq).astype(np.int64)).to(dev)
+  autocast = (lambda: torch.autocast("cuda", torch.bfloat16)) if dev == "cuda" else (
+      contextlib.nullcontext)
 
   def call():
     # transformers shifts labels itself: logits at i predict token i + 1 (as ours).
-    loss = model(input_ids=ids[:, :-1], labels=ids[:, :-1]).loss
+    with autocast():
+      loss = model(input_ids=ids[:, :-1], labels=ids[:, :-1]).loss
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
-    return loss
+    loss.item()
 
   return call
-
-
-def _sizes(preset: str) -> tuple[model_config.ModelConfig, int, int]:
-  cfg = model_config.get_preset(preset).replace(dtype="float32", param_dtype="float32",
-                                                remat_policy="none")
-  if preset == "tiny":
-    return cfg, _TINY_BATCH.value, _TINY_SEQ.value
-  if _SMALL_LAYERS.value:
-    cfg = cfg.replace(num_layers=_SMALL_LAYERS.value,
-                      first_k_dense_replace=min(cfg.first_k_dense_replace,
-                                                _SMALL_LAYERS.value - 1))
-  return cfg, _SMALL_BATCH.value, _SMALL_SEQ.value
 
 
 def main(argv):
   del argv
-  print(f"device: {jax.devices()[0].device_kind}, torch threads: {torch.get_num_threads()}")
-  ratios = {}
+  from composer_jax.model import flops
+
   for preset in _PRESETS.value:
-    cfg, batch, seq = _sizes(preset)
-    tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, seq + 1))
-    t0 = time.perf_counter()
-    calls = {"ours": _ours(cfg, tokens), "transformers": _peer(cfg, tokens)}
-    times = timing.interleaved(calls, _ROUNDS.value, jax.block_until_ready)
+    if preset == "tiny":
+      layers, batch, seq = 0, _TINY_BATCH.value, _TINY_SEQ.value
+    else:
+      layers, batch, seq = _SMALL_LAYERS.value, _SMALL_BATCH.value, _SMALL_SEQ.value
+    cfg = model_config(preset, layers, _DEVICE.value)
+    args = dict(preset=preset, layers=layers, batch=batch, seq=seq, device=_DEVICE.value)
+    sides = [versus.Side("ours", "jax", "experiments.bench.vs_hf:ours_train", args),
+             versus.Side("transformers", "torch", "experiments.bench.vs_hf:peer_train",
+                         dict(args, experts=_HF_EXPERTS.value))]
+    result = versus.compare(sides, rounds=_ROUNDS.value, threads=_THREADS.value,
+                            device=_DEVICE.value,
+                            flops_per_call=batch * seq * flops.train_flops_per_token(cfg, seq),
+                            items_per_call=batch * seq)
     print(f"{preset} (layers={cfg.num_layers}, experts={cfg.n_routed_experts}, batch={batch}, "
-          f"seq={seq}, float32, fwd+bwd+AdamW, median of {_ROUNDS.value} interleaved rounds, "
-          f"{time.perf_counter() - t0:.0f} s in all):")
-    for name, step in times.items():
-      print(f"  {name:12s} step {1e3 * step:9.1f} ms, {batch * seq / step:9.0f} tokens/s")
-    ratios[preset] = times["transformers"] / times["ours"]
-  for preset, ratio in ratios.items():
-    print(f"throughput_ratio_vs_hf_{preset}={ratio:.2f}")
+          f"seq={seq}, {cfg.dtype}, fwd+bwd+AdamW, hf experts={_HF_EXPERTS.value}):")
+    versus.report(result, f"throughput_ratio_vs_hf_{preset}")
 
 
 if __name__ == "__main__":
