@@ -1,0 +1,123 @@
+"""Muon step speed against `torch.optim.Muon`, same matrices, each side in its own process.
+
+    python -m experiments.bench.vs_torch_muon --presets=tiny,wide [--rounds=5]
+
+Both sides update the Muon parameters of a preset (every parameter whose logical axes
+give it two matrix axes; `composer_jax.model.axes.uses_muon`) from a fixed gradient:
+momentum 0.95 with Nesterov, 5 Newton–Schulz steps of the quintic (3.4445, -4.775,
+2.0315), float32, the update scaled to AdamW's RMS (ours 'consistent_rms', torch
+`adjust_lr_fn='match_rms_adamw'`: both 0.2 sqrt(max(fan_in, fan_out))), no weight decay.
+Ours is one jitted `scale_by_muon` step over the model's own tree (same-shape matrices
+batched: per layer, per expert, per head); the peer gets each independent matrix as its
+own 2-D parameter, since `torch.optim.Muon` takes 2-D parameters only (it loops over
+them). One side per process (`experiments.bench.versus`: health check, interleaved rounds,
+medians on the CPU clock, MFU = Newton–Schulz FLOPs (`optim.muon_cost.ns_flops`) / step
+time / measured matmul peak). `wide`: tiny at 4x width and 16 experts (NS dominates).
+Last lines: `speedup_vs_torch_muon_<preset>=X` (peer time / ours).
+"""
+
+from absl import app, flags
+
+from experiments.bench import versus
+
+_PRESETS = flags.DEFINE_list("presets", ["tiny", "wide"], "Model presets ('wide': see doc).")
+_ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (one step of each side per round).")
+_THREADS = flags.DEFINE_integer("threads", 1, "Intra-op threads per side (versus.py says why 1).")
+_WIDE = dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+             q_lora_rank=128, kv_lora_rank=128, n_routed_experts=16, n_group=4, topk_group=2,
+             num_layers=4)
+_LR = 0.02
+
+
+def _matrices(preset: str):
+  """(params tree, logical axes tree) of the preset's Muon parameters, float32."""
+  import jax
+
+  from composer_jax.model import axes as axes_lib
+  from composer_jax.model import config as model_config
+  from composer_jax.model import transformer
+
+  cfg = model_config.get_preset("tiny", **_WIDE) if preset == "wide" else (
+      model_config.get_preset(preset))
+  params = transformer.init(cfg.replace(param_dtype="float32"), jax.random.key(0))["params"]
+  axes = transformer.logical_axes(cfg)["params"]
+  flat_axes = dict(jax.tree_util.tree_leaves_with_path(axes, is_leaf=_is_names))
+  flat = {jax.tree_util.keystr(p): (x, flat_axes[p])
+          for p, x in jax.tree_util.tree_leaves_with_path(params)
+          if axes_lib.uses_muon(flat_axes[p])}
+  return {k: x for k, (x, _) in flat.items()}, {k: n for k, (_, n) in flat.items()}
+
+
+def _is_names(x) -> bool:
+  return isinstance(x, tuple) and all(isinstance(n, str) for n in x)
+
+
+def ours_step(preset: str):
+  """A call running one jitted Muon step of ours (state kept) and waiting for it."""
+  import jax
+  import optax
+
+  from composer_jax.optim import scale_by_muon
+
+  params, axes = _matrices(preset)
+  grads = jax.tree.map(lambda x: jax.random.normal(jax.random.key(1), x.shape, x.dtype), params)
+  tx = optax.chain(scale_by_muon(axes, scale_mode="consistent_rms"), optax.scale(-_LR))
+
+  @jax.jit
+  def step(params, state):
+    updates, state = tx.update(grads, state, params)
+    return optax.apply_updates(params, updates), state
+
+  state = [params, tx.init(params)]
+
+  def call():
+    state[0], state[1] = step(*state)
+    jax.block_until_ready(state[0])
+
+  return call
+
+
+def peer_step(preset: str):
+  """A call running one `torch.optim.Muon` step over the same matrices, one 2-D each."""
+  import numpy as np
+  import torch
+
+  from composer_jax.model import axes as axes_lib
+
+  params, axes = _matrices(preset)
+  mats = []
+  for key, x in params.items():
+    batch, (r, o) = axes_lib.muon_dims(axes[key])
+    x = np.moveaxis(np.asarray(x), batch + (r, o), range(x.ndim))
+    mats += list(x.reshape(-1, x.shape[-2], x.shape[-1]))
+  torch.manual_seed(1)
+  tensors = [torch.nn.Parameter(torch.from_numpy(m.copy())) for m in mats]
+  for t in tensors:
+    t.grad = torch.randn_like(t)
+  opt = torch.optim.Muon(tensors, lr=_LR, weight_decay=0.0, momentum=0.95, nesterov=True,
+                         adjust_lr_fn="match_rms_adamw")
+  return opt.step
+
+
+def main(argv):
+  del argv
+  from composer_jax.optim import muon_cost
+
+  for preset in _PRESETS.value:
+    params, axes = _matrices(preset)
+    sets = muon_cost.muon_matrices(axes, params)
+    sides = [versus.Side("ours", "jax", "experiments.bench.vs_torch_muon:ours_step",
+                         {"preset": preset}),
+             versus.Side("torch.optim.Muon", "torch", "experiments.bench.vs_torch_muon:peer_step",
+                         {"preset": preset})]
+    result = versus.compare(
+        sides, rounds=_ROUNDS.value, threads=_THREADS.value, item="matrices",
+        flops_per_call=sum(m.count * muon_cost.ns_flops(m.fan_in, m.fan_out) for m in sets),
+        items_per_call=sum(m.count for m in sets))
+    print(f"{preset} ({len(params)} Muon parameters, {sum(m.count for m in sets)} matrices, "
+          "float32, momentum + 5 NS steps):")
+    versus.report(result, f"speedup_vs_torch_muon_{preset}")
+
+
+if __name__ == "__main__":
+  app.run(main)
