@@ -14,18 +14,29 @@ default to its run's settings: the split (env.heldout_fraction, env.split_seed),
 policy is evaluated as it was trained; otherwise to 0.2, 0, every tool, 30 turns, a
 1024-token turn and the episode budget the model's positions allow (at most 32768). Budgets
 are checked against the model and every task's first prompt before any episode, one line. Writes `eval.json`, `episodes.csv` and
-`eval.png` under `--out` (default `<checkpoint>/eval`) and prints the summary. Bad input
-(no tasks, a missing tokenizer, an unreadable checkpoint) exits 1 with one line.
+`eval.png` under `--out` (default `<checkpoint>/eval`) and prints the summary.
+
+Every input is checked before the model is loaded, and bad input exits 1 with one line: a
+task file that is not JSONL or has a malformed record (a field of the wrong type, a
+workspace that does not unpack; the message names the line), no tasks, bad settings, a
+missing tokenizer, an unreadable checkpoint, an `--out` that is a file, is or holds an
+input, or holds files other than an earlier evaluation's. The results are written beside
+`--out` and renamed into place when complete (`tools.outputs`); if they cannot be written
+after all (disk full), the whole report is printed to stdout instead of being lost.
 """
 
 import argparse
 import json
+import os
 import sys
 
 from composer_jax.data import tokenizer as tok_lib
 from composer_jax.envs.coding import agent_tools, evaluate, sandbox, split
 from composer_jax.envs.coding import task as task_lib
+from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
+
+REPORT_FILES = ("eval.json", "episodes.csv", "eval.png")  # evaluate.write_report's
 
 
 def _args(argv):
@@ -95,7 +106,10 @@ def _tokenizer(args):
 
 def main(argv=None) -> int:
   args = _args(argv)
-  try:
+  try:  # Every input first: nothing below fails after the evaluation.
+    out = outputs.check(args.out or f"{args.checkpoint}/eval",
+                        inputs=[args.checkpoint, args.tasks], replaceable=REPORT_FILES,
+                        inside_inputs=True)
     _run_defaults(args, load_checkpoint.run_config(args.checkpoint))
     tasks = _tasks(args)
     tools = tuple(t for t in args.tools.split(",") if t)
@@ -117,7 +131,15 @@ def main(argv=None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 1
   meta = {**vars(args), "split_projects": sorted({split.project_of(t) for t in tasks})}
-  paths = evaluate.write_report(report, args.out or f"{args.checkpoint}/eval", meta)
+  try:
+    with outputs.staged(out) as tmp:
+      written = evaluate.write_report(report, tmp, meta)
+  except OSError as e:
+    print(json.dumps({"meta": meta, **report}, sort_keys=True))
+    print(f"error: cannot write the results to {out} ({e}); the whole report is on stdout",
+          file=sys.stderr)
+    return 1
+  paths = {kind: os.path.join(out, os.path.basename(p)) for kind, p in written.items()}
   print(json.dumps({**report["summary"], "files": paths}, indent=1, sort_keys=True))
   return 0
 

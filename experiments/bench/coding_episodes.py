@@ -33,7 +33,10 @@ def main(argv=None) -> dict:
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--backend", default="local", choices=("local", "ray"))
   args = p.parse_args(argv)
-  tasks = task.read_jsonl(args.tasks)
+  try:
+    tasks = task.load_jsonl(args.tasks)
+  except (OSError, ValueError) as e:
+    raise SystemExit(f"error: {e}") from None
   if not tasks or args.episodes < 1:
     raise SystemExit(f"error: {args.tasks} has no tasks or --episodes={args.episodes} < 1")
   by_project: dict[str, list] = {}

@@ -71,8 +71,8 @@ def load_tasks(spec: str, workers: int = 1) -> list[task.Task]:
     raise ValueError(f"env.tasks={path!r} is not a file; give a make_tasks JSONL or "
                      "micro:START:STOP")
   try:
-    tasks = task.read_jsonl(path)
-  except (ValueError, TypeError, UnicodeDecodeError) as e:
+    tasks = task.load_jsonl(path)  # every record checked: one line naming the bad one
+  except ValueError as e:
     raise ValueError(f"env.tasks={path!r} is not a task JSONL: {e}") from None
   if not tasks:
     raise ValueError(f"env.tasks={path!r} holds no tasks")

@@ -3,11 +3,12 @@ random policy, and a bit-exact resume (`experiments/coding/program.py`, `rl.run`
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
 from composer_jax.data import tokenizer as tokenizer_lib
-from composer_jax.envs.coding import split
+from composer_jax.envs.coding import project, split
 from composer_jax.envs.coding import task as task_lib
 from composer_jax.train import checkpointing, load_checkpoint
 from composer_jax.train.metrics import read_metrics
@@ -97,9 +98,16 @@ def test_source_gives_the_curriculum_harder_variants(mini_root, mini_gen, tmp_pa
   assert len(variant.features) == 2 and set(hypot.FAIL_TO_PASS) < set(variant.FAIL_TO_PASS)
 
 
+def _task(task_id: str, project_name: str, statement: str = "") -> task_lib.Task:
+  """A task record with an empty workspace (a blob `task.load_jsonl` accepts)."""
+  empty = project.pack(Path("."), [])
+  return task_lib.Task(task_id, {"name": project_name}, [], statement, "", "", empty, empty, [],
+                       [], {})
+
+
 def test_rl_trains_on_the_train_split_only(tmp_path):
   """RL and eval agree on the project-hash split: 'theta' hashes to held out at 0.2."""
-  t = lambda name: task_lib.Task(f"{name}-t", {"name": name}, [], "", "", "", "", "", [], [], {})
+  t = lambda name: _task(f"{name}-t", name)
   tasks = [t("alpha"), t("theta"), t("beta")]
   assert split.split_by_project(tasks, 0.2)[1] == [tasks[1]]
   c = rl_coding.get_config("cpu")
@@ -114,9 +122,8 @@ def test_rl_trains_on_the_train_split_only(tmp_path):
 
 
 def _fake_tasks(tmp_path, statements):
-  t = lambda i, s: task_lib.Task(f"t{i}", {"name": "alpha"}, [], s, "", "", "", "", [], [], {})
   path = tmp_path / "tasks.jsonl"
-  task_lib.write_jsonl(path, [t(i, s) for i, s in enumerate(statements)])
+  task_lib.write_jsonl(path, [_task(f"t{i}", "alpha", s) for i, s in enumerate(statements)])
   return str(path)
 
 

@@ -39,10 +39,18 @@ def _stderr(line: str) -> None:
   print(line, file=sys.stderr, flush=True)
 
 
+# A project id names files in the output directory: one plain file name, never a path.
+_PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]*")
+
+
 def project_id(entry) -> str:
-  if isinstance(entry, dict):
-    return f"{entry.get('name')}-{entry.get('version')}"
-  return str(entry)
+  """`<name>-<version>`, the name of the project's files; ValueError (one line) when the
+  manifest entry would make it a path ('../x', 'a/b': files outside the output directory)."""
+  pid = f"{entry.get('name')}-{entry.get('version')}" if isinstance(entry, dict) else str(entry)
+  if not _PLAIN_ID.fullmatch(pid):
+    raise ValueError(f"manifest entry {str(entry)[:80]}: its name-version {pid[:80]!r} is not a "
+                     "plain file name (letters, digits and . _ + ! -, first a letter or digit)")
+  return pid
 
 
 def _reason(line: str) -> str:

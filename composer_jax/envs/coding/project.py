@@ -117,6 +117,20 @@ def pack(root: Path, files: list[str]) -> str:
   return base64.b64encode(buf.getvalue()).decode()
 
 
+def blob_error(blob) -> str:
+  """'' if `blob` is a pack() blob that `unpack` extracts, else why not (one line)."""
+  if not isinstance(blob, str):
+    return f"a packed project is base64 text, got {type(blob).__name__}"
+  try:
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(blob, validate=True)), mode="r:gz") as tar:
+      for m in tar.getmembers():
+        if m.isfile():
+          tarfile.data_filter(m, "/dest")  # what unpack's filter="data" refuses
+  except (ValueError, tarfile.TarError, EOFError, OSError) as e:
+    return f"not a packed project (base64 of a tar.gz of regular files): {type(e).__name__}: {e}"
+  return ""
+
+
 def unpack(blob: str, dest: Path) -> list[str]:
   """Extracts a pack() blob into dest (regular files only) and returns the member names."""
   dest.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,10 @@
 import dataclasses
 import difflib
 import json
+import typing
 from pathlib import Path
+
+from composer_jax.envs.coding import project
 
 
 @dataclasses.dataclass
@@ -55,19 +58,57 @@ def write_jsonl(path: Path, tasks: list[Task]) -> None:
 
 
 def read_jsonl(path: Path) -> list[Task]:
+  """The tasks of a file this code wrote (no checks: `load_jsonl` reads a user's file)."""
   return [Task(**json.loads(line)) for line in Path(path).read_text().splitlines() if line]
 
 
+_FIELDS = {f.name: f for f in dataclasses.fields(Task)}
+_TYPES = typing.get_type_hints(Task)
+_WORDS = {str: "a string", dict: "a JSON object", list: "a list"}
+
+
+def _record_error(record) -> str:
+  """'' for a well-formed task record (JSON-decoded), else what is wrong (one line)."""
+  if not isinstance(record, dict):
+    return f"a task record is a JSON object, got {type(record).__name__}"
+  missing = [n for n, f in _FIELDS.items() if n not in record
+             and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+  unknown = sorted(set(record) - set(_FIELDS))
+  if missing or unknown:
+    return f"task record {'lacks ' + str(missing) if missing else 'has unknown ' + str(unknown)}"
+  for name, value in record.items():
+    kind = typing.get_origin(_TYPES[name]) or _TYPES[name]
+    item = (typing.get_args(_TYPES[name]) or (object,))[0]
+    if not isinstance(value, kind) or kind is list and not all(isinstance(v, item) for v in value):
+      need = _WORDS[kind] + (f" of {_WORDS[item].split(' ', 1)[1]}s" if kind is list else "")
+      return f"task field {name!r} must be {need}, got {json.dumps(value)[:40]}"
+  if not isinstance(record["source"].get("name"), str):
+    return "task field 'source' needs a string 'name' (the project)"
+  for name in ("workspace", "hidden_files"):
+    if err := project.blob_error(record[name]):
+      return f"task field {name!r}: {err}"
+  return ""
+
+
 def load_jsonl(path: Path) -> list[Task]:
-  """`read_jsonl`, with a one-line ValueError for a file that is not a task file."""
+  """The tasks of a user's task file, every record checked (field types, packed projects
+  that unpack) before any is used: a one-line ValueError naming the file and line."""
   try:
-    return read_jsonl(path)
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path} is not JSONL (one task object per line): {e.msg}") from None
-  except TypeError as e:
-    raise ValueError(f"{path}: a line is not a task record ({e})") from None
+    lines = Path(path).read_text().splitlines()
   except UnicodeDecodeError:
     raise ValueError(f"{path} is not JSONL: not UTF-8 text") from None
+  tasks = []
+  for n, line in enumerate(lines, 1):
+    if not line:
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path} line {n} is not JSON (one task object per line): {e.msg}") from None
+    if err := _record_error(record):
+      raise ValueError(f"{path} line {n}: {err}")
+    tasks.append(Task(**record))
+  return tasks
 
 
 def find(path: Path, task_id: str) -> Task:

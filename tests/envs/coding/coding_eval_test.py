@@ -1,9 +1,14 @@
 """The eval CLI (`python -m experiments.eval`) on the CI mini project, pass@k, the split."""
 
+import base64
 import csv
 import dataclasses
+import gzip
+import io
 import json
 import math
+import os
+import tarfile
 from pathlib import Path
 
 import jax
@@ -11,7 +16,7 @@ import numpy as np
 import pytest
 
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
-from composer_jax.envs.coding import agent_scripts, agent_tools, evaluate, split
+from composer_jax.envs.coding import agent_scripts, agent_tools, evaluate, project, split
 from composer_jax.envs.coding import task as task_lib
 from composer_jax.hf import checkpoint as hf_checkpoint
 from composer_jax.model import config as model_config
@@ -71,15 +76,42 @@ def test_eval_cli_writes_json_csv_png(mini_gen, random_checkpoint, tmp_path, cap
   assert printed["files"]["png"] == str(out / "eval.png")
 
 
-def _fake_task(name: str, project: str) -> task_lib.Task:
-  return task_lib.Task(id=name, source={"name": project}, features=[], problem_statement="x",
-                       deletion_diff="", gold_patch="", workspace="", hidden_files="",
-                       FAIL_TO_PASS=["t"], PASS_TO_PASS=["u"], provenance={})
+def _fake_task(name: str, project_name: str) -> task_lib.Task:
+  empty = project.pack(Path("."), [])
+  return task_lib.Task(id=name, source={"name": project_name}, features=[],
+                       problem_statement="x", deletion_diff="", gold_patch="", workspace=empty,
+                       hidden_files=empty, FAIL_TO_PASS=["t"], PASS_TO_PASS=["u"], provenance={})
+
+
+def _record(tasks_file, **change):
+  """Rewrites the one record of `tasks_file` with `change` applied."""
+  record = json.loads(tasks_file.read_text())
+  tasks_file.write_text(json.dumps({**record, **change}) + "\n")
+
+
+def _escaping_blob() -> str:
+  """A tar.gz whose member would be written outside the workspace."""
+  buf = io.BytesIO()
+  with gzip.GzipFile(fileobj=buf, mode="wb") as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+    tar.addfile(tarfile.TarInfo("../outside.py"), io.BytesIO(b""))
+  return base64.b64encode(buf.getvalue()).decode()
 
 
 @pytest.mark.parametrize("case, expected", [
   ("empty_tasks", "holds no tasks"),
-  ("not_jsonl", "is not JSONL"),
+  ("not_jsonl", "line 1 is not JSON"),
+  # Malformed records: one line naming the file, line and field, before any model work.
+  ("record_is_a_string", "line 1: a task record is a JSON object, got str"),
+  ("source_is_a_string", "line 1: task field 'source' must be a JSON object, got \"proj\""),
+  ("tests_not_strings", "task field 'FAIL_TO_PASS' must be a list of strings"),
+  ("unknown_field", "task record has unknown ['oops']"),
+  ("missing_field", "task record lacks ['workspace']"),
+  ("workspace_not_base64", "task field 'workspace': not a packed project"),
+  ("workspace_not_a_tar", "task field 'workspace': not a packed project"),
+  ("workspace_escapes", "task field 'workspace': not a packed project"),
+  ("out_is_a_file", "is a file, not a directory"),
+  ("out_is_the_checkpoint", "is the input"),
+  ("out_holds_other_files", "is not empty (it holds 'notes.txt')"),
   ("no_task_file", "No such file"),
   ("no_tokenizer", "has no tiktoken.model; pass --tokenizer"),
   ("missing_tokenizer", "neither 'byte' nor an existing tiktoken file"),
@@ -98,6 +130,32 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
     tasks_file.write_text("")
   elif case == "not_jsonl":
     tasks_file.write_text("{not json\n")
+  elif case == "record_is_a_string":
+    tasks_file.write_text('"a task"\n')
+  elif case == "source_is_a_string":
+    _record(tasks_file, source="proj")
+  elif case == "tests_not_strings":
+    _record(tasks_file, FAIL_TO_PASS=[1])
+  elif case == "unknown_field":
+    _record(tasks_file, oops=1)
+  elif case == "missing_field":
+    record = json.loads(tasks_file.read_text())
+    del record["workspace"]
+    tasks_file.write_text(json.dumps(record) + "\n")
+  elif case == "workspace_not_base64":
+    _record(tasks_file, workspace="not base64!")
+  elif case == "workspace_not_a_tar":
+    _record(tasks_file, workspace=base64.b64encode(b"plain text").decode())
+  elif case == "workspace_escapes":
+    _record(tasks_file, workspace=_escaping_blob())
+  elif case == "out_is_a_file":
+    args += ["--out", str(tasks_file)]
+  elif case == "out_is_the_checkpoint":
+    args += ["--out", str(ckpt)]
+  elif case == "out_holds_other_files":
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "notes.txt").write_text("mine")
+    args += ["--out", str(tmp_path / "o")]
   elif case == "no_task_file":
     tasks_file.unlink()
   elif case == "no_tokenizer":
@@ -112,6 +170,45 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
     args += ["--tools", "read_file,shell"]
   assert eval_cli.main(args) == 1
   assert expected in _one_line_error(capsys)
+
+
+def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(tmp_path, capsys,
+                                                                         monkeypatch):
+  """A re-run replaces an earlier evaluation's files as a whole; when the results cannot be
+  written (disk full), the earlier files stay and the whole report goes to stdout."""
+  tasks_file, ckpt, out = tmp_path / "tasks.jsonl", tmp_path / "ckpt", tmp_path / "ckpt" / "eval"
+  out.mkdir(parents=True)
+  (out / "eval.json").write_text("earlier")
+  (out / "stale.csv").write_text("")
+  task_lib.write_jsonl(tasks_file, [_fake_task("a", "proj")])
+  write_byte_ranks(str(ckpt / "tiktoken.model"))
+  row = dict(task="a", project="proj", passed=True, reward=1.0,
+             **{m: 1 for m in evaluate.BEHAVIOUR})
+  monkeypatch.setattr(eval_cli.load_checkpoint, "load",
+                      lambda _: (model_config.get_preset("tiny"), {}))
+  monkeypatch.setattr(evaluate, "evaluate", lambda *a: evaluate.summarize([row], 1))
+  args = ["--tasks", str(tasks_file), "--checkpoint", str(ckpt), "--heldout-fraction", "1"]
+  assert eval_cli.main(args) == 1  # a foreign file in the eval directory: refused first
+  assert "is not empty (it holds 'stale.csv')" in _one_line_error(capsys)
+  (out / "stale.csv").unlink()
+
+  write = evaluate.write_report
+  def disk_full(report, out_dir, meta):
+    with open(f"{out_dir}/eval.json", "w") as f:
+      f.write("half")
+    raise OSError(28, "No space left on device")
+  monkeypatch.setattr(evaluate, "write_report", disk_full)
+  assert eval_cli.main(args) == 1
+  captured = capsys.readouterr()
+  assert json.loads(captured.out)["summary"]["pass@1"] == 1.0
+  assert captured.err.startswith(f"error: cannot write the results to {out} ")
+  assert os.listdir(out) == ["eval.json"] and (out / "eval.json").read_text() == "earlier"
+
+  monkeypatch.setattr(evaluate, "write_report", write)
+  assert eval_cli.main(args) == 0
+  assert sorted(os.listdir(out)) == ["episodes.csv", "eval.json", "eval.png"]
+  assert json.loads((out / "eval.json").read_text())["summary"]["pass@1"] == 1.0
+  assert not [n for n in os.listdir(ckpt) if ".partial-" in n or ".replaced-" in n]
 
 
 @pytest.mark.parametrize("n, c, k", [(1, 0, 1), (1, 1, 1), (5, 2, 1), (5, 2, 3), (10, 3, 4),

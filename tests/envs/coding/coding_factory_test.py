@@ -3,6 +3,7 @@ manifest entry, resume, the reused coverage map, the summary; the worker pool; d
 
 import hashlib
 import io
+import json
 import math
 import os
 import tarfile
@@ -143,6 +144,20 @@ def test_cli_bad_methods_and_only(tmp_path, capsys):
   assert "synthesis methods ['deletion', 'fuzz']" in capsys.readouterr().err
   assert make_tasks.main([*argv, "--only", "nosuchproject"]) == 1
   assert "--only ['nosuchproject']: not in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, version", [("../../escaped", "1.0"), ("pkg", "1.0/../../x"),
+                                           ("/abs", "1"), (".hidden", "1")])
+def test_manifest_name_that_is_a_path_is_refused_before_any_work(tmp_path, capsys, name,
+                                                                   version):
+  manifest = tmp_path / "m.json"
+  manifest.write_text(json.dumps({"sources": [{"name": name, "version": version,
+                                               "sha256": "0" * 64}]}))
+  out = tmp_path / "a" / "b" / "out"
+  assert make_tasks.main(["--manifest", str(manifest), "--out", str(out)]) == 1
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("error: manifest entry") and "is not a plain file name" in err, err
+  assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "m.json", "out", "projects"]
 
 
 def test_difficulty_fields_and_dedup_by_hand():
