@@ -83,6 +83,7 @@ def main(argv=None) -> int:
   try:
     cfg = _config(args)
     generator.Generator.check_methods(cfg.methods)
+    _check_out(args.out, manifest_mode)
     if manifest_mode:
       return _manifest(args, cfg)
   except ValueError as e:
@@ -106,6 +107,17 @@ def micro_tasks(spec: str, cache: Path, pool: workers.Pool, log=sys.stderr) -> P
     print(f"making micro-project tasks {seeds.start}:{seeds.stop} in {out}", file=log, flush=True)
     factory.run([microprojects.entry(i) for i in seeds], out, MICRO, pool, log=log)
   return out / "tasks.jsonl"
+
+
+def _check_out(out: Path, directory: bool) -> None:
+  """One-line ValueError, before any work, for an --out the results could not be written to
+  (they would be lost after the whole generation)."""
+  if directory and out.exists() and not out.is_dir():
+    raise ValueError(f"--out {out} is a file; --manifest / --micro write a directory")
+  if not directory and out.is_dir():
+    raise ValueError(f"--out {out} is a directory; --source writes one tasks file (F.jsonl)")
+  if not directory and not out.parent.is_dir():
+    raise ValueError(f"--out {out}: directory {out.parent} does not exist")
 
 
 def micro_seeds(spec: str) -> range:

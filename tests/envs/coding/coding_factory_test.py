@@ -144,6 +144,14 @@ def test_cli_bad_methods_and_only(tmp_path, capsys):
   assert "synthesis methods ['deletion', 'fuzz']" in capsys.readouterr().err
   assert make_tasks.main([*argv, "--only", "nosuchproject"]) == 1
   assert "--only ['nosuchproject']: not in" in capsys.readouterr().err
+  (tmp_path / "file").write_text("")
+  for args, error in [(["--manifest", str(sources.MANIFEST), "--out", str(tmp_path / "file")],
+                       "is a file; --manifest / --micro write a directory"),
+                      (["--source", "x==1", "--out", str(tmp_path)], "is a directory; --source"),
+                      (["--source", "x==1", "--out", str(tmp_path / "no" / "t.jsonl")],
+                       "does not exist")]:
+    assert make_tasks.main(args) == 1  # before any work
+    assert error in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name, version", [("../../escaped", "1.0"), ("pkg", "1.0/../../x"),
