@@ -157,9 +157,11 @@ class Generator:
     )
     always_failing = [t for t in failing if all(r.outcomes.get(t) != "passed" for r in runs)]
     if always_failing:
+      why = _failure_messages(runs, always_failing, k=2) or [runner.pytest_error(first.log_tail)]
       raise ValueError(
         f"source {name}: {len(always_failing)} tests do not pass before any "
-        f"deletion, e.g. {always_failing[:3]}; only passing suites are usable"
+        f"deletion, e.g. {always_failing[:3]} ({'; '.join(why)[:300]}); only passing suites "
+        "are usable"
       )
     self.passing = sorted(
       t for t in runs[0].outcomes if all(r.outcomes.get(t) == "passed" for r in runs)
