@@ -7,7 +7,7 @@ directory, or a training / RL workdir (newest checkpoint) — `train.load_checkp
 `--tokenizer`: a tiktoken file with Kimi's special tokens (or a directory holding
 `tiktoken.model`); default: the checkpoint's own `tiktoken.model` (an RL workdir keeps its
 tokenizer there).
-Tasks are split by project (`envs.coding.split`, `--heldout-fraction`, `--split-seed`); the
+Tasks are split by project (`envs.coding.tasks.split`, `--heldout-fraction`, `--split-seed`); the
 held-out split is evaluated unless `--split all`. For an RL workdir, the flags left unset
 default to its run's settings: the split (env.heldout_fraction, env.split_seed), the tools
 (env.tools), turns (env.max_turns) and token budgets (rl.seq_len, rl.max_new_tokens), so the
@@ -31,8 +31,11 @@ import os
 import sys
 
 from composer_jax.data import tokenizer as tok_lib
-from composer_jax.envs.coding import agent_tools, evaluate, sandbox, split
+from composer_jax.envs.coding import sandbox
 from composer_jax.envs.coding import task as task_lib
+from composer_jax.envs.coding.agent import tools as agent_tools
+from composer_jax.envs.coding.evaluation import evaluate
+from composer_jax.envs.coding.tasks import split
 from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
 

@@ -3,7 +3,7 @@
   python -m experiments.bench.coding_episodes --tasks F.jsonl [--episodes 8] [--workers 2] \\
       [--rounds 3] [--backend local|ray]
 
-Each episode is a scripted oracle (`envs.coding.agent_scripts`: list the root, apply the gold
+Each episode is a scripted oracle (`envs.coding.agent.scripts`: list the root, apply the gold
 patch with edit / write_file, run the visible tests, submit) on the next task, the file's
 projects taken in turn,
 through `CodingEnv` and `rl.episodes.run_episodes`; no model runs, so the figure is the
@@ -21,7 +21,10 @@ import tempfile
 from pathlib import Path
 
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
-from composer_jax.envs.coding import agent_env, agent_scripts, agent_tools, task
+from composer_jax.envs.coding import task
+from composer_jax.envs.coding.agent import env as agent_env
+from composer_jax.envs.coding.agent import scripts as agent_scripts
+from composer_jax.envs.coding.agent import tools as agent_tools
 from experiments.bench import timing
 
 

@@ -1,6 +1,6 @@
 """The coding-agent RL program: `CodingEnv` on a task file, RL + self-distillation via `rl.run`.
 
-    make_env(config, workdir)  `envs.coding.agent_env.CodingEnv` over the training split of
+    make_env(config, workdir)  `envs.coding.agent.env.CodingEnv` over the training split of
                                `config.env.tasks` (a make_tasks JSONL; `train_split`), with
                                the tokenizer of `config.env.tokenizer` and the feedback kinds
                                of `config.rl`
@@ -24,17 +24,11 @@ import jax
 from absl import logging
 
 from composer_jax.data import tokenizer as tokenizer_lib
-from composer_jax.envs.coding import (
-  agent_env,
-  agent_tools,
-  generator,
-  make_tasks,
-  sandbox,
-  sources,
-  split,
-  task,
-)
+from composer_jax.envs.coding import sandbox, task
 from composer_jax.envs.coding import workers as workers_lib
+from composer_jax.envs.coding.agent import env as agent_env
+from composer_jax.envs.coding.agent import tools as agent_tools
+from composer_jax.envs.coding.tasks import generator, make_tasks, sources, split
 from composer_jax.rl import run as rl_run
 from composer_jax.rl import train as rl_train
 from composer_jax.train import init_from, loop
@@ -80,7 +74,7 @@ def load_tasks(spec: str, workers: int = 1) -> list[task.Task]:
 
 
 def train_split(config, tasks: list[task.Task]) -> list[task.Task]:
-  """The tasks RL may train on: those of the projects `envs.coding.split` does not hold out
+  """The tasks RL may train on: those of the projects `envs.coding.tasks.split` does not hold out
   (`env.heldout_fraction`, `env.split_seed`; `python -m experiments.eval` evaluates the
   held-out projects with the same function and values)."""
   e = config.env

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from composer_jax.data import tokenizer as tokenizer_lib
-from composer_jax.envs.coding import project, split
+from composer_jax.envs.coding import project
 from composer_jax.envs.coding import task as task_lib
+from composer_jax.envs.coding.tasks import split
 from composer_jax.train import checkpointing, load_checkpoint
 from composer_jax.train.metrics import read_metrics
 from experiments.coding import program

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from composer_jax.envs.coding import generator, sandbox, sources
+from composer_jax.envs.coding import sandbox
+from composer_jax.envs.coding.tasks import generator, sources
 from tests.envs.coding.mini_project import FAST, MINI, write_project
 
 

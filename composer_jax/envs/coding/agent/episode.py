@@ -1,0 +1,113 @@
+"""One model turn's tool calls applied to an agent session, and the end of an episode.
+
+`act(job)` is the unit of work of a coding episode step: it runs the turn's calls through the
+harness (`agent_tools.Session`), decides whether the episode ends (submit, a turn without
+calls, a spent budget) and, at the end, judges it: the trajectory monitor over every event of
+the episode (`monitor.scan_trajectory`); a critical flag scores 0 without grading, otherwise
+the grader scores the workspace diff on the hidden tests (`grader.grade`, which runs its own
+change monitor); an empty diff scores 0 ungraded, as every task's validation checked. Jobs and results are plain picklable data and this module imports no JAX, so
+a worker process (`workers.Pool`) can run it: grading, the slow part, then runs concurrently
+too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+from composer_jax.envs.coding import monitor, sandbox
+from composer_jax.envs.coding.agent import tools as agent_tools
+from composer_jax.envs.coding.sandbox import grader
+
+
+@dataclasses.dataclass
+class Call:
+  """One tool call and what came of it. `change` = (path, text before, text after) for a
+  successful edit / write_file (None before: a new file)."""
+
+  name: str
+  arguments: str
+  observation: agent_tools.Observation | None = None
+  change: tuple[str, str | None, str] | None = None
+
+
+@dataclasses.dataclass
+class Job:
+  """A model turn to apply: trajectory turn `turn`, its parsed calls, its parse error."""
+
+  session: agent_tools.Session
+  turn: int
+  calls: list[Call]
+  parse_error: str | None
+  grade_limits: sandbox.Limits = sandbox.DEFAULT_LIMITS
+
+
+@dataclasses.dataclass
+class Outcome:
+  """The session after the turn, the calls with their observations and, once `done`, how the
+  episode ended and its judgement (`end`: 'submit' | 'no_call' | the spent budget)."""
+
+  session: agent_tools.Session
+  calls: list[Call]
+  done: bool
+  end: str = ""
+  reward: float = 0.0
+  grade: dict | None = None
+  flags: list[dict] = dataclasses.field(default_factory=list)
+  grading_s: float = 0.0
+
+
+def act(job: Job) -> Outcome:
+  """Applies `job`'s calls in order (none if the turn did not parse) and judges a finished
+  episode (module docstring)."""
+  s = job.session
+  s.turns += 1
+  if job.parse_error is None:
+    for call in job.calls:
+      rel = agent_tools.rel_path(_path_arg(call.arguments))
+      before = s.files.get(rel) if rel else None
+      call.observation = s.call(call.name, call.arguments, job.turn)
+      if call.name in ("edit", "write_file") and not call.observation.error and rel:
+        decode = lambda b: b.decode("utf-8", "replace")
+        call.change = (rel, decode(before) if before is not None else None, decode(s.files[rel]))
+      if s.submitted:
+        break
+  out = Outcome(s, job.calls, False)
+  if s.submitted:
+    out.end = "submit"
+  elif job.parse_error is None and not job.calls:
+    out.end = "no_call"
+  else:
+    out.end = s.over_budget()
+  if out.end:
+    out.done = True
+    judge(out, job.grade_limits)
+  return out
+
+
+def judge(out: Outcome, limits: sandbox.Limits) -> None:
+  """Monitor flags (event index -> trajectory turn) and the reward of a finished episode."""
+  s, start = out.session, time.monotonic()
+  flags = monitor.scan_trajectory(s.events, agent_tools.WORKSPACE)
+  out.flags = [{**f, "turn": s.events[f["event"]]["turn"]} for f in flags]
+  diff = s.diff()
+  if any(f["severity"] == "critical" for f in out.flags) or not diff:
+    # An empty change scores 0 on every task (validated: empty patch 0.0), so it is not run.
+    out.reward = 0.0
+  else:
+    g = grader.grade(s.task, diff, limits=limits)
+    out.grade = g.as_dict()
+    out.flags += [{**f, "turn": None} for f in g.flags]
+    out.reward = g.reward
+  out.grading_s = time.monotonic() - start
+
+
+def _path_arg(arguments: str) -> str:
+  """The `path` argument of a call's raw JSON, '' if there is none."""
+  try:
+    args = json.loads(arguments)
+  except (ValueError, RecursionError):
+    return ""
+  path = args.get("path") if isinstance(args, dict) else None
+  return path if isinstance(path, str) else ""

@@ -1,0 +1,198 @@
+"""Sandbox, runner and grader: isolation probes (run inside the sandbox), the channel's
+authentication against a reference HMAC, gold/empty grades, bad input as one line."""
+
+import hashlib
+import hmac
+import json
+import socket
+import sys
+import sysconfig
+
+import pytest
+
+from composer_jax.envs.coding import sandbox
+from composer_jax.envs.coding.sandbox import grade_patch, grader, harness, runner
+from tests.envs.coding.mini_project import FAST, requires_sandbox, write_project
+
+
+@requires_sandbox
+def test_isolation_probes(tmp_path):
+  """Each probe test runs inside the sandbox; all must pass."""
+  secret = tmp_path / "secret_tasks.jsonl"
+  secret.write_text("gold patch")
+  outside = tmp_path / "outside.txt"
+  listener = socket.socket()
+  listener.bind(("127.0.0.1", 0))
+  listener.listen(1)
+  listener.setblocking(False)
+  port = listener.getsockname()[1]
+  site_dirs = sorted(
+    {
+      sysconfig.get_paths()["purelib"],  # the venv's and the base interpreter's
+      sysconfig.get_paths(vars={"base": sys.base_prefix})["purelib"],
+    }
+  )
+  probe = f"""
+import importlib.util, os, socket, sys
+
+def test_testnet_unreachable():
+  s = socket.socket(); s.settimeout(3)
+  assert s.connect_ex(("192.0.2.1", 80)) != 0
+
+def test_host_loopback_listener_unreachable():
+  s = socket.socket(); s.settimeout(3)
+  assert s.connect_ex(("127.0.0.1", {port})) != 0
+
+def test_no_installed_packages():
+  assert importlib.util.find_spec("toolz") is None and importlib.util.find_spec("jax") is None
+  assert not any("site-packages" in p for p in sys.path)
+  for d in {site_dirs!r}:
+    assert not os.path.isdir(d) or os.listdir(d) == []
+
+def test_host_files_invisible():
+  assert not os.path.exists({str(secret)!r}) and not os.path.exists("/work")
+
+def test_write_outside_does_not_reach_host():
+  try:
+    open({str(outside)!r}, "w").write("pwned")
+  except OSError:
+    pass
+
+def test_unprivileged_no_caps_seccomp_limits():
+  status = open("/proc/self/status").read()
+  assert os.getuid() == 1000 and os.getgid() == 1000
+  assert "CapEff:\t0000000000000000" in status and "CapBnd:\t0000000000000000" in status
+  assert "Seccomp:\t2" in status and "NoNewPrivs:\t1" in status
+  import resource
+  assert resource.getrlimit(resource.RLIMIT_NPROC)[1] == {FAST.nproc}
+  assert resource.getrlimit(resource.RLIMIT_AS)[1] == {FAST.mem_bytes}
+
+def test_mount_chroot_pivot_setns_fail():
+  import ctypes
+  libc = ctypes.CDLL(None, use_errno=True)
+  assert libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) != 0
+  assert libc.umount2(b"/ws", 0) != 0
+  assert libc.unshare(0x10000000) != 0 and libc.unshare(0x20000) != 0
+  assert libc.syscall(155, b"/tmp", b"/tmp") != 0  # pivot_root
+  assert libc.setns(os.open("/proc/self/ns/mnt", os.O_RDONLY), 0) != 0
+  assert libc.ptrace(16, 1, None, None) != 0  # PTRACE_ATTACH to the namespace's init
+  assert sorted(int(p) for p in os.listdir("/proc") if p.isdigit())[0] == 1  # own PID ns
+  try:
+    os.chroot("/tmp")
+    raise AssertionError("chroot worked")
+  except PermissionError:
+    pass
+
+def test_only_quota_dirs_writable():
+  for d in ("/ws", "/tmp", "/dev/shm"):
+    st = os.statvfs(d)
+    assert st.f_blocks * st.f_frsize <= {FAST.quota_bytes} and st.f_files <= {FAST.quota_inodes}
+  for d in ("/", "/usr", "/cj", "/proc/sys", "/dev", "/ws/test_probe.py"):
+    assert not os.access(d, os.W_OK) or os.statvfs(d).f_flag & os.ST_RDONLY, d
+
+def test_environment_is_empty_and_pinned():
+  assert os.environ["PYTHONHASHSEED"] == "0" and os.environ["TZ"] == "UTC"
+  assert os.environ["HOME"] != "/root" and os.access(os.environ["HOME"], os.W_OK)
+  assert not {{"XLA_FLAGS", "JAX_PLATFORMS", "VIRTUAL_ENV"}} & set(os.environ)
+"""
+  ws = write_project(tmp_path / "ws", {"test_probe.py": probe})
+  run = runner.run_suite(ws, limits=FAST)
+  with pytest.raises(BlockingIOError):
+    listener.accept()  # nothing ever connected from the sandbox
+  listener.close()
+  assert run.ok, run.log_tail
+  assert run.outcomes and set(run.outcomes.values()) == {"passed"}, run.log_tail
+  assert len(run.outcomes) == 9 and not outside.exists()
+
+
+@requires_sandbox
+def test_atexit_report_forgery_is_ignored(tmp_path):
+  forge = """
+import atexit, sys
+
+def _forge():
+  import os
+  for fd in range(3, 64):
+    try:
+      os.write(fd, b'0' * 64 + b' {"seq": 1, "kind": "done", "rc": 0}\\n')
+    except OSError:
+      pass
+
+atexit.register(_forge)
+
+def test_fails():
+  assert False
+"""
+  ws = write_project(tmp_path / "ws", {"test_forge.py": forge})
+  run = runner.run_suite(ws, limits=FAST)
+  assert run.outcomes.get("test_forge.py::test_fails") != "passed"
+
+
+def test_channel_verify_matches_reference_hmac():
+  key = bytes(range(32))
+  bodies = [b'{"kind": "test", "seq": 1}', b'{"kind": "done", "seq": 2}']
+  blob = b"".join(
+    hmac.new(key, b, hashlib.sha256).hexdigest().encode() + b" " + b + b"\n" for b in bodies
+  )
+  assert [r["kind"] for r in harness.verify(key, blob)] == ["test", "done"]
+  for bad in (
+    blob.replace(b'"test"', b'"tesT"'),  # body changed after signing
+    blob.split(b"\n", 1)[1],  # first record dropped: sequence gap
+    blob[:-1],  # cut mid-record
+    b"0" * 64 + b' {"kind": "done", "seq": 1}\n',  # forged without the key
+  ):
+    with pytest.raises(ValueError):
+      harness.verify(key, bad)
+
+
+@requires_sandbox
+def test_gold_scores_one_and_empty_zero_on_every_task(mini_gen):
+  for t in mini_gen[1]:
+    gold = grader.grade(t, t.gold_patch, limits=FAST)
+    assert gold.reward == 1.0, gold
+    assert not [f for f in gold.flags if f["severity"] == "critical"], gold.flags
+    assert grader.grade(t, "", limits=FAST).reward == 0.0
+
+
+def _one_line(capsys) -> str:
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "Traceback" not in err, err
+  return err
+
+
+@requires_sandbox
+def test_bad_input_is_one_line(mini_gen, tmp_path, capsys, monkeypatch):
+  t = mini_gen[1][0]
+  tasks = tmp_path / "tasks.jsonl"
+  tasks.write_text(t.to_json() + "\n")
+  notjsonl = tmp_path / "bad.jsonl"
+  notjsonl.write_text("id,patch\nx,y\n")
+  assert grade_patch.main(["--tasks", str(notjsonl), "--id", "x", "--patch", "GOLD"]) == 1
+  assert "not JSONL" in _one_line(capsys)
+  assert grade_patch.main(["--tasks", str(tasks), "--id", "nope", "--patch", "GOLD"]) == 1
+  assert "'nope'" in _one_line(capsys)
+  bad_patch = tmp_path / "p.diff"
+  bad_patch.write_text("--- a/nothere.py\n+++ b/nothere.py\n@@ -1 +1 @@\n-x\n+y\n")
+  assert grade_patch.main(["--tasks", str(tasks), "--id", t.id, "--patch", str(bad_patch)]) == 2
+  out = json.loads(capsys.readouterr().out)
+  assert out["reward"] == 0.0 and out["error"].startswith("patch does not apply")
+  assert "\n" not in out["error"]
+  # A machine without user namespaces: the probe's failure, injected.
+  monkeypatch.setattr(sandbox, "_probe_once", lambda: "setting up uid map: Permission denied")
+  assert grade_patch.main(["--tasks", str(tasks), "--id", t.id, "--patch", "GOLD"]) == 1
+  assert "sandbox unavailable" in _one_line(capsys)
+  with pytest.raises(sandbox.SandboxUnavailable):
+    sandbox.run(["/bin/true"])
+
+
+@requires_sandbox
+def test_direct_harness_runs_tests_inherited_from_another_file(tmp_path):
+  """A test method defined in a base class of another (read-only) test file is the grader's."""
+  files = {
+    "tests/__init__.py": "",
+    "tests/base_cases.py": "class Base:\n  def test_inh(self):\n    assert self.x == 1\n",
+    "tests/test_a.py": "from tests.base_cases import Base\n\n\nclass TestA(Base):\n  x = 1\n",
+  }
+  ws = write_project(tmp_path / "ws", files)
+  run = runner.run_suite(ws, ["tests/test_a.py::TestA::test_inh"], mode="direct", limits=FAST)
+  assert run.ok and run.calls == {"tests/test_a.py::TestA::test_inh": True}, run.log_tail
