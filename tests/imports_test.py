@@ -82,6 +82,23 @@ def test_no_library_module_imports_its_layer_or_a_higher_one():
   assert not bad, bad
 
 
+def _env(name: str) -> str | None:
+  """'coding' for composer_jax.envs.coding.*, else None."""
+  parts = name.split(".")
+  return parts[2] if parts[:2] == ["composer_jax", "envs"] and len(parts) > 2 else None
+
+
+def test_no_environment_imports_another():
+  # Environments are plug-ins of rl.env.Env side by side; what two of them share (the feedback
+  # registry, the Env protocol) lives in rl/.
+  bad = []
+  for module, path in sorted(_modules().items()):
+    env = _env(module)
+    bad += [f"{module} imports {n}" for n in sorted(_imports(module, path))
+            if env and _env(n) not in (None, env)]
+  assert not bad, bad
+
+
 def test_modules_have_no_import_cycles():
   # Edges between composer_jax modules (`from composer_jax.rl import losses` names the module
   # composer_jax.rl.losses), then a depth-first search for a back edge.
@@ -116,3 +133,8 @@ def test_the_check_sees_a_violation(tmp_path):
   assert _allowed("model", "parallel") and not _allowed("parallel", "model")
   assert _allowed("optim", "model") and not _allowed("parallel", "optim")
   assert not _allowed("optim", "hf") and not _allowed("envs", "experiments")
+  # Environments side by side: coding may not import tools.
+  path.write_text("from composer_jax.envs.tools import feedback\n")
+  names = _imports("composer_jax.envs.coding.agent.env", str(path))
+  assert _env("composer_jax.envs.tools.feedback") in {_env(n) for n in names} - {None}
+  assert _env("composer_jax.envs.tools.feedback") != _env("composer_jax.envs.coding.agent.env")

@@ -12,6 +12,7 @@ as sampled or sent, never re-tokenized (`rl.trajectory`).
     feedback(episode) -> [(turn index, hint ids), ...]
         per-turn feedback flags: the faulty model turns of a finished episode and, for each,
         the hint that the self-distillation teacher reads before that turn
+        (an env builds them from its registry of feedback kinds: `rl.feedback`)
     episode_metrics(episodes) -> {name: float}   episode metadata logged per RL step
     pad_id, stop_ids                          padding id; the ids that end a model turn
     step_many(states, model_turn_ids)         optional: `step` of many episodes at once (e.g.

@@ -42,6 +42,7 @@ import numpy as np
 from composer_jax.envs.tools import feedback as feedback_lib
 from composer_jax.envs.tools import probes as probes_lib
 from composer_jax.envs.tools import vocab as vocab_lib
+from composer_jax.rl import feedback as rl_feedback
 
 TOOL_CAPABILITY = {t: c for c, pair in vocab_lib.CAPABILITIES.items() for t in pair}
 
@@ -107,7 +108,9 @@ class ToolEnv:
     self.min_tools, self.max_tools = min_tools, max_tools
     self.max_required, self.max_model_turns = max_required, max_model_turns
     self._call, self._answer, self._result = vocab.encode("call answer result")
-    self._feedbacks = feedback_lib.make_feedback(feedback_kinds, feedback_options)
+    self._feedbacks = rl_feedback.make_feedback(
+      feedback_lib.FEEDBACK_KINDS, feedback_kinds, feedback_options
+    )
     self._feedback_kinds, self._feedback_options = tuple(feedback_kinds), feedback_options or {}
     self.pad_id, self.stop_ids = vocab.pad_id, (vocab.eot_id,)
 
@@ -193,7 +196,7 @@ class ToolEnv:
 
   def feedback(self, episode) -> list[tuple[int, list[int]]]:
     """(turn index, hint ids) of each model turn flagged by this environment's feedback kinds."""
-    return feedback_lib.flag_turns(self._feedbacks, self, episode)
+    return rl_feedback.flag_turns(self._feedbacks, self, episode)
 
   def episode_metrics(self, episodes) -> dict[str, float]:
     """Task reward, the rate of calls to unavailable tools and of verbose answers (over

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 from composer_jax.envs.tools.env import ToolEnv, ToolTask
-from composer_jax.envs.tools.feedback import make_feedback
+from composer_jax.envs.tools.feedback import FEEDBACK_KINDS
 from composer_jax.envs.tools.vocab import Vocab
 from composer_jax.rl import env as rl_env
 from composer_jax.rl.episodes import Episode
+from composer_jax.rl.feedback import make_feedback
 from composer_jax.rl.teacher import build_teacher_batch
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
 
@@ -95,10 +96,10 @@ def test_targets_point_at_model_turns_that_align():
 
 def test_bad_feedback_config():
   with pytest.raises(ValueError, match="unknown feedback kinds \\['style'\\]"):
-    make_feedback(["style"])
+    make_feedback(FEEDBACK_KINDS, ["style"])
   with pytest.raises(ValueError, match="unknown feedback kinds"):
-    make_feedback(["unavailable_tool"], {"nope": {}})
+    make_feedback(FEEDBACK_KINDS, ["unavailable_tool"], {"nope": {}})
   with pytest.raises(ValueError, match="at least one feedback kind"):
-    make_feedback([])
+    make_feedback(FEEDBACK_KINDS, [])
   with pytest.raises(ValueError, match="max_tokens=0"):
-    make_feedback(["overlong_message"], {"overlong_message": {"max_tokens": 0}})
+    make_feedback(FEEDBACK_KINDS, ["overlong_message"], {"overlong_message": {"max_tokens": 0}})

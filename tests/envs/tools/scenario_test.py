@@ -6,9 +6,10 @@ import pytest
 
 from composer_jax.envs.tools import probes
 from composer_jax.envs.tools.env import TOOL_CAPABILITY, ToolEnv, ToolTask
-from composer_jax.envs.tools.feedback import SHORT_HINT, make_feedback
+from composer_jax.envs.tools.feedback import FEEDBACK_KINDS, SHORT_HINT
 from composer_jax.envs.tools.vocab import Vocab
 from composer_jax.envs.tools.warmup import scripted_turns
+from composer_jax.rl.feedback import make_feedback
 from composer_jax.rl.trajectory import Trajectory, Turn
 
 VOCAB = Vocab()
@@ -44,7 +45,7 @@ def test_verbose_answer_parses_counts_and_is_flagged():
   assert env.reward(verbose) == env.reward(short) == 1.0  # the style costs no reward
   assert verbose.verbose_answer and not short.verbose_answer
   ep = type("Episode", (), {})()  # the feedback reads only `trajectory` and `task`
-  (flag,) = make_feedback(["overlong_message"])
+  (flag,) = make_feedback(FEEDBACK_KINDS, ["overlong_message"])
   ep.trajectory = Trajectory.from_turns([Turn([1]), Turn(VOCAB.encode(
       "answer result temperature <eot>"), [0.0] * 4)], 1.0, 0)
   assert flag(env, ep) == [(1, VOCAB.encode(SHORT_HINT))]

@@ -43,7 +43,7 @@ from composer_jax.envs.coding.agent import feedback as agent_feedback
 from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.envs.coding.task import Task
 from composer_jax.envs.coding.tasks import curriculum as curriculum_lib
-from composer_jax.envs.tools import feedback as feedback_lib
+from composer_jax.rl import feedback as feedback_lib
 
 SYSTEM = (
   "You are a coding agent. The repository is checked out at /ws. Use the tools to read, "
@@ -153,7 +153,7 @@ class CodingEnv:
     self.max_hint_tokens = max_hint_tokens
     self.grade_limits = grade_limits
     self._feedbacks = feedback_lib.make_feedback(
-      feedback_kinds, feedback_options, agent_feedback.FEEDBACK_KINDS
+      agent_feedback.FEEDBACK_KINDS, feedback_kinds, feedback_options
     )
     self.workers = workers_lib.Pool(workers, backend)
 

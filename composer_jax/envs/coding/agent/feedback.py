@@ -2,7 +2,7 @@
 
 Each kind is a factory (its options as keyword arguments) returning
 `feedback(env, episode) -> [(turn index, hint ids), ...]`; `FEEDBACK_KINDS` finds them by name
-(`envs.tools.feedback.make_feedback(..., registry=FEEDBACK_KINDS)`), `flag_turns` merges
+(`rl.feedback.make_feedback(FEEDBACK_KINDS, ...)`), `flag_turns` merges
 them per turn. They read the episode's records (`agent_env.CodingState`: per model turn its
 text, parse error and calls with their observations and file changes; the monitor's flags
 with their turns) and write the hint as text, rendered by `env.hint`.
@@ -30,8 +30,7 @@ from collections.abc import Callable
 
 from composer_jax.chat.parse import FORMAT_HINT
 from composer_jax.envs.coding.agent import tools as agent_tools
-
-Feedback = Callable[[object, object], list[tuple[int, list[int]]]]
+from composer_jax.rl.feedback import Feedback
 
 
 def _records(episode):
