@@ -114,7 +114,7 @@ def from_hf(raw: dict[str, Any], **overrides) -> HFConfig:
   model_type = c.get("model_type")
   if model_type not in MODEL_TYPES:
     raise ValueError(f"Unsupported {where}model_type={model_type!r}; supported: {MODEL_TYPES}")
-  missing = [k for k in _REQUIRED if k not in c]
+  missing = [k for k in _REQUIRED if c.get(k) is None]
   if missing:
     raise ValueError(f"config.json ({model_type}) lacks required key(s) {missing}")
   for key, want in _FIXED.items():

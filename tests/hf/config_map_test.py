@@ -102,3 +102,25 @@ def test_bad_configs(change, match):
 def test_bad_nested_model_type():
   with pytest.raises(ValueError, match="text_config.model_type='qwen3'"):
     config_map.from_hf({"model_type": "kimi_k25", "text_config": dict(KIMI_K2, model_type="qwen3")})
+
+
+_JSON_VALUES = [None, True, 0, -1, 1.5, float("nan"), "x", [], [1], {}, {"type": "yarn"}]
+
+
+def test_any_json_value_anywhere_is_accepted_or_one_value_error():
+  """Every key the mapping reads (top level and rope_scaling), set to a value of every JSON
+  type: from_hf returns or raises ValueError (never TypeError/AttributeError from deep in)."""
+  keys = [*DEEPSEEK_V3, "text_config", "rope_parameters", "rope_interleave", "num_mtp_layers"]
+  cases = [({k: v}, None) for k in keys for v in _JSON_VALUES]
+  cases += [({}, {k: v}) for k in [*DEEPSEEK_V3["rope_scaling"]] for v in _JSON_VALUES]
+  for top, rope in cases:
+    raw = copy.deepcopy(DEEPSEEK_V3)
+    raw.update(top)
+    if rope:
+      raw["rope_scaling"].update(rope)
+    try:
+      config_map.from_hf(raw)
+    except ValueError as e:
+      assert "\n" not in str(e)
+  with pytest.raises(ValueError, match=r"lacks required key\(s\) \['num_hidden_layers'\]"):
+    config_map.from_hf(dict(DEEPSEEK_V3, num_hidden_layers=None))
