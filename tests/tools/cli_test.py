@@ -50,11 +50,19 @@ print(json.dumps(results))
 
 
 def _run(tool, cases):
-  proc = subprocess.run([sys.executable, "-c", _DRIVER, tool, json.dumps(cases)], cwd=REPO,
+  """Runs `cases` {name: (argv, fail, expected exit line or None for success)}; asserts
+  each finished or exited with one line starting with what was expected."""
+  argv = json.dumps([[a, fail] for a, fail, _ in cases.values()])
+  proc = subprocess.run([sys.executable, "-c", _DRIVER, tool, argv], cwd=REPO,
                         env=helpers.CLI_ENV, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
   assert "Traceback" not in proc.stderr, proc.stderr
-  return json.loads(proc.stdout.strip().splitlines()[-1])
+  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  for (name, (_, _, want)), msg in zip(cases.items(), got, strict=True):
+    if want is None:
+      assert msg is None, (name, msg)
+    else:
+      assert msg and msg.startswith(want) and "\n" not in msg, (name, msg)
 
 
 def _digest(root):
@@ -86,7 +94,7 @@ def test_export_outputs(tmp_path):
   (old / "model-00001-of-00003.safetensors").write_text("another model")
   before = _digest(ck), _digest(old)
   t = tmp_path
-  cases = {  # name: (argv, fail, expected exit message or None)
+  cases = {
       "into_ckpt": ([f"--ckpt={ck}", f"--out={ck}"], False,
                     f"error: --out {ck} is the input {ck}: pass another directory"),
       "inside_ckpt": ([f"--ckpt={ck}", f"--out={ck}/hf", "--overwrite"], False,
@@ -107,12 +115,7 @@ def test_export_outputs(tmp_path):
       "overwrite": ([f"--ckpt={ck}", f"--out={old}", "--dtype=float32", "--overwrite"], False,
                     None),
   }
-  got = _run("export_hf", [[argv, fail] for argv, fail, _ in cases.values()])
-  for (name, (_, _, want)), msg in zip(cases.items(), got, strict=True):
-    if want is None:
-      assert msg is None, (name, msg)
-    else:
-      assert msg and msg.startswith(want) and "\n" not in msg, (name, msg)
+  _run("export_hf", cases)
   assert _digest(ck) == before[0]  # the checkpoint is never written
   for out in (f"{t}/from_wd", str(old)):  # replaced whole: no shard of the other model left
     assert sorted(os.listdir(out)) == ["config.json", "model-00001-of-00001.safetensors",
@@ -158,12 +161,7 @@ def test_import_inputs_and_outputs(tmp_path):
       "disk_full": ([f"--hf_dir={hf}", f"--out={done}", "--overwrite"], True,
                     "error: [Errno 28] No space left on device"),
   }
-  got = _run("import_hf", [[argv, fail] for argv, fail, _ in cases.values()])
-  for (name, (_, _, want)), msg in zip(cases.items(), got, strict=True):
-    if want is None:
-      assert msg is None, (name, msg)
-    else:
-      assert msg and msg.startswith(want) and "\n" not in msg, (name, msg)
+  _run("import_hf", cases)
   assert _digest(hf) == before
   assert not os.path.exists(t / "a")
   # The import survived the failed overwrite: bfloat16, exact up to rounding.
