@@ -16,7 +16,7 @@ policy is evaluated as it was trained; otherwise to 0.2, 0, every tool, 30 turns
 are checked against the model and every task's first prompt before any episode, one line. Writes `eval.json`, `episodes.csv` and
 `eval.png` under `--out` (default `<checkpoint>/eval`) and prints the summary.
 
-Every input is checked before the model is loaded, and bad input exits 1 with one line: a
+Every input is checked before any episode is played; bad input exits 1 with one line: a
 task file that is not JSONL or has a malformed record (a field of the wrong type, a
 workspace that does not unpack; the message names the line), no tasks, bad settings, a
 missing tokenizer, an unreadable checkpoint, an `--out` that is a file, is or holds an
@@ -38,8 +38,6 @@ from composer_jax.envs.coding.evaluation import evaluate
 from composer_jax.envs.coding.tasks import split
 from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
-
-REPORT_FILES = ("eval.json", "episodes.csv", "eval.png")  # evaluate.write_report's
 
 
 def _args(argv):
@@ -111,8 +109,8 @@ def main(argv=None) -> int:
   args = _args(argv)
   try:  # Every input first: nothing below fails after the evaluation.
     out = outputs.check(args.out or f"{args.checkpoint}/eval",
-                        inputs=[args.checkpoint, args.tasks], replaceable=REPORT_FILES,
-                        inside_inputs=True)
+                        inputs=[args.checkpoint, args.tasks], inside_inputs=True,
+                        replaceable=evaluate.REPORT_FILES.values())
     _run_defaults(args, load_checkpoint.run_config(args.checkpoint))
     tasks = _tasks(args)
     tools = tuple(t for t in args.tools.split(",") if t)
@@ -136,13 +134,13 @@ def main(argv=None) -> int:
   meta = {**vars(args), "split_projects": sorted({split.project_of(t) for t in tasks})}
   try:
     with outputs.staged(out) as tmp:
-      written = evaluate.write_report(report, tmp, meta)
+      evaluate.write_report(report, tmp, meta)
   except OSError as e:
     print(json.dumps({"meta": meta, **report}, sort_keys=True))
     print(f"error: cannot write the results to {out} ({e}); the whole report is on stdout",
           file=sys.stderr)
     return 1
-  paths = {kind: os.path.join(out, os.path.basename(p)) for kind, p in written.items()}
+  paths = {kind: os.path.join(out, name) for kind, name in evaluate.REPORT_FILES.items()}
   print(json.dumps({**report["summary"], "files": paths}, indent=1, sort_keys=True))
   return 0
 

@@ -163,12 +163,14 @@ def summarize(rows: Sequence[dict], k: int) -> dict:
   return dict(summary=summary, tasks=per_task, episodes=list(rows))
 
 
+REPORT_FILES = {"json": "eval.json", "csv": "episodes.csv", "png": "eval.png"}  # by kind
+
+
 def write_report(report: dict, out_dir: str, meta: dict) -> dict[str, str]:
   """Writes `eval.json` (meta + report), `episodes.csv` and `eval.png` under `out_dir`;
   returns their paths by kind."""
   os.makedirs(out_dir, exist_ok=True)
-  paths = {kind: os.path.join(out_dir, name) for kind, name in
-           (("json", "eval.json"), ("csv", "episodes.csv"), ("png", "eval.png"))}
+  paths = {kind: os.path.join(out_dir, name) for kind, name in REPORT_FILES.items()}
   with open(paths["json"], "w") as f:
     json.dump({"meta": meta, **report}, f, indent=1, sort_keys=True)
   with open(paths["csv"], "w", newline="") as f:
