@@ -54,45 +54,57 @@ def test_kill_9_frees_the_lock_and_an_old_lock_file_is_no_lock(tmp_path):
   workdir_lock.release(path)
 
 
-# One contender (argv: base dir, index, contenders, trials). Phase 1: per trial, all
-# contenders pass a file barrier, then try the trial's workdir (seeded with a dead run's
-# lock file) at once, and hold what they won until all have tried. Phase 2: each acquires
-# and releases one workdir over and over; whoever holds it must be alone in it (O_EXCL
-# marker), which exercises a release racing an acquire.
-_CONTENDER = r"""
-import os, sys, time
+# Argv: base dir, contenders, trials. Forks the contenders, which wait on one
+# multiprocessing.Barrier (blocking, no spinning). Phase 1: per trial, all try the trial's
+# workdir (seeded with a dead run's lock file) at once and hold what they won until all have
+# tried. Phase 2: each acquires and releases one workdir over and over; whoever holds it must
+# be alone in it (O_EXCL marker), which exercises a release racing an acquire. Prints, per
+# contender, its wins ('1'/'0' per trial), how often it held the phase-2 lock, and how often
+# it found another holder inside.
+_CONTENDERS = r"""
+import multiprocessing as mp, os, sys
 from composer_jax.train import workdir_lock as wl
-base, me, k, trials = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-def barrier(name):
-  d = os.path.join(base, "barrier", name)
-  os.makedirs(d, exist_ok=True)
-  open(os.path.join(d, me), "w").close()
-  while len(os.listdir(d)) < k:
-    time.sleep(0.0002)
-won = []
-for t in range(trials):
-  barrier(f"go{t}")
-  try:
-    path = wl.acquire(os.path.join(base, str(t)))
-  except wl.WorkdirLockedError:
-    path = None
-  won.append("1" if path else "0")
-  barrier(f"tried{t}")
-  if path:
+base, k, trials = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+def contend(barrier, results):
+  won = []
+  for t in range(trials):
+    barrier.wait()
+    try:
+      path = wl.acquire(os.path.join(base, str(t)))
+    except wl.WorkdirLockedError:
+      path = None
+    won.append("1" if path else "0")
+    barrier.wait()
+    if path:
+      wl.release(path)
+  barrier.wait()
+  held = shared = 0
+  for _ in range(1000):
+    try:
+      path = wl.acquire(os.path.join(base, "churn"))
+    except wl.WorkdirLockedError:
+      continue
+    try:
+      os.close(os.open(os.path.join(base, "inside"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+      os.remove(os.path.join(base, "inside"))
+      held += 1
+    except FileExistsError:  # another holder is inside: the lock failed
+      shared += 1
     wl.release(path)
-barrier("churn")
-held, deadline = 0, time.time() + 1.0
-while time.time() < deadline:
-  try:
-    path = wl.acquire(os.path.join(base, "churn"))
-  except wl.WorkdirLockedError:
-    continue
-  marker = os.open(os.path.join(base, "inside"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-  os.close(marker)
-  os.remove(os.path.join(base, "inside"))
-  held += 1
-  wl.release(path)
-print("".join(won), held)
+  results.put(("".join(won), held, shared))
+
+ctx = mp.get_context("fork")  # a fresh interpreter: nothing threaded to fork
+barrier, results = ctx.Barrier(k), ctx.Queue()
+procs = [ctx.Process(target=contend, args=(barrier, results)) for _ in range(k)]
+for p in procs:
+  p.start()
+out = [results.get(timeout=120) for _ in procs]
+for p in procs:
+  p.join()
+  assert p.exitcode == 0, p.exitcode
+for won, held, shared in out:
+  print(won, held, shared)
 """
 
 
@@ -102,15 +114,15 @@ def test_exactly_one_of_many_concurrent_runs_wins(tmp_path):
     os.makedirs(tmp_path / str(t))
     (tmp_path / str(t) / workdir_lock.LOCK_FILE).write_text(
         json.dumps({"pid": 2**22 + 1, "host": socket.gethostname(), "time": 0}))
-  procs = [subprocess.Popen([sys.executable, "-c", _CONTENDER, str(tmp_path), str(i), str(k),
-                             str(trials)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True) for i in range(k)]
-  outs = [p.communicate(timeout=120) for p in procs]
-  assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
-  won = [out.split()[0] for out, _ in outs]
-  winners = [sum(w[t] == "1" for w in won) for t in range(trials)]
+  proc = subprocess.run([sys.executable, "-c", _CONTENDERS, str(tmp_path), str(k), str(trials)],
+                        cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  rows = [line.split() for line in proc.stdout.splitlines()]
+  assert len(rows) == k
+  winners = [sum(won[t] == "1" for won, _, _ in rows) for t in range(trials)]
   assert winners == [1] * trials
-  assert sum(int(out.split()[1]) for out, _ in outs) > k  # the churn phase really ran
+  assert sum(int(shared) for _, _, shared in rows) == 0  # never two holders at once
+  assert sum(int(held) for _, held, _ in rows) > k  # the churn phase really ran
 
 
 def test_filesystem_without_file_locks(tmp_path, monkeypatch):
