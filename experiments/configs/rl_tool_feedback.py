@@ -21,6 +21,9 @@ runs every arm of both behaviours for several seeds. `get_config('ARM[,BEHAVIOUR
              'penalty'  RL + a dense per-turn penalty: advantage A - c on the flagged turns'
                         tokens (`loss.turn_penalty` c = 1, about one advantage std);
              'both'     RL + SD + the penalty.
+             ARM_TEACHER  the arm with that SD teacher (`composer_jax.rl.teacher_weights`):
+                        e.g. 'sd_live' (the current weights), 'sd_ema' (their EMA),
+                        'sd_frozen' (the warmed-up weights), 'both_trust_region'.
   behaviours 'tools'    (default) the report's scenario: tasks of 8 tool calls (capabilities
                         with repeats) with a 20-turn budget, so a call to an unavailable tool
                         costs (almost) nothing in the reward; hint = the reminder listing every
@@ -44,6 +47,7 @@ text feedback".
 
 import ml_collections
 
+from composer_jax.rl import teacher_weights
 from experiments.configs import base, layouts
 
 # arm -> (sd_coef, turn_penalty)
@@ -51,12 +55,20 @@ ARMS = {"rl": (0.0, 0.0), "sd": (1.0, 0.0), "penalty": (0.0, 1.0), "both": (1.0,
 BEHAVIOURS = ("tools", "verbose")
 
 
+def split_arm(arm: str) -> tuple[str, str | None]:
+  """'sd_live' -> ('sd', 'live'), 'rl' -> ('rl', None): the arm's kind and its SD teacher."""
+  kind, _, teacher = arm.partition("_")
+  if kind not in ARMS or (teacher and teacher not in teacher_weights.TEACHERS):
+    raise ValueError(f"arm {arm!r}; valid: {sorted(ARMS)}, optionally with _TEACHER, TEACHER "
+                     f"in {teacher_weights.TEACHERS} (e.g. 'sd_live')")
+  return kind, teacher or None
+
+
 def get_config(arg=None):
   """`arg` = 'ARM[,BEHAVIOUR][,LAYOUT]' (module docstring; LAYOUT a named layout of
   `layouts.py`), e.g. 'sd', 'penalty,verbose', 'sd,cp2_ep8'."""
   arm, *rest = (arg or "sd").split(",")
-  if arm not in ARMS:
-    raise ValueError(f"arm {arm!r}; valid: {sorted(ARMS)}")
+  kind, teacher = split_arm(arm)
   behaviour = rest.pop(0) if rest and rest[0] in BEHAVIOURS else "tools"
   layout = rest.pop(0) if rest else ""
   if rest or (layout and layout not in layouts.LAYOUTS):
@@ -103,7 +115,7 @@ def get_config(arg=None):
     dict(name="adamw", adam_lr=3e-4, schedule="wsd", warmup_steps=0, wsd_decay_fraction=0.0,
          grad_clip=1.0)
   )
-  c.loss.sd_coef, c.loss.turn_penalty = ARMS[arm]
+  c.loss.sd_coef, c.loss.turn_penalty = ARMS[kind]
   c.loss.log_term_grads = True
   c.loss.vocab_chunk_size = 64
   # Distill the tool token and <eot> (after 'answer': 'result' or <eot>), not the first token,
@@ -111,7 +123,7 @@ def get_config(arg=None):
   c.loss.skip_first_tokens = 1
   # RL never shows the hint, so reading it fades from the live/EMA weights; the warmed-up
   # weights keep it.
-  c.loss.teacher = "frozen"
+  c.loss.teacher = teacher or "frozen"
   if layout:
     base.set_layout(c, layout)
   return c

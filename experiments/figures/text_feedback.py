@@ -7,9 +7,11 @@ tools, hint = the reminder listing the available tools; 'verbose': verbose answe
 'keep messages short') and each seed: one supervised warm-up, then every arm from the same
 warmed-up weights, with the same tasks, sampling keys and episodes per step:
   rl       RL only (beta = 0);
-  sd       RL + beta * SD on the flagged turns (the report's method);
+  sd       RL + beta * SD on the flagged turns (the report's method; the config's teacher);
   penalty  RL + a dense per-turn penalty on the flagged turns' tokens (`loss.turn_penalty`);
-  both     RL + SD + the penalty.
+  both     RL + SD + the penalty;
+  ARM_TEACHER  an arm with that SD teacher (`loss.teacher`), e.g.
+           `--arms=rl,sd_live,sd_ema,sd_frozen`, paired by seed like the others.
 Writes to --workdir:
   text_feedback.csv          one row per (behaviour, arm, seed, RL step): every metric;
   text_feedback_summary.csv  per (behaviour, arm, step): mean and 95% t-interval over seeds of
@@ -17,11 +19,12 @@ Writes to --workdir:
   text_feedback.png          per behaviour: rate, reward and probe KL vs step (each seed's curve a
                              trailing --smooth-step moving average), mean and 95% interval;
 and prints, per behaviour and arm, the mean of the last `--final_window` steps and of all steps
-(mean and 95% interval over seeds), and the paired (same seed) differences sd - rl, sd - penalty
-and penalty - rl with their 95% intervals. --smoke shrinks every size so the whole pipeline
-runs in seconds (CI); its numbers mean nothing. --replot redraws the summary, PNG and numbers
-from an existing text_feedback.csv; with --merge=DIR,DIR,... it first concatenates those
-workdirs' CSVs (one figure run in several processes, each with its own --first_seed).
+(mean and 95% interval over seeds), and the paired (same seed) differences sd - rl, sd - penalty,
+penalty - rl and between SD arms of different teachers, with their 95% intervals. --smoke
+shrinks every size so the whole pipeline runs in seconds (CI); its numbers mean nothing.
+--replot redraws the summary, PNG and numbers from an existing text_feedback.csv; with
+--merge=DIR,DIR,... it first concatenates those workdirs' CSVs (one figure run in several
+processes, each with its own --first_seed).
 """
 
 from __future__ import annotations
@@ -50,6 +53,14 @@ flags.DEFINE_integer("smooth", 5, "Trailing moving average (steps) of each seed'
 
 LABELS = {"rl": "RL only", "sd": "RL + targeted SD", "penalty": "RL + per-turn penalty",
           "both": "RL + SD + penalty"}
+
+
+def arm_label(arm: str) -> str:
+  """'sd_live' -> 'RL + targeted SD (live teacher)'."""
+  from experiments.configs import rl_tool_feedback
+
+  kind, teacher = rl_tool_feedback.split_arm(arm)
+  return LABELS[kind] + (f" ({teacher} teacher)" if teacher else "")
 RATES = {"tools": ("unavailable_rate", "calls to unavailable tools"),
          "verbose": ("verbose_rate", "verbose answers")}
 CURVES = ("rate", "reward", "probe_kl")
@@ -153,10 +164,17 @@ def final_numbers(rows: list[dict], window: int) -> dict:
 
 
 def comparisons(final: dict) -> list[tuple]:
-  """(behaviour, curve, 'a - b', mean, half-width) of the paired per-seed differences."""
+  """(behaviour, curve, 'a - b', mean, half-width) of the paired per-seed differences: each SD
+  arm ('sd', 'sd_TEACHER') - rl and - penalty, penalty - rl, and each pair of SD arms."""
   out = []
   for behaviour in sorted({b for b, _ in final}):
-    for a, b in (("sd", "rl"), ("sd", "penalty"), ("penalty", "rl")):
+    arms = [a for b, a in final if b == behaviour]
+    # Frozen (the ablation) last, so that teacher pairs read 'sd_live - sd_frozen'.
+    sd = sorted((a for a in arms if a.partition("_")[0] == "sd"),
+                key=lambda a: a.endswith("_frozen"))
+    pairs = [(a, b) for a in sd for b in ("rl", "penalty")] + [("penalty", "rl")] + [
+      (a, b) for i, a in enumerate(sd) for b in sd[i + 1 :]]
+    for a, b in pairs:
       if (behaviour, a) not in final or (behaviour, b) not in final:
         continue
       for curve in CURVES:
@@ -186,12 +204,10 @@ def _plot(path: str, summary: list[dict], title: str) -> None:
   for row_axes, behaviour in zip(axes, behaviours, strict=True):
     labels = (RATES[behaviour][1], "task reward", "probe KL(student || teacher), nats")
     for ax, curve, label in zip(row_axes, CURVES, labels, strict=True):
-      for arm in LABELS:
+      for arm in dict.fromkeys(r["arm"] for r in summary if r["behaviour"] == behaviour):
         s = [r for r in summary if (r["behaviour"], r["arm"]) == (behaviour, arm)]
-        if not s:
-          continue
         x = [r["step"] for r in s]
-        ax.plot(x, [r[f"{curve}_mean"] for r in s], label=LABELS[arm])
+        ax.plot(x, [r[f"{curve}_mean"] for r in s], label=arm_label(arm))
         ax.fill_between(x, [r[f"{curve}_lo"] for r in s], [r[f"{curve}_hi"] for r in s],
                         alpha=0.2)
       ax.set(xlabel="RL step", ylabel=label, title=f"{behaviour}: {label}")
@@ -271,11 +287,14 @@ def main(argv):
     return
   if FLAGS.merge:
     raise app.UsageError("--merge only goes with --replot")
-  bad = [a for a in FLAGS.arms if a not in LABELS] + [
-    b for b in FLAGS.behaviours if b not in RATES]
+  bad = [b for b in FLAGS.behaviours if b not in RATES]
   if bad:
-    raise app.UsageError(f"unknown arms/behaviours {bad}; valid: {sorted(LABELS)} / "
-                         f"{sorted(RATES)}")
+    raise app.UsageError(f"unknown behaviours {bad}; valid: {sorted(RATES)}")
+  for arm in FLAGS.arms:
+    try:
+      arm_label(arm)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from None
   t0 = time.time()
   rows = []
   for behaviour in FLAGS.behaviours:

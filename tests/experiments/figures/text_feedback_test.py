@@ -23,7 +23,7 @@ def _rows(path):
 def test_smoke_runs_end_to_end(tmp_path):
   out = subprocess.run(
     [sys.executable, "-m", "experiments.figures.text_feedback", f"--workdir={tmp_path}",
-     "--smoke", "--seeds=2", "--arms=sd,penalty", "--behaviours=verbose"],
+     "--smoke", "--seeds=2", "--arms=sd_live,penalty", "--behaviours=verbose"],
     check=True, cwd=ROOT, timeout=900, capture_output=True, text=True,
     # What is checked is the pipeline and its outputs' shapes, not numbers: compile cheaply.
     env=dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {CHEAP_XLA_FLAGS}"),
@@ -33,7 +33,7 @@ def test_smoke_runs_end_to_end(tmp_path):
   # 2 arms x 2 seeds x 2 RL steps (CI: the short-episode behaviour; the notebook test runs the
   # long 'tools' scenario), every step with its episode, loss and probe metrics.
   assert sorted((r["behaviour"], r["arm"], r["seed"], r["step"]) for r in rows) == sorted(
-    ("verbose", a, str(s), str(t)) for a in ("sd", "penalty") for s in range(2)
+    ("verbose", a, str(s), str(t)) for a in ("sd_live", "penalty") for s in range(2)
     for t in range(2))
   for r in rows:
     rate = r["unavailable_rate"] if r["behaviour"] == "tools" else r["verbose_rate"]
@@ -41,7 +41,7 @@ def test_smoke_runs_end_to_end(tmp_path):
     for k in ("loss", "probe_kl", "probe_p_good", "probe_p_good_hint", "rl_grad_norm"):
       assert np.isfinite(float(r[k])), k
     assert float(r["probe_kl"]) >= 0
-  sd = [r for r in rows if r["arm"] == "sd"]
+  sd = [r for r in rows if r["arm"] == "sd_live"]
   assert all(r["sd_loss"] != "" and np.isfinite(float(r["rl_sd_grad_cos"])) for r in sd)
   assert all(float(r["penalized_tokens"]) >= 0 for r in rows if r["arm"] == "penalty")
   assert all(float(r["sd_grad_norm"]) == 0 for r in rows if r["arm"] == "penalty")
@@ -53,7 +53,8 @@ def test_smoke_runs_end_to_end(tmp_path):
     assert float(s["reward_mean"]) == pytest.approx(np.mean(v))
     assert float(s["reward_hi"]) == pytest.approx(np.mean(v) + half)
   # Per arm: the last --final_window steps' mean, then the whole run's (both smoke steps).
-  assert out.count("verbose sd:") == 2 and out.count("verbose probe_kl sd - penalty") == 2
+  assert out.count("verbose sd_live:") == 2
+  assert out.count("verbose probe_kl sd_live - penalty") == 2
   assert "mean of all 2 steps" in out
 
 
@@ -87,6 +88,26 @@ def test_interval_smoothing_and_final_numbers_by_hand():
   m, h = diffs["rate", "sd - rl"]
   assert m == pytest.approx(np.mean([0.15, -0.55]))
   assert h == pytest.approx(12.7062047 * np.std([0.15, -0.55], ddof=1) / np.sqrt(2))
+
+
+def test_teacher_arms_are_configs_compared_by_seed():
+  from experiments.configs import rl_tool_feedback
+  from experiments.figures import text_feedback as fig
+
+  live, both = rl_tool_feedback.get_config("sd_live"), rl_tool_feedback.get_config(
+    "both_frozen,verbose")
+  assert (live.loss.teacher, live.loss.sd_coef, live.loss.turn_penalty) == ("live", 1.0, 0.0)
+  assert (both.loss.teacher, both.loss.turn_penalty, both.behaviour) == ("frozen", 1.0, "verbose")
+  assert fig.arm_label("sd_ema") == "RL + targeted SD (ema teacher)"
+  with pytest.raises(ValueError, match=r"arm 'sd_old'.*'live', 'ema', 'frozen'"):
+    rl_tool_feedback.get_config("sd_old")
+  final = {("tools", arm): {c: {0: r, 1: r + s} for c in fig.CURVES} for arm, r, s in
+           [("rl", 0.5, 0.1), ("sd_frozen", 0.25, 0.0), ("sd_live", 0.75, 0.2)]}
+  diffs = {name: (m, h) for _, c, name, m, h in fig.comparisons(final) if c == "reward"}
+  # Every SD arm against RL, and the report's teacher against the frozen ablation (paired:
+  # seed 0 0.75 - 0.25, seed 1 0.95 - 0.25).
+  assert sorted(diffs) == ["sd_frozen - rl", "sd_live - rl", "sd_live - sd_frozen"]
+  assert diffs["sd_live - sd_frozen"] == pytest.approx(fig.interval([0.5, 0.7]))
 
 
 # The figure's --smoke sizes as command-line overrides of `rl_tool_feedback.py:sd`.
