@@ -53,7 +53,8 @@ def export_hf(cfg: ModelConfig, get: Callable[[names.Path], np.ndarray], out_dir
   `tools.outputs.staged` gives a fresh directory that replaces an old one when done).
 
   Raises:
-    ValueError: `out_dir` is not empty, or `cfg` does not export (GQA attention).
+    ValueError: `out_dir` is not empty, `cfg` does not export (GQA attention), or a tensor
+      holds NaN/inf (the shards written before it stay: write into `tools.outputs.staged`).
   """
   hf_cfg = config_map.to_hf(cfg, quantization_config=FP8_QUANTIZATION_CONFIG if fp8 else None,
                             torch_dtype=dtype)  # Fails before anything is written.
@@ -77,6 +78,9 @@ def export_hf(cfg: ModelConfig, get: Callable[[names.Path], np.ndarray], out_dir
     leaf = get(path)
     for entry in group:
       x = entry.to_hf(np.asarray(leaf[entry.index], np.float32))
+      if not np.isfinite(x).all():  # A diverged checkpoint is not served.
+        raise ValueError(f"{entry.name} holds NaN/inf: the checkpoint is not finite, nothing "
+                         "exported")
       if entry.suffix == "e_score_correction_bias":
         tensors = {entry.name: x.astype(np.float32)}
       elif fp8 and fp8_quantized(entry):

@@ -57,3 +57,10 @@ def test_gqa_is_not_exportable(tmp_path):
   cfg = helpers.CFG.replace(attention="gqa")
   with pytest.raises(ValueError, match="attention='gqa'"):
     writer.export_hf(cfg, lambda p: None, str(tmp_path))
+
+
+def test_non_finite_weights_are_not_exported(tmp_path):
+  x = helpers.random_variables()
+  x["params"]["moe_layers"]["attn"]["kv_b"]["kernel"][1, 3, 0] = np.nan
+  with pytest.raises(ValueError, match=r"^model.layers.2.self_attn.kv_b_proj.weight holds NaN/inf"):
+    _export(x, tmp_path / "out")
