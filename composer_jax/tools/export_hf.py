@@ -8,13 +8,15 @@ zarr arrays (host memory: one tensor plus one shard), or a training / RL workdir
 checkpoint) or an HF directory, read whole into host memory (small models). `--fp8`
 re-quantizes decoder Linear weights to DeepSeek-V3 128x128 block fp8.
 
-`--out` is never the checkpoint, inside it or around it, and must be new or empty unless
-`--overwrite` (then it is replaced as a whole). The export is written to a temporary
+`--out` is never the checkpoint, inside it or around it, and must be new or empty, or with
+`--overwrite` an earlier export (an HF directory), which is then replaced as a whole; no other
+directory is ever replaced. The export is written to a temporary
 directory beside `--out` that takes its place only when complete (`tools.outputs`), so a
 failed or interrupted export (disk full, Ctrl-C) leaves `--out` as it was. Bad input exits
 with one line.
 """
 
+import functools
 import sys
 
 from absl import app, flags, logging
@@ -29,7 +31,7 @@ _CKPT = flags.DEFINE_string("ckpt", None, "Checkpoint directory (module docstrin
 _OUT = flags.DEFINE_string("out", None, "Output HF checkpoint directory.", required=True)
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", DTYPES, "dtype of unquantized tensors.")
 _FP8 = flags.DEFINE_bool("fp8", False, "Store decoder Linear weights as block fp8.")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a non-empty --out.")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier export in --out.")
 
 
 def _source(path: str):
@@ -43,7 +45,9 @@ def _source(path: str):
 def main(argv):
   del argv
   try:
-    out = outputs.check(_OUT.value, inputs=[_CKPT.value], overwrite=_OVERWRITE.value)
+    out = outputs.check(_OUT.value, inputs=[_CKPT.value], overwrite=_OVERWRITE.value,
+                        is_own=(functools.partial(load_checkpoint.is_kind, layout="hf"),
+                                load_checkpoint.LAYOUTS["hf"]))
     cfg, get = _source(_CKPT.value)
     with outputs.staged(out) as tmp:
       writer.export_hf(cfg, get, tmp, dtype=_DTYPE.value, fp8=_FP8.value)

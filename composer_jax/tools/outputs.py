@@ -5,9 +5,11 @@ at all.
   * is a file;
   * is, holds or (unless `inside_inputs`) lies inside one of the `inputs` (a tool never writes
     into what it reads: an export into its own checkpoint overwrote the checkpoint's config);
-  * is a non-empty directory, unless `overwrite` or everything in it is in `replaceable` (the
-    tool's own earlier output): new files would otherwise mix with old ones, e.g. another
-    model's safetensors shards beside this one's.
+  * is a non-empty directory, unless everything in it is in `replaceable` (the tool's own
+    earlier output) or `overwrite` is given and `is_own(out)` says it holds what this tool
+    writes (an earlier export, say; `--overwrite` never replaces an arbitrary directory): new
+    files would otherwise mix with old ones, e.g. another model's safetensors shards beside
+    this one's.
 
 `staged(out)` yields a new temporary directory beside `out` (same filesystem) to write into.
 When the block succeeds, the temporary directory takes `out`'s place by rename (an existing
@@ -22,7 +24,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 
 def _within(path: str, root: str) -> bool:
@@ -30,6 +32,7 @@ def _within(path: str, root: str) -> bool:
 
 
 def check(out: str, *, inputs: Sequence[str] = (), overwrite: bool = False,
+          is_own: tuple[Callable[[str], bool], str] | None = None,
           replaceable: Collection[str] = (), inside_inputs: bool = False,
           flag: str = "--out") -> str:
   """The real path of `out`, after the checks of the module docstring.
@@ -49,13 +52,17 @@ def check(out: str, *, inputs: Sequence[str] = (), overwrite: bool = False,
     if _within(real, src) and not inside_inputs:
       raise ValueError(f"{flag} {out} is inside the input {given}: pass a directory outside it "
                        "(the input is never written)")
-  if os.path.isdir(real) and not overwrite:
-    foreign = sorted(set(os.listdir(real)) - set(replaceable))
-    if foreign:
-      hint = " or --overwrite to replace it" if not replaceable else ""
-      raise ValueError(f"{flag} {out} is not empty (it holds {foreign[0]!r}"
-                       f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}); pass a "
-                       f"new or empty directory{hint}")
+  foreign = sorted(set(os.listdir(real)) - set(replaceable)) if os.path.isdir(real) else []
+  if foreign and overwrite and is_own:
+    own, what = is_own
+    if not own(real):
+      raise ValueError(f"{flag} {out} is not {what}, so --overwrite does not replace it; pass a "
+                       "new or empty directory")
+  elif foreign:
+    hint = " or --overwrite to replace it" if is_own else ""
+    raise ValueError(f"{flag} {out} is not empty (it holds {foreign[0]!r}"
+                     f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}); pass a "
+                     f"new or empty directory{hint}")
   return real
 
 

@@ -30,9 +30,9 @@ from composer_jax.hf import importer
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 
-LAYOUTS = ("an imported checkpoint (config.json + variables/)",
-           "a Hugging Face directory (config.json + *.safetensors)",
-           "a training or RL workdir (checkpoints/<step>/)")
+LAYOUTS = {"imported": "an imported checkpoint (config.json + variables/)",
+           "hf": "a Hugging Face directory (config.json + *.safetensors)",
+           "workdir": "a training or RL workdir (checkpoints/<step>/)"}
 
 
 def kind(path: str) -> str:
@@ -44,7 +44,15 @@ def kind(path: str) -> str:
       return "hf"
   if _steps(path):
     return "workdir"
-  raise ValueError(f"checkpoint {path!r} is none of: {'; '.join(LAYOUTS)}")
+  raise ValueError(f"checkpoint {path!r} is none of: {'; '.join(LAYOUTS.values())}")
+
+
+def is_kind(path: str, layout: str) -> bool:
+  """Whether `path` holds a checkpoint of `layout` ('imported', 'hf' or 'workdir')."""
+  try:
+    return kind(path) == layout
+  except ValueError:
+    return False
 
 
 def _steps(path: str) -> list[int]:

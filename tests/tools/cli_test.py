@@ -91,8 +91,12 @@ def test_export_outputs(tmp_path):
   (tmp_path / "file").write_text("")
   old = tmp_path / "old"  # another model's export
   old.mkdir()
+  (old / "config.json").write_text("{}")
   (old / "model-00001-of-00003.safetensors").write_text("another model")
-  before = _digest(ck), _digest(old)
+  mine = tmp_path / "mine"  # not an export: --overwrite must not replace it
+  mine.mkdir()
+  (mine / "notes.txt").write_text("mine")
+  before = _digest(ck), _digest(mine)
   t = tmp_path
   cases = {
       "into_ckpt": ([f"--ckpt={ck}", f"--out={ck}"], False,
@@ -104,9 +108,11 @@ def test_export_outputs(tmp_path):
       "out_is_file": ([f"--ckpt={ck}", f"--out={t}/file"], False,
                       f"error: --out {t}/file is a file, not a directory"),
       "other_model": ([f"--ckpt={ck}", f"--out={old}"], False,
-                      f"error: --out {old} is not empty (it holds "
-                      "'model-00001-of-00003.safetensors'); pass a new or empty directory or "
-                      "--overwrite to replace it"),
+                      f"error: --out {old} is not empty (it holds 'config.json' and 1 more); "
+                      "pass a new or empty directory or --overwrite to replace it"),
+      "not_an_export": ([f"--ckpt={ck}", f"--out={mine}", "--overwrite"], False,
+                        f"error: --out {mine} is not a Hugging Face directory (config.json + "
+                        "*.safetensors), so --overwrite does not replace it"),
       "not_a_ckpt": ([f"--ckpt={t}/file", f"--out={t}/a"], False,
                      f"error: checkpoint '{t}/file' is none of: an imported checkpoint"),
       "disk_full": ([f"--ckpt={ck}", f"--out={old}", "--overwrite"], True,
@@ -116,12 +122,12 @@ def test_export_outputs(tmp_path):
                     None),
   }
   _run("export_hf", cases)
-  assert _digest(ck) == before[0]  # the checkpoint is never written
+  assert (_digest(ck), _digest(mine)) == before  # the checkpoint is never written
   for out in (f"{t}/from_wd", str(old)):  # replaced whole: no shard of the other model left
     assert sorted(os.listdir(out)) == ["config.json", "model-00001-of-00001.safetensors",
                                        writer.INDEX_FILE]
     chex.assert_trees_all_equal(importer.load_hf(out)[1], x)
-  assert sorted(os.listdir(t)) == ["ck", "file", "from_wd", "old", "wd"]  # no temporaries
+  assert sorted(os.listdir(t)) == ["ck", "file", "from_wd", "mine", "old", "wd"]  # no temporaries
 
 
 def test_import_inputs_and_outputs(tmp_path):

@@ -26,11 +26,14 @@ def tree(tmp_path):
     ("src/hf", {}, "--out {t}/src/hf is inside the input {t}/src"),
     (".", {}, "--out {t}/. holds the input {t}/src"),
     ("file", {}, "--out {t}/file is a file, not a directory"),
-    ("full", {}, "--out {t}/full is not empty (it holds 'eval.json' and 1 more); pass a new or "
-                 "empty directory or --overwrite to replace it"),
+    ("full", {"is_own": (lambda p: True, "")}, "--out {t}/full is not empty (it holds "
+     "'eval.json' and 1 more); pass a new or empty directory or --overwrite to replace it"),
     ("full", {"replaceable": ["eval.json"]}, "it holds 'model-00001-of-00002.safetensors')"),
     ("src/eval", {"inside_inputs": True}, None),  # e.g. eval's default <checkpoint>/eval
-    ("full", {"overwrite": True}, None),
+    ("full", {"overwrite": True}, "is not empty"),  # nothing says it is the tool's own
+    ("full", {"overwrite": True, "is_own": (lambda p: False, "an HF checkpoint")},
+     "--out {t}/full is not an HF checkpoint, so --overwrite does not replace it"),
+    ("full", {"overwrite": True, "is_own": (lambda p: p.endswith("/full"), "")}, None),
     ("empty", {}, None),
     ("new/sub", {}, None),
 ])
