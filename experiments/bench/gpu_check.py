@@ -48,11 +48,11 @@ DATASHEET_TFLOPS = 989.0
 # MoE 'auto' = ragged_dot).
 VARIANTS = {
     "cudnn_b16": ({"batch_size": 16, "grad_accum": 1}, {"attention_impl": "cudnn"}),
-    "cudnn_b16_capacity": ({"batch_size": 16, "grad_accum": 1},
-                           {"attention_impl": "cudnn", "moe_dispatch": "capacity"}),
+    "preset": ({}, {}),
     "cudnn_b32_noremat": ({"batch_size": 32, "grad_accum": 1},
                           {"attention_impl": "cudnn", "remat_policy": "none"}),
-    "preset": ({}, {}),
+    "cudnn_b16_capacity": ({"batch_size": 16, "grad_accum": 1},
+                           {"attention_impl": "cudnn", "moe_dispatch": "capacity"}),
     "cudnn_b16_tiled512": ({"batch_size": 16, "grad_accum": 1},
                            {"attention_impl": "cudnn", "moe_grouped_matmul": "tiled",
                             "moe_tile_rows": 512}),

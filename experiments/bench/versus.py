@@ -163,7 +163,13 @@ def _probes(framework: str, device: str) -> dict[str, float]:
   big_wall, big_cpu = timed(big, 10 if device == "cpu" else 50)
   small_wall, small_cpu = timed(small, 50)
   flops = 2 * n**3
-  return {"matmul_flops_wall": flops / big_wall, "matmul_flops_cpu": flops / big_cpu,
+  if framework == "jax":
+    version = f"jax {jax.__version__}"
+  else:
+    import transformers
+
+    version = f"torch {torch.__version__}, transformers {transformers.__version__}"
+  return {"version": version, "matmul_flops_wall": flops / big_wall, "matmul_flops_cpu": flops / big_cpu,
           "small_op_s_wall": small_wall, "small_op_s_cpu": small_cpu}
 
 
@@ -262,7 +268,7 @@ def report(result: Result, ratio_name: str, ours: str = "ours") -> float | None:
   for name, h in r.health.items():
     print(f"    {name:14s} large matmul {h['matmul_flops_wall'] / 1e9:8.1f} GFLOP/s wall "
           f"{h['matmul_flops_cpu'] / 1e9:8.1f} per CPU-s; small op {1e6 * h['small_op_s_wall']:7.0f}"
-          f" us wall {1e6 * h['small_op_s_cpu']:7.0f} us CPU")
+          f" us wall {1e6 * h['small_op_s_cpu']:7.0f} us CPU ({h.get('version', '?')})")
   peak = r.peak()
   for name in r.times:
     wall, cpu = r.median(name, "wall"), r.median(name, "cpu")

@@ -22,6 +22,7 @@ import numpy as np
 from absl import app, flags
 
 from experiments.bench import versus
+from experiments.bench.hf_peer import hf_model, model_config
 
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "small"], "Model presets to compare.")
 _TINY_BATCH = flags.DEFINE_integer("tiny_batch", 16, "Rows per step for tiny.")
@@ -35,19 +36,6 @@ _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "Where both sides r
 _HF_EXPERTS = flags.DEFINE_enum("hf_experts", "eager", ["eager", "grouped_mm", "batched_mm"],
                                 "transformers' experts implementation.")
 _LR = 1e-4
-
-
-def model_config(preset: str, layers: int, device: str):
-  """The compared `ModelConfig`: float32 on CPU, bf16 compute on GPU; no remat."""
-  from composer_jax.model import config as model_config
-
-  dtype = "float32" if device == "cpu" else "bfloat16"
-  cfg = model_config.get_preset(preset).replace(dtype=dtype, param_dtype="float32",
-                                                remat_policy="none")
-  if layers:
-    cfg = cfg.replace(num_layers=layers,
-                      first_k_dense_replace=min(cfg.first_k_dense_replace, layers - 1))
-  return cfg
 
 
 def _tokens(cfg, batch: int, seq: int) -> np.ndarray:
@@ -97,17 +85,10 @@ def peer_train(preset: str, layers: int, batch: int, seq: int, device: str, expe
   import contextlib
 
   import torch
-  from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-
-  from composer_jax.hf import config_map
 
   cfg = model_config(preset, layers, device)
   dev = "cuda" if device == "gpu" else "cpu"
-  hf_cfg = DeepseekV3Config(**config_map.to_hf(cfg, torch_dtype="float32"))
-  hf_cfg._attn_implementation = "sdpa"
-  hf_cfg._experts_implementation = experts
-  torch.manual_seed(0)
-  model = DeepseekV3ForCausalLM(hf_cfg).float().to(dev).train()
+  model = hf_model(cfg, device, experts).train()
   opt = torch.optim.AdamW(model.parameters(), lr=_LR)
   ids = torch.from_numpy(_tokens(cfg, batch, seq).astype(np.int64)).to(dev)
   autocast = (lambda: torch.autocast("cuda", torch.bfloat16)) if dev == "cuda" else (

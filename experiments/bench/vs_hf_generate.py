@@ -19,7 +19,7 @@ import numpy as np
 from absl import app, flags
 
 from experiments.bench import versus
-from experiments.bench.vs_hf import model_config
+from experiments.bench.hf_peer import hf_model, model_config
 
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "small"], "Model presets to compare.")
 _BATCH = flags.DEFINE_integer("batch", 8, "Prompts (rows) per call.")
@@ -57,15 +57,9 @@ def ours_generate(preset: str, layers: int, batch: int, prompt: int, new: int):
 def peer_generate(preset: str, layers: int, batch: int, prompt: int, new: int):
   """A call sampling `new` tokens per row with transformers' `generate`."""
   import torch
-  from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-
-  from composer_jax.hf import config_map
 
   cfg = model_config(preset, layers, "cpu")
-  hf_cfg = DeepseekV3Config(**config_map.to_hf(cfg, torch_dtype="float32"))
-  hf_cfg._attn_implementation = "sdpa"
-  torch.manual_seed(0)
-  model = DeepseekV3ForCausalLM(hf_cfg).float().eval()
+  model = hf_model(cfg, "cpu").eval()
   ids = torch.from_numpy(_prompts(cfg, batch, prompt).astype(np.int64))
 
   @torch.inference_mode()
