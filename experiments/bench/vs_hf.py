@@ -44,6 +44,8 @@ def _tokens(cfg, batch: int, seq: int) -> np.ndarray:
 
 def ours_train(preset: str, layers: int, batch: int, seq: int, device: str):
   """A call running one jitted train step of ours and waiting for it (state kept)."""
+  import functools
+
   import jax
   import jax.numpy as jnp
   import optax
@@ -65,7 +67,7 @@ def ours_train(preset: str, layers: int, batch: int, seq: int, device: str):
                                              targets, mask)
     return ce
 
-  @jax.jit
+  @functools.partial(jax.jit, donate_argnums=(0, 1))
   def step(params, opt_state):
     loss, grads = jax.value_and_grad(loss_fn)(params)
     updates, opt_state = tx.update(grads, opt_state, params)

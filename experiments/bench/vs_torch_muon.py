@@ -5,8 +5,10 @@
 Both sides update the Muon parameters of a preset (every parameter whose logical axes
 give it two matrix axes; `composer_jax.model.axes.uses_muon`) from a fixed gradient:
 momentum 0.95 with Nesterov, 5 Newton–Schulz steps of the quintic (3.4445, -4.775,
-2.0315), float32, the update scaled to AdamW's RMS (ours 'consistent_rms', torch
-`adjust_lr_fn='match_rms_adamw'`: both 0.2 sqrt(max(fan_in, fan_out))), no weight decay.
+2.0315), float32 parameters and momentum; torch runs Newton–Schulz in bfloat16 (it casts
+the momentum to bfloat16), so ours does too by default (`--ns_precision`); the update
+scaled to AdamW's RMS (ours 'consistent_rms', torch `adjust_lr_fn='match_rms_adamw'`: both
+0.2 sqrt(max(fan_in, fan_out))), no weight decay. MFU's yardstick is the float32 matmul.
 Ours is one jitted `scale_by_muon` step over the model's own tree (same-shape matrices
 batched: per layer, per expert, per head); the peer gets each independent matrix as its
 own 2-D parameter, since `torch.optim.Muon` takes 2-D parameters only (it loops over
@@ -23,6 +25,8 @@ from experiments.bench import versus
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "wide"], "Model presets ('wide': see doc).")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (one step of each side per round).")
 _THREADS = flags.DEFINE_integer("threads", 1, "Intra-op threads per side (versus.py says why 1).")
+_NS_PRECISION = flags.DEFINE_enum("ns_precision", "bfloat16", ["float32", "mixed", "bfloat16"],
+                                  "Our Newton–Schulz precision (torch's is bfloat16).")
 _WIDE = dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
              q_lora_rank=128, kv_lora_rank=128, n_routed_experts=16, n_group=4, topk_group=2,
              num_layers=4)
@@ -52,7 +56,7 @@ def _is_names(x) -> bool:
   return isinstance(x, tuple) and all(isinstance(n, str) for n in x)
 
 
-def ours_step(preset: str):
+def ours_step(preset: str, ns_precision: str):
   """A call running one jitted Muon step of ours (state kept) and waiting for it."""
   import jax
   import optax
@@ -61,7 +65,8 @@ def ours_step(preset: str):
 
   params, axes = _matrices(preset)
   grads = jax.tree.map(lambda x: jax.random.normal(jax.random.key(1), x.shape, x.dtype), params)
-  tx = optax.chain(scale_by_muon(axes, scale_mode="consistent_rms"), optax.scale(-_LR))
+  tx = optax.chain(scale_by_muon(axes, scale_mode="consistent_rms",
+                                 ns_precision=ns_precision), optax.scale(-_LR))
 
   @jax.jit
   def step(params, state):
@@ -107,7 +112,7 @@ def main(argv):
     params, axes = _matrices(preset)
     sets = muon_cost.muon_matrices(axes, params)
     sides = [versus.Side("ours", "jax", "experiments.bench.vs_torch_muon:ours_step",
-                         {"preset": preset}),
+                         {"preset": preset, "ns_precision": _NS_PRECISION.value}),
              versus.Side("torch.optim.Muon", "torch", "experiments.bench.vs_torch_muon:peer_step",
                          {"preset": preset})]
     result = versus.compare(
@@ -115,7 +120,7 @@ def main(argv):
         flops_per_call=sum(m.count * muon_cost.ns_flops(m.fan_in, m.fan_out) for m in sets),
         items_per_call=sum(m.count for m in sets))
     print(f"{preset} ({len(params)} Muon parameters, {sum(m.count for m in sets)} matrices, "
-          "float32, momentum + 5 NS steps):")
+          f"momentum + 5 NS steps; NS in {_NS_PRECISION.value} (ours), bfloat16 (torch)):")
     versus.report(result, f"speedup_vs_torch_muon_{preset}")
 
 
