@@ -19,7 +19,7 @@ the checkpoints before it stay); a save that cannot be written (disk full, read-
 `CheckpointSaveError`, checked for free space before the write starts and re-raised from the
 async writer's thread without its traceback. Its message lists the checkpoints committed on
 disk (a step still being written, or left half-written as an `.orbax-checkpoint-tmp` directory,
-is not one; such leftovers are removed when the next run opens the workdir).
+is not one; such leftovers are removed by the next run in the workdir, before its first save).
 """
 
 from __future__ import annotations
@@ -169,7 +169,8 @@ class Checkpointer:
   def __init__(self, workdir: str, *, keep: int):
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
     # cleanup_tmp_directories: a save cut short (kill, full disk) leaves a temporary
-    # directory, not a step; it is removed when the next run opens the workdir.
+    # directory, not a step; the next run removes it (in the background, done before its
+    # first save).
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                            enable_async_checkpointing=True,
                                            cleanup_tmp_directories=True)

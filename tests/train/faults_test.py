@@ -181,15 +181,17 @@ def test_full_disk_message_names_only_committed_steps(in_flight, tmp_path, monke
 
 def test_half_written_save_is_no_step_and_is_removed(tmp_path):
   """A temporary directory left by a save cut short (kill -9, full disk) is not listed as
-  a checkpoint, and the next run opening the workdir removes it."""
-  ckpt, _ = _small_checkpoints(str(tmp_path))
+  a checkpoint, and the next run in the workdir removes it (before its first save)."""
+  ckpt, state = _small_checkpoints(str(tmp_path))
   ckpt.close()
   tmp = os.path.join(ckpt.directory, "3.orbax-checkpoint-tmp-1700000000000000")
   os.makedirs(os.path.join(tmp, "state"))
   reopened = checkpointing.Checkpointer(str(tmp_path), keep=3)
   assert reopened.committed_steps() == [1, 2] and reopened.all_steps() == [1, 2]
-  assert not os.path.exists(tmp)
+  reopened.save(3, state, iter(grain.MapDataset.range(8).to_iter_dataset()), get_preset("tiny"),
+                {})
   reopened.close()
+  assert not os.path.exists(tmp) and reopened.committed_steps() == [1, 2, 3]
 
 
 class _Diverging:
