@@ -1,23 +1,25 @@
-"""Messages -> token ids, per-token role, trainable mask and turn, as Kimi K2's template.
+"""Messages -> token ids, per-token role, trainable mask and turn, as Kimi K2.5's template.
 
 The released template (third_party/README.md) is rebuilt piece by piece: special tokens
-by id, text between them with the tokenizer's ordinary encoding. Because tiktoken splits
-text at special tokens before BPE, this equals tokenizing the template's string with
-special tokens allowed (tests/chat/golden_test.py checks it token for token), with one
-deliberate difference: special-token names inside message text stay plain text, so a user
-or tool output cannot forge a turn boundary.
+by id (the think tags `<think>` and `</think>` too: single tokens in K2.5's tokenizer), text
+between them with the tokenizer's ordinary encoding. Because tiktoken splits text at special
+tokens before BPE, this equals tokenizing the template's string with special tokens allowed
+(tests/chat/golden_test.py checks it token for token), with one deliberate difference:
+special-token names inside message text stay plain text, so a user or tool output cannot
+forge a turn boundary. K2.5 over K2: tools are declared in TypeScript style (`tools_ts.py`),
+and the generation prompt pre-fills `<think>` (thinking) or `<think></think>` (instant).
 
 Trainable tokens are what the policy writes: an assistant message's body (think, content,
 tool-call tokens) and its closing <|im_end|>; role headers, prompts and tool results are not.
 """
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from composer_jax.chat.messages import Message
+from composer_jax.chat.tools_ts import tools_ts
 
 # Per-token role codes (`Rendered.roles`); "tool_declare" is the tool-declaration turn.
 ROLES = ("system", "user", "assistant", "tool", "tool_declare")
@@ -94,15 +96,13 @@ def render_prefix(tokenizer, tools: Sequence[Mapping] | None = None,
                   add_default_system: bool = True) -> Rendered:
   """The tool-declaration turn (if `tools`) and, if asked, the default system turn.
 
-  Tools are written as compact JSON (separators ',' ':', keys in the given order, non-ASCII
-  kept), as the released template's `tools | tojson(separators=(',', ':'))` under
-  Hugging Face's renderer. (K2.5's template prefers a TypeScript-style declaration,
-  `tools_ts_str`, when the caller supplies one; this JSON is its fallback.)
+  Tools are written as K2.5's tokenizer writes them (`tools_ts_str`, `tools_ts.tools_ts`):
+  TypeScript-style declarations of the key-sorted tools.
   """
   b = _Builder(tokenizer)
   if tools:
     b.header("<|im_system|>", "tool_declare", "tool_declare")
-    b.text(json.dumps(list(tools), separators=(",", ":"), ensure_ascii=False), "tool_declare")
+    b.text(tools_ts(tools), "tool_declare")
     b.special("<|im_end|>", "tool_declare")
   if add_default_system:
     b.header("<|im_system|>", "system", "system")
@@ -120,13 +120,16 @@ def render_message(tokenizer, message: Message, turn: int = NO_TURN,
     message: the message.
     turn: the index written in `Rendered.turns` for its tokens.
     keep_think: write the assistant's reasoning; the template drops it (empty
-      `<think></think>`) for assistant messages up to the last one without tool calls.
+      `<think></think>`) for assistant messages up to the last one without tool calls, and
+      for every message in instant mode.
   """
   b, role = _Builder(tokenizer), message.role
   b.header(_ROLE_TOKEN.get(role, "<|im_system|>"), message.name or role, role, turn)
   if role == "assistant":
-    think = message.think if keep_think else ""
-    b.text(f"<think>{think}</think>{message.content}", role, True, turn)
+    b.special("<think>", role, True, turn)
+    b.text(message.think if keep_think else "", role, True, turn)
+    b.special("</think>", role, True, turn)
+    b.text(message.content, role, True, turn)
     if message.tool_calls:
       b.special("<|tool_calls_section_begin|>", role, True, turn)
       for call in message.tool_calls:
@@ -144,37 +147,40 @@ def render_message(tokenizer, message: Message, turn: int = NO_TURN,
   return b.build()
 
 
-def render_generation_prompt(tokenizer, thinking: bool | None = None) -> Rendered:
-  """`<|im_assistant|>assistant<|im_middle|>`, the prompt the policy continues.
+def prefill(thinking: bool = True) -> str:
+  """The text K2.5's generation prompt pre-fills: `<think>` (thinking) or `<think></think>`
+  (instant). Prepend it to the sampled text before `parse_assistant`."""
+  return "<think>" if thinking else "<think></think>"
 
-  Args:
-    thinking: None writes the K2 template's prompt as released (the model opens `<think>`
-      itself); True pre-fills `<think>` and False `<think></think>`, K2.5's thinking and
-      instant modes. With a pre-fill, prepend it to the sampled text before `parse_assistant`.
-  """
+
+def render_generation_prompt(tokenizer, thinking: bool = True) -> Rendered:
+  """`<|im_assistant|>assistant<|im_middle|>` + `prefill(thinking)`, the prompt the policy
+  continues: K2.5's thinking (True, its default) or instant (False) mode."""
   b = _Builder(tokenizer)
   b.header("<|im_assistant|>", "assistant", "assistant")
-  if thinking is not None:
-    b.text("<think>" if thinking else "<think></think>", "assistant")
+  b.special("<think>", "assistant")
+  if not thinking:
+    b.special("</think>", "assistant")
   return b.build()
 
 
 def render_conversation(tokenizer, messages: Sequence[Message],
                         tools: Sequence[Mapping] | None = None,
                         add_generation_prompt: bool = False,
-                        thinking: bool | None = None) -> Rendered:
-  """A whole conversation, as Kimi K2's chat template renders it.
+                        thinking: bool = True) -> Rendered:
+  """A whole conversation, as Kimi K2.5's chat template renders it.
 
   The default system message is added when the first message is not a system message.
   Reasoning is kept only after the last assistant message without tool calls (earlier
   turns get `<think></think>`), so an agent episode whose assistant turns all call tools
-  renders append-only: each turn's tokens never change as the episode grows.
+  renders append-only: each turn's tokens never change as the episode grows. `thinking=False`
+  (instant mode) drops every turn's reasoning and pre-fills `<think></think>`.
   """
   last_final = max((i for i, m in enumerate(messages)
                     if m.role == "assistant" and not m.tool_calls), default=-1)
   parts = [render_prefix(tokenizer, tools,
                          add_default_system=not messages or messages[0].role != "system")]
-  parts += [render_message(tokenizer, m, turn=i, keep_think=i > last_final)
+  parts += [render_message(tokenizer, m, turn=i, keep_think=thinking and i > last_final)
             for i, m in enumerate(messages)]
   if add_generation_prompt:
     parts.append(render_generation_prompt(tokenizer, thinking))

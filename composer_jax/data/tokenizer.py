@@ -2,12 +2,12 @@
 
 Both expose the same small interface: `encode(str) -> list[int]`, `decode(ids) -> str`,
 `encode_documents(list[bytes]) -> list[np.ndarray]` (the fast batched path the corpus uses),
-`vocab_size`, `bos_id`, `eos_id`, `pad_id`. A tiktoken file's special tokens follow Kimi K2's
+`vocab_size`, `bos_id`, `eos_id`, `pad_id`. A tiktoken file's special tokens follow Kimi K2.5's
 released table (`KIMI_SPECIAL_TOKENS`, the `added_tokens_decoder` of its
 `tokenizer_config.json`; see third_party/README.md): 256 ids right after the base vocabulary,
 named ones at their published offsets, the rest `<|reserved_token_ID|>`, so
-`vocab_size = base + 256`. For Kimi K2's `tiktoken.model` (163,584 ranks) that is [BOS] 163584,
-[EOS] 163585, <|im_end|> 163586, [PAD] 163839 and vocab 163,840, as released.
+`vocab_size = base + 256`. For Kimi's `tiktoken.model` (163,584 ranks) that is [BOS] 163584,
+[EOS] 163585, <|im_end|> 163586, <think> 163606, [PAD] 163839 and vocab 163,840, as released.
 """
 
 import base64
@@ -44,15 +44,17 @@ KIMI_PATTERN = "|".join(
 )
 
 
-# Kimi K2's special tokens, as offsets from the base vocabulary (163,584 ranks): its
-# tokenizer_config.json `added_tokens_decoder` (ids 163584 + offset). Offsets missing here
-# are `<|reserved_token_ID|>` (tokenization_kimi.py), up to NUM_SPECIAL_TOKENS.
+# Kimi K2.5's special tokens, as offsets from the base vocabulary (163,584 ranks): its
+# tokenizer_config.json `added_tokens_decoder` (ids 163584 + offset; K2's table plus the media
+# tokens and the single-token think tags). Offsets missing here are `<|reserved_token_ID|>`
+# (tokenization_kimi.py), up to NUM_SPECIAL_TOKENS.
 KIMI_SPECIAL_TOKENS = {
     0: "[BOS]", 1: "[EOS]", 2: "<|im_end|>", 3: "<|im_user|>", 4: "<|im_assistant|>",
     6: "<|start_header_id|>", 7: "<|end_header_id|>", 9: "[EOT]", 10: "<|im_system|>",
     11: "<|tool_calls_section_begin|>", 12: "<|tool_calls_section_end|>",
     13: "<|tool_call_begin|>", 14: "<|tool_call_argument_begin|>", 15: "<|tool_call_end|>",
-    17: "<|im_middle|>", 254: "[UNK]", 255: "[PAD]",
+    17: "<|im_middle|>", 18: "<|media_begin|>", 19: "<|media_content|>", 20: "<|media_end|>",
+    21: "<|media_pad|>", 22: "<think>", 23: "</think>", 254: "[UNK]", 255: "[PAD]",
 }
 NUM_SPECIAL_TOKENS = 256
 

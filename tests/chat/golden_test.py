@@ -1,12 +1,15 @@
-"""Our rendering equals the released Kimi K2 chat template rendered by jinja2, token for token.
+"""Our rendering equals the released Kimi K2.5 chat format rendered by jinja2, token for token.
 
 The template is the released Kimi-K2-Thinking `chat_template.jinja` (stored verbatim in
-tests/chat/data, source and licence in third_party/README.md). Its tool declaration line is
-updated to the released revision's compact JSON (one substitution, checked to hit once).
-jinja2 runs it the way Hugging Face's `apply_chat_template` does (trim_blocks, lstrip_blocks,
-loop controls, a `tojson` that keeps key order and non-ASCII); the string is then tokenized
-by tiktoken itself with special tokens allowed: an independent path from our piecewise
-rendering.
+tests/chat/data, source and licence in third_party/README.md) with K2.5's three changes
+substituted (`K25_CHANGES`, each checked to hit once; K2.5's template text as released): the
+tool declaration is the tokenizer's `tools_ts_str` (TypeScript style), `thinking=false` drops
+the reasoning of the last turns, and the generation prompt pre-fills `<think>` (or
+`<think></think>`). `tools_ts_str` is the released encoder's own output (kimi_k25_tools_ts.json,
+see tools_ts_test.py), not ours. jinja2 runs the template the way Hugging Face's
+`apply_chat_template` does (trim_blocks, lstrip_blocks, loop controls); the string is then
+tokenized by tiktoken itself with K2.5's special tokens allowed (so `<think>` is one token):
+an independent path from our piecewise rendering.
 """
 
 import json
@@ -20,26 +23,41 @@ import pytest
 import tiktoken
 import tiktoken.load
 
-from composer_jax.chat import Message, ToolCall, function_tool, render_conversation
+from composer_jax.chat import Message, ToolCall, render_conversation
 from composer_jax.chat import render as render_lib
 from composer_jax.data import tokenizer as tok_lib
 
-TEMPLATE_PATH = os.path.join(os.path.dirname(__file__), "data",
-                             "kimi_k2_thinking_chat_template.jinja")
-# moonshotai/Kimi-K2-Thinking at revision 6126819 writes tools as compact JSON.
-_STORED_TOOLS = "{{ tools | tojson() }}"
-_RELEASED_TOOLS = "{{ tools | tojson(separators=(',', ':')) }}"
+DATA = os.path.join(os.path.dirname(__file__), "data")
+TEMPLATE_PATH = os.path.join(DATA, "kimi_k2_thinking_chat_template.jinja")
+K25_CHANGES = {
+  "{{ tools | tojson() }}":
+    "{%- if tools_ts_str -%}{{ tools_ts_str }}{%- else -%}"
+    "{{ tools | tojson(separators=(',', ':')) }}{%- endif -%}",
+  "{%- set rc = message.get('reasoning_content', '') -%}\n    <think>{{rc}}</think>"
+  "{{render_content(message)}}":
+    "{%- if thinking is defined and thinking is false -%}<think></think>"
+    "{{render_content(message)}}{%- else -%}{%- set rc = message.get('reasoning_content', '') -%}"
+    "<think>{{rc}}</think>{{render_content(message)}}{%- endif -%}",
+  "<|im_assistant|>assistant<|im_middle|>\n{%- endif -%}":
+    "<|im_assistant|>assistant<|im_middle|>{%- if thinking is defined and thinking is false -%}"
+    "<think></think>{%- else -%}<think>{%- endif -%}\n{%- endif -%}",
+}
+# Tool lists and the released encoder's `tools_ts_str` of each (tools_ts_test.py).
+RELEASED_TS = {c["name"]: c for c in json.load(open(os.path.join(DATA,
+                                                                   "kimi_k25_tools_ts.json")))["cases"]}
 
 
 def _template() -> jinja2.Template:
   source = open(TEMPLATE_PATH).read()
-  assert source.count(_STORED_TOOLS) == 1
+  for old, new in K25_CHANGES.items():
+    assert source.count(old) == 1, old
+    source = source.replace(old, new)
   env = jinja2.sandbox.ImmutableSandboxedEnvironment(
     trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
   env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, \
       sort_keys=False: json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
                                   separators=separators, sort_keys=sort_keys)
-  return env.from_string(source.replace(_STORED_TOOLS, _RELEASED_TOOLS))
+  return env.from_string(source)
 
 
 def openai_messages(messages):
@@ -61,15 +79,8 @@ def openai_messages(messages):
   return out
 
 
-TOOLS = [
-  function_tool("read_file", "Read lines of a file.",
-                {"type": "object", "properties": {"path": {"type": "string"},
-                                                  "start": {"type": "integer"}},
-                 "required": ["path"]}),
-  function_tool("edit", "Replace exact text — once.",
-                {"type": "object", "properties": {"old": {"type": "string"},
-                                                  "new": {"type": "string"}}}),
-]
+TOOLS = RELEASED_TS["coding_agent_tools"]["tools"]
+RICH_TOOLS = RELEASED_TS["json_schema_features"]["tools"]
 READ = ToolCall("read_file", '{"path": "pkg/core.py", "start": 10}', 0)
 EDIT = ToolCall("edit", '{"old":"return  x\\n","new":"return x + 1\\n"}', 1)
 AGENT = [
@@ -87,12 +98,14 @@ AGENT = [
           tool_calls=(ToolCall("run", '{"cmd": "pytest -q", "note": "été"}', 3),)),
   Message("tool", "1 passed\n\n", tool_call_id="functions.run:3"),
 ]
+# name: (messages, tools, add_generation_prompt, thinking)
 CONVERSATIONS = {
-  "agent_with_tools": (AGENT, TOOLS, True),
-  "agent_no_prompt": (AGENT, TOOLS, False),
+  "agent_with_tools": (AGENT, TOOLS, True, True),
+  "agent_instant": (AGENT, TOOLS, True, False),
+  "agent_no_prompt": (AGENT, TOOLS, False, True),
   "default_system": ([Message("user", "hi  there\n\n"), Message("assistant", "Hello!", "t")],
-                     None, False),
-  "single_user": ([Message("user", "    indented\n\tcode")], None, True),
+                     None, False, True),
+  "single_user": ([Message("user", "    indented\n\tcode")], None, True, True),
   # Regex-boundary cases: CRLF, trailing blanks, Han runs, long numbers, contractions, a think
   # ending in a newline, content starting with spaces, non-ASCII JSON, a named user.
   "tricky_text": ([
@@ -102,22 +115,30 @@ CONVERSATIONS = {
             tool_calls=(ToolCall("search", '{"pattern": "载入", "max": 10000}', 7),)),
     Message("tool", "", tool_call_id="functions.search:7"),
     Message("assistant", "", think="\n"),
-  ], TOOLS[:1], True),
-  "empty": ([], TOOLS, True),
+  ], RICH_TOOLS, True, True),
+  "tricky_instant": ([Message("user", "hi"), Message("assistant", "", think="plan\n",
+                      tool_calls=(ToolCall("search", '{"pattern": "x"}', 0),))],
+                     RICH_TOOLS, True, False),
+  "empty": ([], TOOLS, True, True),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CONVERSATIONS))
 def test_rendering_equals_the_released_template(bpe_path, name):
-  messages, tools, prompt = CONVERSATIONS[name]
+  messages, tools, prompt, thinking = CONVERSATIONS[name]
   tok = tok_lib.TiktokenTokenizer(bpe_path)
-  text = _template().render(messages=openai_messages(messages), tools=tools,
-                            add_generation_prompt=prompt)
+  ts = next((c["expected"] for c in RELEASED_TS.values() if c["tools"] == tools), None)
+  text = _template().render(messages=openai_messages(messages), tools=tools, tools_ts_str=ts,
+                            add_generation_prompt=prompt, thinking=thinking)
   reference = tiktoken.Encoding(
     "ref", pat_str=tok_lib.KIMI_PATTERN, mergeable_ranks=tiktoken.load.load_tiktoken_bpe(bpe_path),
     special_tokens=tok.special_tokens).encode(text, allowed_special="all")
-  ours = render_conversation(tok, messages, tools, add_generation_prompt=prompt)
+  ours = render_conversation(tok, messages, tools, add_generation_prompt=prompt,
+                             thinking=thinking)
   assert ours.ids.tolist() == reference
+  # K2.5's think tags are single tokens.
+  think = tok.special_tokens["<think>"]
+  assert reference.count(think) == text.count("<think>") > 0
   assert tok.decode(ours.ids) == text
   # The BPE merges fire (not a byte-per-token coincidence).
   assert len(reference) < len(text.encode()) - 40
@@ -127,11 +148,16 @@ def test_jinja_environment_matches_hugging_face(bpe_path):
   """Our jinja2 set-up renders the template exactly as transformers' apply_chat_template."""
   from transformers.utils.chat_template_utils import render_jinja_template
 
-  source = open(TEMPLATE_PATH).read().replace(_STORED_TOOLS, _RELEASED_TOOLS)
-  messages = openai_messages(AGENT)
-  (hf,), _ = render_jinja_template([messages], tools=TOOLS, chat_template=source,
-                                   add_generation_prompt=True)
-  assert hf == _template().render(messages=messages, tools=TOOLS, add_generation_prompt=True)
+  source = open(TEMPLATE_PATH).read()
+  for old, new in K25_CHANGES.items():
+    source = source.replace(old, new)
+  messages, ts = openai_messages(AGENT), RELEASED_TS["coding_agent_tools"]["expected"]
+  for thinking in (True, False):
+    (hf,), _ = render_jinja_template([messages], tools=TOOLS, chat_template=source,
+                                     add_generation_prompt=True, tools_ts_str=ts,
+                                     thinking=thinking)
+    assert hf == _template().render(messages=messages, tools=TOOLS, add_generation_prompt=True,
+                                    tools_ts_str=ts, thinking=thinking)
 
 
 def test_think_kept_only_after_the_last_final_answer(chat_tokenizer):

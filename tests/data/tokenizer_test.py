@@ -1,6 +1,8 @@
 """Tokenizers against hand-computed ids."""
 
+import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,20 +43,16 @@ def test_tiktoken_file_encodes_by_hand(tmp_path, write_tiktoken, text, expected)
 
 
 def test_kimi_special_token_ids(tmp_path, write_tiktoken, monkeypatch):
-  """A tiktoken file of Kimi K2's size (163,584 ranks) gets the ids of the released
-  tokenizer_config.json (`added_tokens_decoder`), hand-copied here."""
+  """A tiktoken file of Kimi's size (163,584 ranks) gets the ids of the released K2.5
+  tokenizer_config.json (`added_tokens_decoder`, stored in kimi_k25_added_tokens.json)."""
   # The ranks' content is irrelevant to the ids: a small file, then a 163,584-rank count.
   real = tok_lib._read_ranks
   monkeypatch.setattr(tok_lib, "_read_ranks",
                       lambda p: {**real(p), **{f"t{i}".encode(): i for i in range(256, 163584)}})
   tok = tok_lib.TiktokenTokenizer(write_tiktoken(tmp_path / "tiktoken.model", {}))
-  published = {"[BOS]": 163584, "[EOS]": 163585, "<|im_end|>": 163586, "<|im_user|>": 163587,
-               "<|im_assistant|>": 163588, "<|start_header_id|>": 163590,
-               "<|end_header_id|>": 163591, "[EOT]": 163593, "<|im_system|>": 163594,
-               "<|tool_calls_section_begin|>": 163595, "<|tool_calls_section_end|>": 163596,
-               "<|tool_call_begin|>": 163597, "<|tool_call_argument_begin|>": 163598,
-               "<|tool_call_end|>": 163599, "<|im_middle|>": 163601, "[UNK]": 163838,
-               "[PAD]": 163839}
+  released = json.loads((Path(__file__).parent / "kimi_k25_added_tokens.json").read_text())
+  published = {name: int(i) for i, name in released["added_tokens_decoder"].items()}
+  assert published["<think>"] == 163606 and len(published) == 23
   assert {k: tok.special_tokens[k] for k in published} == published
   assert tok.special_tokens["<|reserved_token_163589|>"] == 163589
   assert len(tok.special_tokens) == 256

@@ -1,15 +1,16 @@
-"""`CodingEnv`: coding-task episodes as an RL environment (`rl.env.Env`), Kimi K2 chat format.
+"""`CodingEnv`: coding-task episodes as an RL environment (`rl.env.Env`), Kimi K2.5 chat format.
 
 Episode, token-in/token-out (`composer_jax.chat`; `<|gen|>` = the generation prompt
-`<|im_assistant|>assistant<|im_middle|>`):
+`<|im_assistant|>assistant<|im_middle|><think>`, K2.5's thinking pre-fill; in instant mode,
+`thinking=False`, `<|im_assistant|>assistant<|im_middle|><think></think>`):
 
-    env    [tool_declare: tool schemas][system: SYSTEM][user: task statement]<|gen|>
-    model  <think>...</think>text<|tool_calls_section_begin|>...calls...<|tool_calls_section_end|><|im_end|>
+    env    [tool_declare: tool declarations][system: SYSTEM][user: task statement]<|gen|>
+    model  ...</think>text<|tool_calls_section_begin|>...calls...<|tool_calls_section_end|><|im_end|>
     env    [tool: ## Return of functions.NAME:IDX + observation] per call ...<|gen|>
     ...
 
-A model turn stops at `<|im_end|>`. Its text is parsed (`chat.parse_assistant`, never
-raises); the calls go to the harness (`agent_tools.Session`, through `agent_episode.act`) and
+A model turn stops at `<|im_end|>`. Its text, after the pre-fill, is parsed
+(`chat.parse_assistant`, never raises); the calls go to the harness (`agent_tools.Session`, through `agent_episode.act`) and
 each observation comes back as a tool message; a turn that does not parse gets a system
 message with the parse error and runs no call. The episode ends at `submit`, at a turn without
 calls, or when a budget runs out (turns, wall time, or tokens: the history plus the next turn's
@@ -101,6 +102,7 @@ class CodingEnv:
     harder: task -> harder variants (e.g. `generator.Generator.harder`), for the curriculum.
     max_hint_tokens: the longest hint (`hint`): longer texts are cut, so a teacher row is at
       most the history + max_hint_tokens + the turn.
+    thinking: K2.5's thinking mode (the turn opens with reasoning) or, False, instant mode.
   """
 
   def __init__(
@@ -120,6 +122,7 @@ class CodingEnv:
     curriculum: dict | None = None,
     harder: Callable[[Task], list[Task]] | None = None,
     max_hint_tokens: int = 512,
+    thinking: bool = True,
   ):
     if not tasks:
       raise ValueError("CodingEnv needs at least one task")
@@ -132,7 +135,8 @@ class CodingEnv:
     self.prefix = chat.render_conversation(
       tokenizer, [chat.Message("system", system)], tools=declared
     ).ids.tolist()
-    self.gen = chat.render_generation_prompt(tokenizer).ids.tolist()
+    self.gen = chat.render_generation_prompt(tokenizer, thinking).ids.tolist()
+    self.prefill = chat.prefill(thinking)
     self.stop_ids = (tokenizer.special_tokens["<|im_end|>"],)
     self.pad_id = tokenizer.pad_id
     self.max_turn_tokens = max_turn_tokens
@@ -214,7 +218,7 @@ class CodingEnv:
     if state.done:
       raise ValueError("step() on a finished episode")
     text = self.tokenizer.decode([int(t) for t in tokens])
-    parsed = chat.parse_assistant(text)
+    parsed = chat.parse_assistant(self.prefill + text)
     calls = [agent_episode.Call(c.name, c.arguments) for c in parsed.tool_calls]
     index = 1 + 2 * len(state.records)  # first turn 0, then model / reply alternate
     state.records.append(TurnRecord(index, len(tokens), text, parsed.error, calls))

@@ -1,8 +1,8 @@
-"""Scripted coding agents: fixed model turns in the Kimi K2 format, played through `CodingEnv`
+"""Scripted coding agents: fixed model turns in the Kimi K2.5 format, played through `CodingEnv`
 and `rl.episodes.run_episodes` (tests, the episode benchmark, format warm-up data).
 
   oracle_calls(task)   the gold patch as harness calls (`edit` per changed block, `write_file`)
-  turn_ids(tok, calls) the tokens a policy writes for one assistant turn
+  turn_ids(tok, calls) the tokens a policy writes for one assistant turn (after the pre-fill)
   scripted_policy      an `rl.episodes` policy that plays fixed turns, one per round
   play(env, tasks, scripts)  the episodes
 """
@@ -25,14 +25,17 @@ def call(name: str, **arguments) -> tuple[str, str]:
   return name, json.dumps(arguments)
 
 
-def turn_ids(tokenizer, calls=(), content: str = "", raw: str | None = None) -> list[int]:
-  """The tokens a policy writes for one assistant turn: `calls` [(name, raw JSON)] rendered in
-  Kimi's format, or `raw` text (e.g. a malformed call) followed by <|im_end|>."""
+def turn_ids(tokenizer, calls=(), content: str = "", raw: str | None = None,
+             thinking: bool = True, think: str = "") -> list[int]:
+  """The tokens a policy writes for one assistant turn after the generation prompt's pre-fill
+  (`chat.prefill(thinking)`): `calls` [(name, raw JSON)] rendered in Kimi's format, or `raw`
+  text (e.g. a malformed call) followed by <|im_end|>."""
   if raw is not None:
     return tokenizer.encode(raw) + [tokenizer.special_tokens["<|im_end|>"]]
   tool_calls = [chat.ToolCall(n, a, i) for i, (n, a) in enumerate(calls)]
-  r = chat.render_message(tokenizer, chat.Message("assistant", content, tool_calls=tool_calls))
-  return r.ids[r.trainable].tolist()
+  message = chat.Message("assistant", content, think if thinking else "", tool_calls)
+  r = chat.render_message(tokenizer, message)
+  return r.ids[r.trainable].tolist()[1 if thinking else 2:]  # <think> (</think>): the pre-fill
 
 
 def scripted_policy(scripts: list[list[list[int]]], pad_id: int):

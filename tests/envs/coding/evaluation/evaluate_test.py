@@ -73,8 +73,8 @@ def test_eval_cli_writes_json_csv_png(mini_gen, random_checkpoint, tmp_path, cap
     column = [float(r[name] == "True") if r[name] in ("True", "False") else float(r[name])
               for r in rows]
     assert report["summary"][f"{name}_per_episode"] == pytest.approx(np.mean(column))
-  # Every episode ran to an end through the harness: the prompt alone is > 2000 tokens.
-  assert all(r["end"] and int(r["tokens"]) > 2000 and 1 <= int(r["turns"]) <= 2 for r in rows)
+  # Every episode ran to an end through the harness: the prompt alone is > 1500 tokens.
+  assert all(r["end"] and int(r["tokens"]) > 1500 and 1 <= int(r["turns"]) <= 2 for r in rows)
   assert report["meta"]["split_projects"] == ["minipkg-1.0"]
   printed = json.loads(capsys.readouterr().out)
   assert printed["files"]["png"] == str(out / "eval.png")
