@@ -63,6 +63,11 @@ def _args(argv):
   p.add_argument("--batch", type=int, default=8, help="episodes per policy call")
   p.add_argument("--workers", type=int, default=1, help="processes running tools and grading")
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--instant", action="store_true",
+                 help="K2.5's instant mode (<think></think> pre-filled), as in the policy's training")
+  p.add_argument("--system", default="", help="system message (default: the agent's)")
+  p.add_argument("--statement", choices=("full", "compact"), default="full",
+                 help="user message: the problem statement or its code block (as in training)")
   return p.parse_args(argv)
 
 
@@ -125,7 +130,7 @@ def main(argv=None) -> int:
     cfg = evaluate.EvalConfig(
       k=args.k, samples=args.samples, temperature=args.temperature, top_p=args.top_p,
       max_turn_tokens=args.max_turn_tokens, batch=args.batch, seed=args.seed,
-      tools=tools,
+      tools=tools, thinking=not args.instant, system=args.system, statement=args.statement,
       budget=agent_tools.Budget(max_turns=args.max_turns, max_tokens=args.max_tokens))
     report = evaluate.evaluate(tasks, model_cfg, variables, tokenizer, cfg, args.workers)
   except (OSError, ValueError, sandbox.SandboxUnavailable) as e:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -46,6 +47,8 @@ from composer_jax.envs.coding.task import Task
 from composer_jax.envs.coding.tasks import curriculum as curriculum_lib
 from composer_jax.rl import feedback as feedback_lib
 
+STATEMENTS = ("full", "compact")
+_CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 SYSTEM = (
   "You are a coding agent. The repository is checked out at /ws. Use the tools to read, "
   "search, edit and run it; call submit when the task is done."
@@ -103,6 +106,9 @@ class CodingEnv:
     max_hint_tokens: the longest hint (`hint`): longer texts are cut, so a teacher row is at
       most the history + max_hint_tokens + the turn.
     thinking: K2.5's thinking mode (the turn opens with reasoning) or, False, instant mode.
+    statement: the user message: 'full' (the task's problem statement) or 'compact' (only its
+      code block, e.g. a deleted function's signature, docstring and path: short prompts for
+      small models; the full text when it has none).
   """
 
   def __init__(
@@ -123,7 +129,11 @@ class CodingEnv:
     harder: Callable[[Task], list[Task]] | None = None,
     max_hint_tokens: int = 512,
     thinking: bool = True,
+    statement: str = "full",
   ):
+    if statement not in STATEMENTS:
+      raise ValueError(f"statement={statement!r}; valid: {STATEMENTS}")
+    self.statement = statement
     if not tasks:
       raise ValueError("CodingEnv needs at least one task")
     self.tasks = {t.id: t for t in tasks}
@@ -201,7 +211,10 @@ class CodingEnv:
   # -- episodes ------------------------------------------------------------------------------
   def prompt(self, task: Task) -> list[int]:
     """The episode's first prompt: tool declarations, system, task statement, `<|gen|>`."""
-    user = chat.render_message(self.tokenizer, chat.Message("user", task.problem_statement))
+    text = task.problem_statement
+    if self.statement == "compact" and (block := _CODE_BLOCK.search(text)):
+      text = block.group(1).rstrip()
+    user = chat.render_message(self.tokenizer, chat.Message("user", text))
     return self.prefix + user.ids.tolist() + self.gen
 
   def prompt_tokens(self, task: Task) -> int:

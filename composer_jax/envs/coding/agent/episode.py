@@ -24,7 +24,7 @@ from composer_jax.envs.coding.sandbox import grader
 @dataclasses.dataclass
 class Call:
   """One tool call and what came of it. `change` = (path, text before, text after) for a
-  successful edit / write_file (None before: a new file)."""
+  successful edit / write_file / append (None before: a new file)."""
 
   name: str
   arguments: str
@@ -68,7 +68,7 @@ def act(job: Job) -> Outcome:
       rel = agent_tools.rel_path(_path_arg(call.arguments))
       before = s.files.get(rel) if rel else None
       call.observation = s.call(call.name, call.arguments, job.turn)
-      if call.name in ("edit", "write_file") and not call.observation.error and rel:
+      if call.name in ("edit", "write_file", "append") and not call.observation.error and rel:
         decode = lambda b: b.decode("utf-8", "replace")
         call.change = (rel, decode(before) if before is not None else None, decode(s.files[rel]))
       if s.submitted:

@@ -1,4 +1,5 @@
-"""The coding agent's tools over a task's workspace: list, read, search, edit, write, run, submit.
+"""The coding agent's tools over a task's workspace: list, read, search, edit, write, append, run,
+submit.
 
 A `Session` holds one episode's workspace in memory (path -> bytes, the task's visible files
 and its single-commit .git) and applies tool calls given as (name, raw JSON arguments), the
@@ -127,6 +128,9 @@ TOOLS = (
     {"path": _STR, "content": _STR},
     ("path", "content"),
   ),
+  # Short arguments for small models: a new function is appended, with no text to match.
+  _fn("append", "Append code to the end of a file.", {"path": _STR, "code": _STR},
+      ("path", "code")),
   _fn(
     "run",
     "Run a shell command in a throwaway copy of the workspace (file changes are not kept), "
@@ -268,6 +272,16 @@ class Session:
       return Observation(f"error: old_text found {n} times in {rel}; it must match once", kind)
     self.files[rel] = text.replace(old_text, new_text, 1).encode()
     return Observation(f"edited {rel}")
+
+  def _append(self, turn, path, code):
+    rel, bad = self._path(turn, path, "write")
+    if bad:
+      return bad
+    if rel not in self.files:
+      return Observation(f"error: no file {path!r}", "not_found")
+    text = self.files[rel].decode("utf-8", "replace").rstrip("\n")
+    self.files[rel] = f"{text}\n\n\n{code.strip(chr(10))}\n".lstrip("\n").encode()
+    return Observation(f"appended to {rel}")
 
   def _write_file(self, turn, path, content):
     rel, bad = self._path(turn, path, "write")

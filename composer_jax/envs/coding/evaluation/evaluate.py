@@ -69,6 +69,9 @@ class EvalConfig:
   tools: tuple[str, ...] = agent_tools.TOOL_NAMES  # offered to the policy (as in its training)
   batch: int = 8  # episodes played in lockstep per policy call
   seed: int = 0
+  thinking: bool = True  # K2.5's thinking mode, or instant (as in the policy's training)
+  system: str = ""  # the system message ('' = agent_env.SYSTEM)
+  statement: str = "full"  # the user message (agent_env.STATEMENTS), as in training
 
   @property
   def n(self) -> int:
@@ -130,7 +133,9 @@ def play(tasks: Sequence[Task], policy, tokenizer, cfg: EvalConfig, workers: int
   if not tasks:
     raise ValueError("no tasks to evaluate")
   env = agent_env.CodingEnv(tasks, tokenizer, budget=cfg.budget, tools=cfg.tools,
-                            max_turn_tokens=cfg.max_turn_tokens, workers=workers)
+                            max_turn_tokens=cfg.max_turn_tokens, workers=workers,
+                            thinking=cfg.thinking, system=cfg.system or agent_env.SYSTEM,
+                            statement=cfg.statement)
   jobs = [(t, s) for t in tasks for s in range(cfg.n)]
   key, rows = jax.random.key(cfg.seed), []
   with env:
