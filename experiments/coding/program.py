@@ -32,6 +32,7 @@ from composer_jax.envs.coding.tasks import generator, make_tasks, sources, split
 from composer_jax.rl import run as rl_run
 from composer_jax.rl import train as rl_train
 from composer_jax.train import init_from, loop
+from experiments.coding import warmup
 
 
 def load_tokenizer(config, workdir: str):
@@ -106,9 +107,9 @@ def harder_variants(config, workdir: str):
   return gen.harder
 
 
-def make_env(config, workdir: str) -> agent_env.CodingEnv:
-  """The env over the training split; token lengths left at 0 in `config.rl` are derived from
-  its tasks first, and all of them checked (`fit_lengths`)."""
+def make_env(config, workdir: str, tasks=None) -> agent_env.CodingEnv:
+  """The env over the training split (or over `tasks`); token lengths left at 0 in
+  `config.rl` are derived from its tasks first, and all of them checked (`fit_lengths`)."""
   e, r = config.env, config.rl
   tok = load_tokenizer(config, workdir)
   vocab = loop.model_config(config).vocab_size
@@ -118,12 +119,13 @@ def make_env(config, workdir: str) -> agent_env.CodingEnv:
   if e.curriculum.min_rollouts:
     curriculum = {**e.curriculum.to_dict(), "max_active": e.curriculum.max_active or None}
   env = agent_env.CodingEnv(
-    train_split(config, load_tasks(e.tasks, e.workers)), tok,
+    tasks if tasks is not None else train_split(config, load_tasks(e.tasks, e.workers)), tok,
     budget=_budget(e, 1 << 30), tools=tuple(e.tools),  # rl.seq_len: fit_lengths
     max_turn_tokens=r.max_new_tokens, feedback_kinds=tuple(r.feedback_kinds),
     feedback_options=r.feedback_options.to_dict(), workers=e.workers, backend=e.backend,
     curriculum=curriculum, harder=harder_variants(config, workdir) if curriculum else None,
-    max_hint_tokens=e.max_hint_tokens,
+    max_hint_tokens=e.max_hint_tokens, thinking=e.thinking, statement=e.statement,
+    **({"system": e.system} if e.system else {}),
   )
   fit_lengths(config, env)
   env.budget = _budget(e, r.seq_len)
@@ -194,8 +196,14 @@ def initial_variables(config) -> dict:
 
 
 def run(config, workdir: str) -> list[dict]:
-  """RL on coding episodes in `workdir` (resumes from its newest checkpoint)."""
+  """The supervised warm-up (`warmup.steps` > 0: `experiments/coding/warmup.py`, in
+  `<workdir>/warmup`), then RL on coding episodes in `workdir`; both resume from their newest
+  checkpoints."""
   env = make_env(config, workdir)  # derives the token lengths left at 0 from the tasks
   rl_run.validate(config)
   with env:
-    return rl_run.run(config, workdir, env, initial_variables(config))
+    init = initial_variables(config) if config.train.init_from or not config.warmup.steps \
+        else None
+    if config.warmup.steps:
+      init = warmup.warmup(config, workdir, env, list(env.tasks.values()), init)
+    return rl_run.run(config, workdir, env, init)

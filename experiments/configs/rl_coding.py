@@ -44,13 +44,17 @@ import ml_collections
 
 from experiments.configs import base
 
-SETTINGS = ("cpu", "pod")
+SETTINGS = ("cpu", "pod", "micro")
+ARMS = ("sd", "rl")  # RL + targeted self-distillation, or RL alone
 
 
 def get_config(arg=None):
-  arg = arg or "cpu"
-  if arg not in SETTINGS:
-    raise ValueError(f"rl_coding setting {arg!r}; valid: {list(SETTINGS)}")
+  setting, _, arm = (arg or "cpu").partition(",")
+  arm = arm or "sd"
+  if setting not in SETTINGS or arm not in ARMS:
+    raise ValueError(f"rl_coding setting {arg!r}; valid: SETTING[,ARM] with SETTING in "
+                     f"{list(SETTINGS)}, ARM in {list(ARMS)}")
+  arg = setting
   c = base.get_base_config()
   c.program = "rl"
   c.env = ml_collections.ConfigDict(
@@ -71,8 +75,18 @@ def get_config(arg=None):
       heldout_fraction=0.2,  # projects held out of RL for eval (`envs.coding.tasks.split`)
       split_seed=0,
       max_hint_tokens=384,
+      thinking=False,
+      system="",
+      statement="full",
     )
   )
+  # Supervised warm-up on the tasks' oracle episodes before RL (experiments/coding/warmup.py);
+  # steps=0: none (RL from `train.init_from` or a random init).
+  c.warmup = ml_collections.ConfigDict(
+    dict(steps=0, batch_size=8, seq_len=2048, log_every=10, ckpt_every=50, check_every=50,
+         check_tasks=4, keep=1, router_bias_rate=1e-3))
+  c.warmup.optim = base.get_base_config().optim
+  c.warmup.optim.update(dict(name="adamw", adam_lr=3e-3, schedule="cosine", warmup_steps=10))
   c.model.overrides = {"vocab_size": 512, "max_position_embeddings": 4096}
   c.train.update(dict(steps=20, log_every=1, ckpt_every=5, keep=2, seed=0))
   c.rl.update(
@@ -105,5 +119,25 @@ def get_config(arg=None):
     c.rl.feedback_kinds = ("unavailable_tool", "malformed_call", "style", "overlong_message",
                            "tests_or_outside", "effort")
     c.loss.vocab_chunk_size = 8192
+    c.env.thinking = True
+    c.warmup.update(dict(steps=200, batch_size=64, seq_len=65536))
     base.set_layout(c, "fsdp_ep")
+  if arg == "micro":
+    # The learnable family (micro-project deletion tasks): short `append` calls, instant mode,
+    # a 3-turn budget, the compact statement; a byte tokenizer: an episode is 0.8-0.9k tokens.
+    c.env.update(dict(tools=("append", "submit"), max_turns=3, system="Fix it.",
+                      statement="compact", max_hint_tokens=128))
+    c.env.curriculum.min_rollouts = 0
+    c.model.overrides = {"vocab_size": 512, "max_position_embeddings": 1536}
+    c.train.update(dict(steps=8, log_every=1, ckpt_every=4))
+    # The episode budget: prompt ~520 + append turn <= 256 + reply + room for a 256-token turn.
+    c.rl.update(dict(groups=2, group_size=4, seq_len=1280, prompt_len=1280, max_new_tokens=256,
+                     teacher_seq_len=1408, teacher_rows=8))
+    c.rl.feedback_kinds = ("unavailable_tool", "malformed_call")
+    c.optim.adam_lr = 1e-4
+    c.warmup.update(dict(steps=300, batch_size=8, seq_len=1024, log_every=10, ckpt_every=50,
+                         check_every=100, check_tasks=8))
+  c.warmup.optim.total_steps = c.warmup.steps
+  if arm == "rl":  # the turns are still flagged (and counted), no teacher batch is built
+    c.loss.sd_coef = 0.0
   return c

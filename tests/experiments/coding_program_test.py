@@ -35,7 +35,7 @@ def _config(tasks_file, cache, steps=STEPS):
   c.env.curriculum.min_rollouts = 2
   c.train.update(steps=steps, ckpt_every=1, compile_cache_dir=str(cache))
   c.optim.total_steps = STEPS  # one LR schedule for runs stopped early and resumed
-  # CI size: 2 layers, two tools (a ~1.1k-token first prompt in byte tokens), short turns.
+  # CI size: 2 layers, two tools (a ~0.9k-token first prompt in byte tokens), short turns.
   c.model.overrides.update(num_layers=2)
   c.env.tools = ("edit", "submit")
   c.rl.update(seq_len=1536, prompt_len=1536, teacher_seq_len=1792, max_new_tokens=16)
@@ -56,7 +56,7 @@ def test_rl_coding_steps_and_resumes_bit_for_bit(tasks_file, tmp_path):
   assert [r["step"] for r in full] == [1, 2]
   assert _comparable(read_metrics(full_dir)) == _comparable(full)
   for r in full:  # episodes were sampled, graded and flagged; the update ran
-    assert r["tokens_per_episode"] > 1000 and r["turns_per_episode"] >= 1
+    assert r["tokens_per_episode"] > 800 and r["turns_per_episode"] >= 1
     assert r["flagged_turns"] >= 1 and r["num_model_tokens"] > 0 and r["grad_norm"] > 0
   assert full[-1]["curriculum/retired"] >= 1  # never solved after 2 rollouts: retired
   # What `python -m experiments.eval --checkpoint WORKDIR` reads: the run's settings, the
