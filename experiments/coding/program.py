@@ -36,10 +36,16 @@ from experiments.coding import warmup
 
 
 def load_tokenizer(config, workdir: str):
-  """`env.tokenizer`: 'bytes' (the 256 single bytes: vocab 512, for tiny CPU runs) or a tiktoken
-  file / a directory holding `tiktoken.model` (Kimi's). Either is kept as the workdir's own
+  """`env.tokenizer`: 'bytes' (the 256 single bytes: vocab 512, for tiny CPU runs), a tiktoken
+  file / a directory holding `tiktoken.model` (Kimi's), or '': the `tiktoken.model` beside the
+  imported checkpoint `train.init_from` (the pod setting). Either is kept as the workdir's own
   `tiktoken.model`, where `python -m experiments.eval --checkpoint WORKDIR` finds it."""
   name = config.env.tokenizer
+  if name == "" and config.train.init_from:
+    name = tokenizer_lib.find_tokenizer_near(config.train.init_from) or ""
+    if not name:
+      raise ValueError(f"env.tokenizer='': train.init_from={config.train.init_from!r} has no "
+                       f"{tokenizer_lib.TIKTOKEN_FILENAME}; give --config.env.tokenizer=FILE")
   if name in ("", "byte"):
     raise ValueError(f"env.tokenizer={name!r}: the chat format needs 'bytes' or a tiktoken file")
   os.makedirs(workdir, exist_ok=True)

@@ -1,4 +1,4 @@
-"""RL + self-distillation on coding episodes (`CodingEnv`, Kimi K2 chat format).
+"""RL + self-distillation on coding episodes (`CodingEnv`, Kimi K2.5 chat format).
 
     python -m experiments.run --config=experiments/configs/rl_coding.py
     python -m experiments.run --config=experiments/configs/rl_coding.py \
@@ -23,11 +23,14 @@ leave them at 0 or set what the line asks for.
 
 'pod': the imported Kimi K2 checkpoint and its tokenizer, given by path:
 
+    python -m composer_jax.tools.import_hf --hf_dir=/ckpt/Kimi-K2.5 --out=/ckpt/kimi_k2_imported
     python -m experiments.run --config=experiments/configs/rl_coding.py:pod \
-        --config.env.tasks=tasks.jsonl --config.train.init_from=/ckpt/kimi_k2_imported \
-        --config.env.tokenizer=/ckpt/kimi_k2_imported/tiktoken.model
+        --config.env.tasks=tasks.jsonl --config.train.init_from=/ckpt/kimi_k2_imported
 
-with the full tool set, long turns and the episode workers on Ray (`ray.init()` joins
+(the tokenizer: `tiktoken.model` beside the imported checkpoint, or
+`--config.env.tokenizer=FILE`): a supervised warm-up on the tasks' oracle episodes
+(`warmup.steps`, from the imported weights), then RL, in K2.5's thinking mode, with the full
+tool set, long turns and the episode workers on Ray (`ray.init()` joins
 $RAY_ADDRESS). The config is an overlay on `base.py`'s schema; `env` is this program's own:
 tasks (a JSONL or micro:START:STOP), heldout_fraction / split_seed (RL trains only on the
 projects these do not hold out: `envs.coding.tasks.split`, the split `python -m experiments.eval`
@@ -36,8 +39,18 @@ command_s (a command's wall clock), max_hint_tokens (hints are cut to it: a teac
 at most the history + this + the turn), workers/backend (`workers.Pool` for episode steps and
 for making micro tasks), curriculum (`TaskPool` options; min_rollouts 0 = off), source (the
 tasks' project: its generator makes harder variants of tasks solved more often than
-easy_rate; '' = none) and source_options (its `generator.Config` fields, as the tasks were
-made).
+easy_rate; '' = none), source_options (its `generator.Config` fields, as the tasks were
+made), thinking (K2.5's thinking or instant mode), system (the system message; '' = the
+agent's) and statement ('full' or 'compact': `CodingEnv`).
+
+'micro': the learnable family at laptop scale (micro-project deletion tasks; the whole
+experiment is `python -m experiments.coding.learn`): tools `append` + `submit` (a byte-level
+tiny model writes a function, not text to match), instant mode, the compact statement, 3 turns,
+a supervised warm-up (`warmup`: `experiments/coding/warmup.py`) before RL.
+
+Arms (`SETTING,ARM`): 'sd' (default) RL + targeted self-distillation on the turns the feedback
+kinds flag, teacher = the EMA policy with the hint inserted (`loss.teacher`); 'rl' RL alone
+(`loss.sd_coef` 0: turns are still flagged and counted, no teacher batch).
 """
 
 import ml_collections
