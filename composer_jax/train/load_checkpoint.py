@@ -11,8 +11,8 @@ The directory's layout says what it is:
 Anything else is one clear ValueError naming the directory and the layouts accepted.
 
 An RL run keeps its initial router bias fixed and saves params only, so for an RL workdir the
-router bias is the one the run started from: its supervised warm-up's (`<workdir>/warmup`,
-the tool-feedback program), else its `train.init_from` checkpoint's, else a random init's,
+router bias is the one the run started from: its supervised warm-up's (`<workdir>/warmup`, a
+workdir of its own: the tool-feedback and coding programs), else its `train.init_from` checkpoint's, else a random init's,
 which is all zeros (`model.moe`: the bias starts at 0; only the supervised loop updates it).
 """
 
@@ -104,13 +104,9 @@ def run_config(path: str) -> dict:
 
 def _initial_router(path: str, cfg: ModelConfig, saved_config: dict):
   """The router bias an RL run in `path` started from (module docstring)."""
-  warmup = os.path.join(path, "warmup")
-  if os.path.isdir(warmup):
-    with ocp.CheckpointManager(warmup, item_names=("variables", "config")) as mngr:
-      step = mngr.latest_step()
-      if step is not None:
-        return mngr.restore(step, args=ocp.args.Composite(
-            variables=ocp.args.StandardRestore()))["variables"]["router"]
+  warmup = os.path.join(path, "warmup")  # a workdir of its own (`train.checkpointing`)
+  if _steps(warmup):
+    return load(warmup)[1]["router"]
   init_from = saved_config.get("run", {}).get("train", {}).get("init_from")
   if init_from:
     return load(init_from)[1]["router"]

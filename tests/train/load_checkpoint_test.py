@@ -76,12 +76,10 @@ def test_rl_workdir_router_is_the_one_the_run_started_from(tmp_path, variables, 
     hf_checkpoint.save(str(tmp_path / "imported"), CFG, init)
     run, want = {"train": {"init_from": str(tmp_path / "imported")}}, init["router"]
   elif start == "warmup":
-    warm = _biased(variables, -0.5)
-    with ocp.CheckpointManager(str(tmp_path / "run" / "warmup"), item_names=("variables", "config"),
-                               options=ocp.CheckpointManagerOptions(create=True)) as mngr:
-      mngr.save(3, args=ocp.args.Composite(variables=ocp.args.StandardSave(warm),
-                                           config=ocp.args.JsonSave({})))
-    want = warm["router"]
+    # As the programs save it: a Checkpointer workdir (coding: the whole TrainState).
+    warm = {**_biased(variables, -0.5), "opt_state": {}}
+    _workdir(tmp_path / "run" / "warmup", ("state", "data"), warm)
+    want = jax.tree.map(lambda x: x + 10, warm["router"])  # its newest step
   _workdir(tmp_path / "run", ("state", "data"), {"params": variables["params"], "opt_state": {}},
            run=run)
   cfg, got = load_checkpoint.load(str(tmp_path / "run"))
