@@ -8,12 +8,14 @@ Stages, each reused when its outputs exist (a stopped run continues where it was
      factory and its validation), or `--tasks FILE`; the deletion tasks whose oracle episode
      fits the budgets go to OUT/tasks.jsonl. RL and eval split them by project hash
      (`envs.coding.split`, `--heldout-fraction`): RL trains on the train projects only.
-  2. per seed S: `experiments.run rl_coding.py:micro,rl` in OUT/seedS/rl (supervised warm-up
-     on the train tasks' oracle episodes, then RL on the train tasks), then
-     `rl_coding.py:micro,sd` (RL + targeted self-distillation, EMA teacher) in OUT/seedS/sd from
-     the same warm-up (OUT/seedS/warmup, linked into both workdirs).
-  3. eval: greedy pass@1 and behaviour on the held-out tasks (`experiments.eval`) of the
-     warm-up, the RL and the RL + SD policy of every seed, in OUT/seedS/eval_{warmup,rl,sd}.
+  2. per seed S (seeds in parallel): the supervised warm-up on the train tasks' oracle episodes
+     (`experiments.run rl_coding.py:micro,rl --config.warmup.only=True`, in OUT/seedS/warmup),
+     then
+     `rl_coding.py:micro,rl` (RL on the train tasks) in OUT/seedS/rl and `rl_coding.py:micro,sd`
+     (RL + targeted self-distillation, EMA teacher) in OUT/seedS/sd from that warm-up (linked
+     into both workdirs).
+  3. eval, after each of them: greedy pass@1 and behaviour on the held-out tasks
+     (`experiments.eval`) in OUT/seedS/eval_{warmup,rl,sd}.
   4. figure: `experiments.figures.coding_agent` over OUT (PNG + CSV; 95% t-intervals over
      seeds).
 Every stage runs as a subprocess with its log in OUT (progress lines are printed as they come).
@@ -36,7 +38,7 @@ from experiments.coding import program
 from experiments.configs import rl_coding
 
 # name: (micro-projects, seeds, warm-up steps, RL steps)
-SIZES = {"reduced": (16, 3, 30, 2), "full": (48, 5, 1500, 60)}
+SIZES = {"reduced": (16, 3, 20, 2), "full": (48, 5, 1500, 60)}
 ARMS = ("rl", "sd")
 _T0 = time.monotonic()
 
@@ -117,10 +119,13 @@ def eval_args(config, tasks_file: Path, checkpoint: Path, tokenizer: Path, out: 
 
 
 def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:
+  """The warm-up (`warmup.only`) and its eval, then each arm and its eval."""
   _, _, warmup_steps, rl_steps = SIZES[args.size]
   root = out / f"seed{seed}"
   (root / "warmup").mkdir(parents=True, exist_ok=True)
-  for arm in ARMS:
+  config = rl_coding.get_config("micro")
+  config.env.heldout_fraction = args.heldout_fraction
+  for name, arm in (("warmup", "rl"), *((a, a) for a in ARMS)):
     workdir = root / arm
     workdir.mkdir(exist_ok=True)
     if not (workdir / "warmup").exists():
@@ -129,18 +134,15 @@ def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:
                  f"--config.env.heldout_fraction={args.heldout_fraction}",
                  f"--config.warmup.steps={warmup_steps}",
                  f"--config.warmup.optim.total_steps={warmup_steps}",
-                 f"--config.train.steps={rl_steps}"]
+                 f"--config.train.steps={rl_steps}", f"--config.warmup.only={name == 'warmup'}"]
     _run([sys.executable, "-m", "experiments.run",
           f"--config=experiments/configs/rl_coding.py:micro,{arm}", f"--workdir={workdir}",
-          *overrides], root / f"{arm}.log", f"seed {seed} {arm}")
-  config = rl_coding.get_config("micro")
-  config.env.heldout_fraction = args.heldout_fraction
-  tokenizer = root / "rl" / "bytes.tiktoken"
-  for name, ckpt in (("warmup", root / "warmup"), *((a, root / a) for a in ARMS)):
+          *overrides], root / f"{name}.log", f"seed {seed} {name}")
     dest = root / f"eval_{name}"
     if not (dest / "eval.json").exists():
-      _run(eval_args(config, tasks_file, ckpt, tokenizer, dest), root / f"eval_{name}.log",
-           f"seed {seed} eval {name}", progress="pass@1")
+      checkpoint = root / ("warmup" if name == "warmup" else arm)
+      _run(eval_args(config, tasks_file, checkpoint, root / "rl" / "bytes.tiktoken", dest),
+           root / f"eval_{name}.log", f"seed {seed} eval {name}", progress="pass@1")
       say(f"seed {seed} eval {name}: done")
 
 

@@ -203,8 +203,8 @@ def initial_variables(config) -> dict:
 
 def run(config, workdir: str) -> list[dict]:
   """The supervised warm-up (`warmup.steps` > 0: `experiments/coding/warmup.py`, in
-  `<workdir>/warmup`), then RL on coding episodes in `workdir`; both resume from their newest
-  checkpoints."""
+  `<workdir>/warmup`), then, unless `warmup.only`, RL on coding episodes in `workdir`; both
+  resume from their newest checkpoints."""
   env = make_env(config, workdir)  # derives the token lengths left at 0 from the tasks
   rl_run.validate(config)
   with env:
@@ -212,4 +212,6 @@ def run(config, workdir: str) -> list[dict]:
         else None
     if config.warmup.steps:
       init = warmup.warmup(config, workdir, env, list(env.tasks.values()), init)
+      if config.warmup.only:
+        return []
     return rl_run.run(config, workdir, env, init)

@@ -97,7 +97,7 @@ def get_config(arg=None):
   # steps=0: none (RL from `train.init_from` or a random init).
   c.warmup = ml_collections.ConfigDict(
     dict(steps=0, batch_size=8, seq_len=2048, log_every=10, ckpt_every=50, check_every=50,
-         check_tasks=4, keep=1, router_bias_rate=1e-3))
+         check_tasks=4, keep=1, router_bias_rate=1e-3, only=False))  # only: no RL after it
   c.warmup.optim = base.get_base_config().optim
   c.warmup.optim.update(dict(name="adamw", adam_lr=3e-3, schedule="cosine", warmup_steps=10))
   c.model.overrides = {"vocab_size": 512, "max_position_embeddings": 4096}
