@@ -224,7 +224,7 @@ def test_adversarial_call_is_an_error_reply_not_a_raise(tok, hypot_task):
                             budget=agent_tools.Budget(max_turns=4, max_tokens=100_000),
                             max_turn_tokens=256)
   state, _ = env.reset(hypot_task)
-  raw = ("<think></think><|tool_calls_section_begin|><|tool_call_begin|>functions.{}"
+  raw = ("</think><|tool_calls_section_begin|><|tool_call_begin|>functions.{}"  # after <think>
          "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>")
   for call_id, arguments, error in [
       ("run:0", '{"a": ' + "[" * 5000 + "]" * 5000 + "}", "arguments nest deeper than"),
