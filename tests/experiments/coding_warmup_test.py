@@ -21,7 +21,7 @@ def _config():
   c.rl.update(max_new_tokens=8)  # the greedy check's turn length (CI size)
   c.warmup.update(steps=STEPS, batch_size=2, seq_len=768, log_every=1, ckpt_every=1,
                   check_every=STEPS, check_tasks=1)
-  c.warmup.optim.total_steps = STEPS
+  c.warmup.optim.update(total_steps=STEPS, warmup_steps=0)
   return c
 
 

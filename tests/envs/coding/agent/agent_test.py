@@ -164,7 +164,8 @@ def test_hints_and_teacher_targets(env, episodes, tok):
   targets = rl_env.distill_targets(env, [episodes["faults"]])
   by_turn = {t.turn: tok.decode(t.hint) for t in targets}
   assert sorted(by_turn) == [3, 5, 7, 9]
-  assert "available tools: list_dir, read_file, search, edit, write_file, run, submit" in by_turn[3]
+  assert ("available tools: list_dir, read_file, search, edit, write_file, append, run, submit"
+          in by_turn[3])
   assert "functions.NAME:INDEX" in by_turn[5] and "F401" in by_turn[9]
   # A hint closes the reply's empty assistant message, is a system message, and reopens.
   assert by_turn[3].startswith("<|im_end|><|im_system|>system<|im_middle|>reminder:")
