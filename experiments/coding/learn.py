@@ -141,7 +141,7 @@ def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:
     dest = root / f"eval_{name}"
     if not (dest / "eval.json").exists():
       checkpoint = root / ("warmup" if name == "warmup" else arm)
-      _run(eval_args(config, tasks_file, checkpoint, root / "rl" / "bytes.tiktoken", dest),
+      _run(eval_args(config, tasks_file, checkpoint, root / "rl" / "tiktoken.model", dest),
            root / f"eval_{name}.log", f"seed {seed} eval {name}", progress="pass@1")
       say(f"seed {seed} eval {name}: done")
 
