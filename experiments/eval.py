@@ -63,11 +63,13 @@ def _args(argv):
   p.add_argument("--batch", type=int, default=8, help="episodes per policy call")
   p.add_argument("--workers", type=int, default=1, help="processes running tools and grading")
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--instant", action="store_true",
-                 help="K2.5's instant mode (<think></think> pre-filled), as in the policy's training")
-  p.add_argument("--system", default="", help="system message (default: the agent's)")
-  p.add_argument("--statement", choices=("full", "compact"), default="full",
-                 help="user message: the problem statement or its code block (as in training)")
+  p.add_argument("--mode", choices=("thinking", "instant"), default=None,
+                 help="K2.5's <think> or <think></think> pre-fill (run's env.thinking, else "
+                      "thinking)")
+  p.add_argument("--system", default=None, help="system message (run's env.system, else the "
+                                                 "agent's)")
+  p.add_argument("--statement", choices=("full", "compact"), default=None,
+                 help="user message: the problem statement or its code block (run's, else full)")
   return p.parse_args(argv)
 
 
@@ -79,7 +81,10 @@ def _run_defaults(args, run: dict) -> None:
                       ("max_turns", env.get("max_turns", 30)),
                       ("max_turn_tokens", rl.get("max_new_tokens", 1024)),
                       ("max_tokens", rl.get("seq_len")),
-                      ("tools", ",".join(env.get("tools", agent_tools.TOOL_NAMES)))):
+                      ("tools", ",".join(env.get("tools", agent_tools.TOOL_NAMES))),
+                      ("mode", "thinking" if env.get("thinking", True) else "instant"),
+                      ("system", env.get("system", "")),
+                      ("statement", env.get("statement", "full"))):
     if getattr(args, name) is None:
       setattr(args, name, value)
 
@@ -130,7 +135,8 @@ def main(argv=None) -> int:
     cfg = evaluate.EvalConfig(
       k=args.k, samples=args.samples, temperature=args.temperature, top_p=args.top_p,
       max_turn_tokens=args.max_turn_tokens, batch=args.batch, seed=args.seed,
-      tools=tools, thinking=not args.instant, system=args.system, statement=args.statement,
+      tools=tools, thinking=args.mode == "thinking", system=args.system,
+      statement=args.statement,
       budget=agent_tools.Budget(max_turns=args.max_turns, max_tokens=args.max_tokens))
     report = evaluate.evaluate(tasks, model_cfg, variables, tokenizer, cfg, args.workers)
   except (OSError, ValueError, sandbox.SandboxUnavailable) as e:

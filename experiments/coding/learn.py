@@ -115,7 +115,7 @@ def eval_args(config, tasks_file: Path, checkpoint: Path, tokenizer: Path, out: 
           "--samples", "1", "--temperature", "0", "--tools", ",".join(e.tools), "--system",
           e.system, "--statement", e.statement, "--max-turns", str(e.max_turns),
           "--max-tokens", str(r.seq_len), "--max-turn-tokens", str(r.max_new_tokens),
-          "--out", str(out)] + ([] if e.thinking else ["--instant"])
+          "--mode", "thinking" if e.thinking else "instant", "--out", str(out)]
 
 
 def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:
