@@ -1,7 +1,7 @@
 """`rl_coding.py:pod`'s chain on the tiny Hugging Face fixture: import a Kimi/DeepSeek-V3
 architecture HF checkpoint, take its tokenizer, 2 supervised warm-up steps from the imported
 weights, 2 RL steps, then evaluate the RL workdir (`experiments.eval`). CI size: a 1-layer model,
-one device, the pod's tools and thinking mode, 16-token turns (a random policy writes no call,
+one device, the pod's tools and thinking mode, 384-token turns (a random policy writes no call,
 so no episode is graded and no sandbox is needed)."""
 
 import json
@@ -46,7 +46,7 @@ def test_pod_imports_warms_up_trains_and_evaluates(tmp_path):
                backend="local", max_turns=2)
   c.env.curriculum.min_rollouts = 0
   c.rl.update(groups=1, group_size=2, seq_len=0, prompt_len=0, teacher_seq_len=0,
-              max_new_tokens=16, teacher_rows=2)
+              max_new_tokens=384, teacher_rows=2)  # the oracle edit turn fits
   c.loss.vocab_chunk_size = 512
   c.warmup.update(steps=2, batch_size=2, seq_len=2048, log_every=1, ckpt_every=1,
                   check_every=2, check_tasks=1)
