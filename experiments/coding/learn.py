@@ -32,8 +32,9 @@ import time
 from concurrent import futures
 from pathlib import Path
 
-from composer_jax.envs.coding import agent_scripts, split
 from composer_jax.envs.coding import task as task_lib
+from composer_jax.envs.coding.agent import scripts as agent_scripts
+from composer_jax.envs.coding.tasks import split
 from experiments.coding import program
 from experiments.configs import rl_coding
 
@@ -89,7 +90,7 @@ def tasks(args, out: Path) -> Path:
   if not source:
     made = out / "tasks"
     if not (made / "tasks.jsonl").exists():
-      _run([sys.executable, "-m", "composer_jax.envs.coding.make_tasks", "--micro",
+      _run([sys.executable, "-m", "composer_jax.envs.coding.tasks.make_tasks", "--micro",
             f"0:{args.projects}", "--methods", "deletion", "--max-tasks", "5", "--out",
             str(made)], out / "make_tasks.log", "tasks", progress=": kept")
     source = made / "tasks.jsonl"

@@ -26,7 +26,7 @@ import ml_collections
 import numpy as np
 
 from composer_jax import chat
-from composer_jax.envs.coding import agent_scripts
+from composer_jax.envs.coding.agent import scripts as agent_scripts
 from composer_jax.rl import rollout
 from composer_jax.rl.trajectory import pack_batch
 from composer_jax.train import checkpointing, loop, placement, programs

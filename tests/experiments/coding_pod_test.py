@@ -20,7 +20,7 @@ from composer_jax.train.metrics import read_metrics
 from experiments import eval as eval_cli
 from experiments.coding import program
 from experiments.configs import base, rl_coding
-from tests.envs.coding.coding_warmup_test import deletion_task
+from tests.envs.coding.agent.append_test import deletion_task
 
 CFG = model_config.get_preset("tiny", num_layers=1, max_position_embeddings=4096)
 

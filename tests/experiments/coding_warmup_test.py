@@ -6,11 +6,11 @@ import jax
 import numpy as np
 import pytest
 
-from composer_jax.envs.coding import agent_scripts
+from composer_jax.envs.coding.agent import scripts as agent_scripts
 from composer_jax.train.metrics import read_metrics
 from experiments.coding import program, warmup
 from experiments.configs import rl_coding
-from tests.envs.coding.coding_warmup_test import deletion_task
+from tests.envs.coding.agent.append_test import deletion_task
 
 STEPS = 2
 
