@@ -169,7 +169,7 @@ def test_hints_and_teacher_targets(env, episodes, tok):
   assert "functions.NAME:INDEX" in by_turn[5] and "F401" in by_turn[9]
   # A hint closes the reply's empty assistant message, is a system message, and reopens.
   assert by_turn[3].startswith("<|im_end|><|im_system|>system<|im_middle|>reminder:")
-  assert by_turn[3].endswith("<|im_end|><|im_assistant|>assistant<|im_middle|>")
+  assert by_turn[3].endswith("<|im_end|><|im_assistant|>assistant<|im_middle|><think>")
 
 
 def test_bad_input_is_an_observation(hypot_task):

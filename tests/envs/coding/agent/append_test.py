@@ -38,10 +38,11 @@ def deletion_task(name="pkg-t1") -> task_lib.Task:
       (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
       (Path(tmp) / rel).write_text(text)
     workspace = project.pack(Path(tmp), sorted(BEFORE))
+    hidden = project.pack(Path(tmp), ["tests/test_m.py"])
   return task_lib.Task(id=name, source={"name": "pkg"}, features=[], problem_statement=STATEMENT,
                        deletion_diff="", gold_patch=task_lib.unified_diff(BEFORE, AFTER),
-                       workspace=workspace, hidden_files="", FAIL_TO_PASS=["t"],
-                       PASS_TO_PASS=[], provenance={})
+                       workspace=workspace, hidden_files=hidden,
+                       FAIL_TO_PASS=["tests/test_m.py::test_b"], PASS_TO_PASS=[], provenance={})
 
 
 @pytest.fixture
