@@ -43,7 +43,7 @@ def test_pod_imports_warms_up_trains_and_evaluates(tmp_path):
   base.set_layout(c, "single")
   c.train.update(init_from=str(imported), steps=2, ckpt_every=1)
   c.env.update(tasks=str(tasks_file), tokenizer=str(hf), heldout_fraction=0.0, workers=1,
-               backend="local", max_turns=2)
+               backend="local", max_turns=3)  # room for the oracle turn's reply
   c.env.curriculum.min_rollouts = 0
   c.rl.update(groups=1, group_size=2, seq_len=0, prompt_len=0, teacher_seq_len=0,
               max_new_tokens=384, teacher_rows=2)  # the oracle edit turn fits
