@@ -14,6 +14,8 @@ the measured matmul peak); float32 on CPU, bfloat16 compute with float32 paramet
 
 Sizes: `tiny` as is at `--tiny_batch` x `--tiny_seq`. `small` with `--small_layers` layers
 (1 dense + the rest MoE; 0 = the preset's 12) at `--small_batch` x `--small_seq`, no remat.
+Default 2 layers: at 4, the two float32 processes (params, AdamW state, gradients, XLA's
+compile) need ~10 GB together and were OOM-killed twice on the shared 24 GB machine.
 Last lines: `throughput_ratio_vs_hf_<preset>=X` (the peer's step time / ours: > 1 means
 we are faster), or why no ratio is given.
 """
@@ -29,7 +31,7 @@ _TINY_BATCH = flags.DEFINE_integer("tiny_batch", 16, "Rows per step for tiny.")
 _TINY_SEQ = flags.DEFINE_integer("tiny_seq", 128, "Tokens per row for tiny.")
 _SMALL_BATCH = flags.DEFINE_integer("small_batch", 2, "Rows per step for small.")
 _SMALL_SEQ = flags.DEFINE_integer("small_seq", 128, "Tokens per row for small.")
-_SMALL_LAYERS = flags.DEFINE_integer("small_layers", 4, "small's num_layers (0 = preset's).")
+_SMALL_LAYERS = flags.DEFINE_integer("small_layers", 2, "small's num_layers (0 = preset's).")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (one step of each side per round).")
 _THREADS = flags.DEFINE_integer("threads", 1, "Intra-op threads per side (versus.py says why 1).")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "Where both sides run.")
