@@ -31,6 +31,8 @@ import time
 
 from absl import app, flags
 
+from experiments.bench import versus
+
 _OUT = flags.DEFINE_string("out", os.environ.get("OUT", "/tmp/gpu_check"), "Output folder.")
 _BUDGET = flags.DEFINE_integer("budget_s", 360, "Wall seconds for all stages together.")
 _STAGE = flags.DEFINE_string("stage", "", "Internal: run one stage in this process.")
@@ -65,20 +67,6 @@ def _result(**kw) -> None:
   print("RESULT " + json.dumps(kw), flush=True)
 
 
-def _timed_matmuls(fn, n: int, reps: int) -> float:
-  """Median seconds of one `fn()` (which blocks) over `reps` after 3 warm-ups."""
-  import numpy as np
-
-  for _ in range(3):
-    fn()
-  times = []
-  for _ in range(reps):
-    t = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t)
-  return float(np.median(times))
-
-
 def _peak() -> None:
   import jax
   import jax.numpy as jnp
@@ -87,14 +75,14 @@ def _peak() -> None:
   print(f"devices: {jax.devices()}", flush=True)
   a, b = (jax.random.normal(jax.random.key(i), (n, n), jnp.bfloat16) for i in (0, 1))
   mm = jax.jit(jnp.matmul)
-  s = _timed_matmuls(lambda: mm(a, b).block_until_ready(), n, 30)
+  s, _ = versus.timed(lambda: mm(a, b).block_until_ready(), 30)
   _result(stage="peak", framework="jax", tflops=2 * n**3 / s / 1e12,
           device=jax.devices()[0].device_kind)
   try:
     import torch
 
     x, y = (torch.randn(n, n, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-    s = _timed_matmuls(lambda: (x @ y, torch.cuda.synchronize()), n, 30)
+    s, _ = versus.timed(lambda: (x @ y, torch.cuda.synchronize()), 30)
     _result(stage="peak", framework="torch", tflops=2 * n**3 / s / 1e12,
             device=torch.cuda.get_device_name())
   except Exception as e:  # noqa: BLE001 -- the cross-check is optional
