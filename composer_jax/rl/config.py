@@ -34,7 +34,7 @@ def rl_config() -> ml_collections.ConfigDict:
   c.mode = "colocated"
   c.sampler_devices = ()
   c.max_staleness = 0
-  # Probes (`rl.probes`): `probe_count` held-out flagged contexts from the environment's
+  # Probes (`rl.sd_probes`): `probe_count` held-out flagged contexts from the environment's
   # `probe_set` (0 = off), measured after every `probe_every`-th step.
   c.probe_count = 0
   c.probe_every = 1
@@ -57,7 +57,7 @@ def rl_loss_config() -> ml_collections.ConfigDict:
   c.tis_cap = 2.0  # truncated importance weight min(pi_old / pi_sampler, C); 0 disables
   c.ref_kl_coef = 0.0  # KL to a reference policy; 0 = off
   c.ref_kl_estimator = "k2"  # 'k1' | 'k2' | 'k3' (see losses.kl_estimate)
-  # Log the norms of the RL and SD gradients and their cosine (`rl.probes.term_grad_stats`):
+  # Log the norms of the RL and SD gradients and their cosine (`rl.sd_probes.term_grad_stats`):
   # a second backward pass.
   c.log_term_grads = False
   c.turn_penalty = 0.0  # dense reward -c on flagged turns' tokens (the per-turn baseline); 0 = off

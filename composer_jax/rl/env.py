@@ -21,7 +21,7 @@ as sampled or sent, never re-tokenized (`rl.trajectory`).
                                               checkpoints keep (e.g. a curriculum; `rl.run`)
     probe_set(rng, count, *, seq_len, teacher_seq_len, turn_len)
                                               optional: `count` held-out flagged contexts
-                                              (`rl.probes.build_probe_set`), for `rl.probe_count`
+                                              (`rl.sd_probes.build_probe_set`), for `rl.probe_count`
 
 Episode states have a `done` attribute.
 """

@@ -17,7 +17,7 @@ which must equal `step` on each pair; the runner then steps all live episodes of
 call, so the environment can run them concurrently. The policy is
     policy(prompts [B, P] int32, prompt_lens [B] int32, key) ->
         (tokens [B, N] int32, logprobs [B, N] float32, lengths [B] int32)
-(e.g. `functools.partial(sampler.sample, ...)`); the first lengths[b] tokens of row b are the turn,
+(e.g. `functools.partial(decode.sample, ...)`); the first lengths[b] tokens of row b are the turn,
 stop token included. Finished episodes still fill their row (static shapes); their output is
 dropped.
 """

@@ -1,20 +1,20 @@
 """Rollouts: one RL batch sampled on the sampler's mesh, and the disaggregated sampler thread.
 
-`Sampler.rollout(k, rng)` plays batch k: `groups` tasks drawn from `rng`, each played
-`group_size` times (GRPO groups) by the sampler (`rl.sampler`, temperature/top-p from the
+`RolloutWorker.rollout(k, rng)` plays batch k: `groups` tasks drawn from `rng`, each played
+`group_size` times (GRPO groups) by the decoder (`rl.decode`, temperature/top-p from the
 config) through `rl.episodes.run_episodes` with key `fold_in(key, k)`; the trajectories packed
 (`rl.trajectory.pack_batch`, one static length); the environment's feedback (`Env.feedback`)
 flags faulty model turns with hints, and with sd_coef > 0 they become the teacher batch
 (`rl.teacher.build_teacher_batch`, `teacher_rows` rows: extra targets are dropped and counted);
 with `loss.turn_penalty` > 0 they mark the tokens the per-turn penalty acts on
 (`batch['flagged_mask']`, `rl.trajectory.turn_token_mask`).
-It samples with the weights last given to `Sampler.push`, which reshards them from the training
+It samples with the weights last given to `RolloutWorker.push`, which reshards them from the training
 layout to the sampling layout (`rl.mesh.SamplerMesh`).
 
 Modes (`rl.mode`):
   colocated       sample batch k with the weights after k optimizer steps, then train on it,
                   on the same devices;
-  disaggregated   `AsyncSampler`: a thread samples on its own devices while the trainer
+  disaggregated   `AsyncRolloutWorker`: a thread samples on its own devices while the trainer
                   trains; batch k is sampled with the weights after max(k - s, k0) steps
                   (s = `rl.max_staleness`, k0 the step the run (re)started from), so with s = 1
                   the sampler plays batch k + 1 with the weights of step k while the trainer
@@ -35,7 +35,7 @@ import numpy as np
 
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
-from composer_jax.rl import advantages, sampler
+from composer_jax.rl import advantages, decode
 from composer_jax.rl.env import Env, distill_targets
 from composer_jax.rl.episodes import Episode, run_episodes
 from composer_jax.rl.mesh import SamplerMesh
@@ -93,7 +93,7 @@ def make_policy(model_cfg: ModelConfig, rl_cfg, stop_ids: tuple[int, ...], pad_i
   put_rows, to_host = (np.asarray, np.asarray) if mesh is None else (mesh.put_rows, mesh.to_host)
 
   def policy(variables, prompts, prompt_lens, key):
-    out = sampler.sample(
+    out = decode.sample(
       model_cfg,
       variables,
       put_rows(prompts),
@@ -110,7 +110,7 @@ def make_policy(model_cfg: ModelConfig, rl_cfg, stop_ids: tuple[int, ...], pad_i
   return policy
 
 
-class Sampler:
+class RolloutWorker:
   """Plays RL batches on `mesh` with the weights last pushed (see the module docstring)."""
 
   def __init__(self, config, env: Env, model_cfg: ModelConfig, mesh: SamplerMesh, router: Any):
@@ -169,7 +169,7 @@ class Sampler:
     return Rollout(step, self._version, episodes, batch, teacher_batch, row, rng_state)
 
 
-class AsyncSampler:
+class AsyncRolloutWorker:
   """Disaggregated mode: a thread plays batches `start..steps-1` in order, batch k with the
   weights of version max(k - max_staleness, start), while the trainer trains.
 
@@ -177,7 +177,7 @@ class AsyncSampler:
   (re-raising the thread's error, if any); `close()` stops the thread.
   """
 
-  def __init__(self, sampler_: Sampler, rng: np.random.Generator, *, start: int, steps: int,
+  def __init__(self, sampler_: RolloutWorker, rng: np.random.Generator, *, start: int, steps: int,
                max_staleness: int):
     self._sampler, self._rng = sampler_, rng
     self._start, self._steps, self._staleness = start, steps, max_staleness

@@ -11,7 +11,7 @@
         one RL step per call: a batch from the sampler (`rl.rollout`: colocated, or a
         disaggregated sampler thread on its own devices), placed on the trainer's mesh
         (`rl.mesh.place_batch`), one update; the EMA teacher then moves towards the new params;
-        every `rl.probe_every` steps the probes (`rl.probes`, with `rl.probe_count` > 0) on the
+        every `rl.probe_every` steps the probes (`rl.sd_probes`, with `rl.probe_count` > 0) on the
         environment's held-out `probe_set`, against this arm's teacher kind. With
         `loss.log_term_grads` the update also logs the RL and SD gradient norms and cosine.
         `train` runs all steps in memory, `rl.run` through the training driver.
@@ -40,7 +40,7 @@ from composer_jax.model.config import ModelConfig
 from composer_jax.parallel import context_mesh
 from composer_jax.parallel import rules as rules_lib
 from composer_jax.rl import epochs as epochs_lib
-from composer_jax.rl import losses, probes, teacher, teacher_weights
+from composer_jax.rl import losses, sd_probes, teacher, teacher_weights
 from composer_jax.rl import mesh as rl_mesh
 from composer_jax.rl import rollout as rollout_lib
 from composer_jax.rl.env import Env
@@ -81,7 +81,7 @@ def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTrans
                    batch, teacher_out, teacher_batch)
 
   def _term_grads(params, router, batch, teacher_params, teacher_batch):
-    """Total gradient and metrics with `probes.term_grad_stats` of the RL part (loss minus
+    """Total gradient and metrics with `sd_probes.term_grad_stats` of the RL part (loss minus
     sd_coef * SD) and the SD term: one forward, two backward passes."""
 
     def terms(p):
@@ -91,7 +91,7 @@ def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTrans
 
     _, vjp, metrics = jax.vjp(terms, params, has_aux=True)
     (g_rl,), (g_sd,) = vjp(jnp.array([1.0, 0.0])), vjp(jnp.array([0.0, 1.0]))
-    metrics.update(probes.term_grad_stats(g_rl, g_sd))
+    metrics.update(sd_probes.term_grad_stats(g_rl, g_sd))
     return jax.tree.map(lambda a, b: a + loss_cfg.sd_coef * b, g_rl, g_sd), metrics
 
   def update(params, opt_state, router, batch, teacher_params=None, teacher_batch=None):
@@ -193,10 +193,10 @@ def epoch_updates(prog: UpdateProgram, params, opt_state, router, batch: dict,
 
 def probe_program(config, model_cfg: ModelConfig):
   """The (cached, like the update) jitted probe of `config` on its layout:
-  `rl.probes.make_probe_fn`."""
+  `rl.sd_probes.make_probe_fn`."""
 
   def build(progs: programs.Programs):
-    fn = probes.make_probe_fn(model_cfg, config.loss)
+    fn = sd_probes.make_probe_fn(model_cfg, config.loss)
     return jax.jit(context_mesh.with_mesh(progs.mesh, config.rules, fn))
 
   return programs.extend("rl_probe", config, model_cfg, config.loss.to_dict(), build)
@@ -273,12 +273,12 @@ class RLSteps:
     target = self._prog.progs.target
     self._initial = jax.device_put(init["params"], jax.tree.map(lambda t: t.sharding,
                                                                 target.params))
-    sampler = rollout_lib.Sampler(config, env, model_cfg,
+    sampler = rollout_lib.RolloutWorker(config, env, model_cfg,
                                   rl_mesh.SamplerMesh([by_id[i] for i in ids],
                                                       config.rules.sampler), init["router"])
     self._async = None
     if config.rl.mode == "disaggregated":
-      self._async = rollout_lib.AsyncSampler(
+      self._async = rollout_lib.AsyncRolloutWorker(
         sampler, state.rng, start=state.step, steps=config.train.steps,
         max_staleness=config.rl.max_staleness)
       self._async.push(state.params, state.step)

@@ -4,7 +4,7 @@
 
 Both sides sample `--new` tokens after `--batch` prompts of `--prompt` random tokens with
 a KV cache, temperature 1, no top-k / top-p, no stop token (every row draws all `--new`
-tokens): ours is `composer_jax.rl.sampler.sample` (one jitted prefill + `while_loop`;
+tokens): ours is `composer_jax.rl.decode.sample` (one jitted prefill + `while_loop`;
 MLA decodes in the absorbed form on the cached latent), the peer
 `DeepseekV3ForCausalLM.generate(do_sample=True, min_new_tokens=max_new_tokens)` with its
 default dynamic cache, eager PyTorch, built from `hf.config_map.to_hf` of the same
@@ -39,7 +39,7 @@ def ours_generate(preset: str, layers: int, batch: int, prompt: int, new: int):
   import jax
 
   from composer_jax.model import transformer
-  from composer_jax.rl import sampler
+  from composer_jax.rl import decode
 
   cfg = model_config(preset, layers, "cpu")
   variables = transformer.init(cfg, jax.random.key(0))
@@ -48,7 +48,7 @@ def ours_generate(preset: str, layers: int, batch: int, prompt: int, new: int):
   keys = iter(jax.random.split(jax.random.key(1), 10_000))
 
   def call():
-    out = sampler.sample(cfg, variables, prompts, lens, next(keys), max_new_tokens=new)
+    out = decode.sample(cfg, variables, prompts, lens, next(keys), max_new_tokens=new)
     jax.block_until_ready(out.tokens)
 
   return call

@@ -34,7 +34,7 @@ Ablations are config args of every arm (`--config.loss.X=...` through `python -m
 experiments.run`): beta `loss.sd_coef`; divergence `loss.divergence` (reverse_kl, forward_kl,
 jsd) x support `loss.support` (full, topk, sampled); teacher `loss.teacher` (frozen, ema, live,
 trust_region); lr `optim.adam_lr`; `loss.skip_first_tokens`; the penalty `loss.turn_penalty`.
-Every arm logs the probes (`rl.probes`: held-out flagged contexts, `rl.probe_count`) and the
+Every arm logs the probes (`rl.sd_probes`: held-out flagged contexts, `rl.probe_count`) and the
 RL / SD gradient norms and cosine (`loss.log_term_grads`).
 
 Measured before the probes and the long scenario (targeted single-alias hint, tasks of 1-3

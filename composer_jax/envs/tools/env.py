@@ -40,7 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from composer_jax.envs.tools import feedback as feedback_lib
-from composer_jax.envs.tools import probes as probes_lib
+from composer_jax.envs.tools import probe_contexts
 from composer_jax.envs.tools import vocab as vocab_lib
 from composer_jax.rl import feedback as rl_feedback
 
@@ -186,11 +186,11 @@ class ToolEnv:
 
   def probe_set(self, rng: np.random.Generator, count: int, *, seq_len: int,
                 teacher_seq_len: int, turn_len: int) -> dict:
-    """Held-out probe contexts (`envs.tools.probes`) of this env's first feedback kind, with the
+    """Held-out probe contexts (`envs.tools.probe_contexts`) of this env's first feedback kind, with the
     hint that kind gives (the full tool list when its option `all_tools` is set)."""
     kind = self._feedback_kinds[0]
     all_tools = bool(self._feedback_options.get(kind, {}).get("all_tools", False))
-    return probes_lib.probe_set(self, rng, count, seq_len=seq_len,
+    return probe_contexts.probe_set(self, rng, count, seq_len=seq_len,
                                 teacher_seq_len=teacher_seq_len, turn_len=turn_len,
                                 behaviour=kind, all_tools=all_tools)
 

@@ -4,7 +4,7 @@ the full-list hint in the warm-up, and the held-out probe contexts of both behav
 import numpy as np
 import pytest
 
-from composer_jax.envs.tools import probes
+from composer_jax.envs.tools import probe_contexts
 from composer_jax.envs.tools.env import TOOL_CAPABILITY, ToolEnv, ToolTask
 from composer_jax.envs.tools.feedback import FEEDBACK_KINDS, SHORT_HINT
 from composer_jax.envs.tools.vocab import Vocab
@@ -75,7 +75,7 @@ def test_warmup_full_list_hint_and_verbose_answers():
                                                   ("overlong_message", "result", "<eot>")])
 def test_probe_contexts(behaviour, bad, good):
   env = ToolEnv(VOCAB, max_required=3)
-  ps = probes.probe_set(env, np.random.default_rng(5), 6, seq_len=64, teacher_seq_len=64,
+  ps = probe_contexts.probe_set(env, np.random.default_rng(5), 6, seq_len=64, teacher_seq_len=64,
                         turn_len=6, behaviour=behaviour, all_tools=True)
   tb = ps["teacher_batch"]
   rows = np.arange(6)
@@ -87,5 +87,5 @@ def test_probe_contexts(behaviour, bad, good):
   else:
     assert set(words(bad_ids)) == {bad} and set(words(tb["good_id"])) == {good}
   with pytest.raises(ValueError, match="behaviour='typo'"):
-    probes.probe_set(env, np.random.default_rng(5), 1, seq_len=64, teacher_seq_len=64,
+    probe_contexts.probe_set(env, np.random.default_rng(5), 1, seq_len=64, teacher_seq_len=64,
                      turn_len=6, behaviour="typo")

@@ -1,4 +1,4 @@
-"""Jitted autoregressive sampling with a KV cache: the RL rollout policy.
+"""Decoding: jitted autoregressive sampling with a KV cache, the RL rollout policy.
 
 One `jax.jit` per (config, shapes, stop sequences; temperature and top_p are traced): a prefill
 writes the cache (`model.kv_cache`: the compressed latent for MLA, k/v per kv head for

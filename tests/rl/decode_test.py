@@ -1,4 +1,4 @@
-"""Sampler against the trainer's full forward, hand-computed nuclei and stop rules."""
+"""rl.decode against the trainer's full forward, hand-computed nuclei and stop rules."""
 
 import functools
 
@@ -10,7 +10,7 @@ from scipy import special
 
 from composer_jax.model import transformer
 from composer_jax.model.config import get_preset
-from composer_jax.rl import losses, sampler
+from composer_jax.rl import decode, losses
 from tests.model.random_variables import random_variables
 
 _CFG = get_preset("tiny", num_layers=2)  # one dense + one MoE layer
@@ -56,7 +56,7 @@ _log_softmax = functools.partial(special.log_softmax, axis=-1)
 @pytest.mark.parametrize("attention", ["mla", "gqa"])
 def test_logprobs_match_trainer(attention):
   cfg, variables, prompts = _setup(attention)
-  out = sampler.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
+  out = decode.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
                        **SAMPLING)
   np.testing.assert_array_equal(out.lengths, [N] * B)
   hidden = _generation_hidden(cfg, variables, prompts, np.asarray(out.tokens))
@@ -71,10 +71,10 @@ def test_logprobs_match_trainer(attention):
   assert np.isfinite(want).all(), "a sampled token lies outside the nucleus"
   np.testing.assert_allclose(out.sampling_logprobs, want, atol=1e-5, rtol=0)
   # Same key -> same output; another key -> other tokens.
-  again = sampler.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
+  again = decode.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
                          **SAMPLING)
   jax.tree.map(np.testing.assert_array_equal, again, out)
-  other = sampler.sample(cfg, variables, prompts, LENS, jax.random.key(3), max_new_tokens=N,
+  other = decode.sample(cfg, variables, prompts, LENS, jax.random.key(3), max_new_tokens=N,
                          **SAMPLING)
   assert not np.array_equal(other.tokens, out.tokens)
 
@@ -82,7 +82,7 @@ def test_logprobs_match_trainer(attention):
 @pytest.mark.parametrize("attention", ["mla", "gqa"])
 def test_greedy_equals_repeated_full_forward(attention):
   cfg, variables, prompts = _setup(attention)
-  out = sampler.sample(cfg, variables, prompts, LENS, jax.random.key(0), max_new_tokens=N,
+  out = decode.sample(cfg, variables, prompts, LENS, jax.random.key(0), max_new_tokens=N,
                        temperature=0.0)
   head = transformer.output_head(cfg, variables["params"])
   tokens = np.zeros((B, N), np.int32)
@@ -107,11 +107,11 @@ def _expected_lengths(tokens, stops):
 
 def test_stop_sequences_end_rows():
   cfg, variables, prompts = _setup("mla")
-  free = sampler.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
+  free = decode.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
                         **SAMPLING)
   toks = np.asarray(free.tokens)
   stops = ((int(toks[0, 2]),), (int(toks[2, 3]), int(toks[2, 4])))  # a token, a bigram
-  out = sampler.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
+  out = decode.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
                        stop_ids=(stops[0][0], stops[1]), pad_id=7, **SAMPLING)
   lengths = _expected_lengths(toks, stops)
   assert lengths[0] <= 3 and lengths[2] <= 5
@@ -131,7 +131,7 @@ def test_top_p_by_hand():
            1.0: probs[0],
            1e-6: [0, 1, 0, 0]}  # only the top token
   for top_p, want in cases.items():
-    got = np.exp(sampler.top_p_logprobs(logp, top_p))
+    got = np.exp(decode.top_p_logprobs(logp, top_p))
     np.testing.assert_allclose(got, [want], atol=1e-6, err_msg=f"top_p={top_p}")
 
 
@@ -154,5 +154,5 @@ def test_bad_inputs(change, match):
   args.update(change)
   variables = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
   with pytest.raises(ValueError, match=match):
-    sampler.sample(cfg, variables, args.pop("prompts"), args.pop("prompt_lens"),
+    decode.sample(cfg, variables, args.pop("prompts"), args.pop("prompt_lens"),
                    jax.random.key(0), **args)

@@ -1,4 +1,4 @@
-"""Probes of targeted self-distillation: what the SD term is doing, measured on fixed contexts.
+"""Probes of self-distillation: what the SD term is doing, measured on fixed flagged contexts.
 
 A probe set is a fixed, held-out list of flagged turns (trajectories never trained on, each with
 its hint), packed once: the student batch (`trajectory.pack_batch`), the teacher batch

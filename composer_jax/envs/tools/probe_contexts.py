@@ -1,4 +1,4 @@
-"""Held-out probe contexts of the tool-calling environment (`composer_jax.rl.probes`).
+"""Held-out probe contexts of the tool-calling environment (`composer_jax.rl.sd_probes`).
 
 Each probe is a scripted episode on a task drawn from its own generator (never a training
 task's stream), ending in a faulty model turn flagged with the hint its feedback kind gives:
@@ -17,7 +17,7 @@ import numpy as np
 
 from composer_jax.envs.tools import feedback as feedback_lib
 from composer_jax.envs.tools import vocab as vocab_lib
-from composer_jax.rl import probes
+from composer_jax.rl import sd_probes
 from composer_jax.rl.teacher import DistillTarget
 from composer_jax.rl.trajectory import Trajectory, Turn
 
@@ -27,7 +27,7 @@ BEHAVIOURS = ("unavailable_tool", "overlong_message")
 def probe_set(env, rng: np.random.Generator, count: int, *, seq_len: int,
               teacher_seq_len: int, turn_len: int, behaviour: str = "unavailable_tool",
               all_tools: bool = False) -> dict:
-  """`rl.probes.build_probe_set` of `count` probes of `behaviour` drawn with `rng` on `env`
+  """`rl.sd_probes.build_probe_set` of `count` probes of `behaviour` drawn with `rng` on `env`
   (an `envs.tools.ToolEnv`)."""
   if count < 1:
     raise ValueError(f"probe count={count} must be >= 1")
@@ -57,6 +57,6 @@ def probe_set(env, rng: np.random.Generator, count: int, *, seq_len: int,
     trajs.append(Trajectory.from_turns(turns, 0.0, i))
     targets.append(DistillTarget(i, len(turns) - 1, tuple(hint)))
     goods.append(env.vocab.ids[good])
-  return probes.build_probe_set(trajs, targets, [1] * count, goods, seq_len=seq_len,
+  return sd_probes.build_probe_set(trajs, targets, [1] * count, goods, seq_len=seq_len,
                                 teacher_seq_len=teacher_seq_len, turn_len=turn_len,
                                 pad_id=env.pad_id)

@@ -1,4 +1,4 @@
-"""rl.probes against a float64 numpy reference, and the SD term alone closing the probe gap."""
+"""rl.sd_probes against a float64 numpy reference, and the SD term alone closing the probe gap."""
 
 import functools
 
@@ -10,9 +10,9 @@ import optax
 import pytest
 from scipy import special
 
-from composer_jax.envs.tools import probes as tool_probes
+from composer_jax.envs.tools import probe_contexts
 from composer_jax.model import transformer
-from composer_jax.rl import probes
+from composer_jax.rl import sd_probes
 from composer_jax.rl import train as rl_train
 from composer_jax.rl.config import rl_loss_config
 from composer_jax.rl.teacher import DistillTarget
@@ -32,7 +32,7 @@ def _probe_data():
   turns = lambda tool: [Turn([1, 3, 4, 5]), Turn([6, tool, 2], [-0.5] * 3)]
   trajs = [Trajectory.from_turns(turns(t), 0.0, i) for i, t in enumerate((7, 8, 9))]
   targets = [DistillTarget(0, 1, (10, 3)), DistillTarget(1, 1, (10, 4)), DistillTarget(2, 1, (5,))]
-  return probes.build_probe_set(trajs, targets, [1, 1, 1], [3, 4, 5], seq_len=8,
+  return sd_probes.build_probe_set(trajs, targets, [1, 1, 1], [3, 4, 5], seq_len=8,
                                 teacher_seq_len=10, turn_len=3)
 
 
@@ -47,7 +47,7 @@ def test_probe_metrics_match_numpy(teacher_kind):
   h, hh, w = arr(3, 8, D), arr(3, 10, D), arr(D, V)
   teacher = ((arr(3, 10, D), arr(D, V)),) + (((arr(3, 10, D), arr(D, V)),)
                                              if teacher_kind == "trust_region" else ())
-  got = jax.jit(functools.partial(probes.probe_metrics, ml_collections.FrozenConfigDict(cfg)))(
+  got = jax.jit(functools.partial(sd_probes.probe_metrics, ml_collections.FrozenConfigDict(cfg)))(
     h, hh, w, teacher, ps)
   # Reference: rows 'call TOOL <eot>' after a 4-token system turn; stream index 4 'call',
   # 5 TOOL, 6 <eot>; logits at i predict i + 1. Teacher stream: system + hint + turn.
@@ -75,18 +75,18 @@ def test_probe_metrics_match_numpy(teacher_kind):
 def test_term_grad_stats_by_hand():
   a = {"x": jnp.array([3.0, 0.0]), "y": jnp.array([[4.0]])}
   b = {"x": jnp.array([0.0, 2.0]), "y": jnp.array([[0.0]])}
-  s = probes.term_grad_stats(a, jax.tree.map(lambda u, v: u + v, a, b))
+  s = sd_probes.term_grad_stats(a, jax.tree.map(lambda u, v: u + v, a, b))
   np.testing.assert_allclose(s["rl_grad_norm"], 5.0)
   np.testing.assert_allclose(s["sd_grad_norm"], np.sqrt(9 + 4 + 16))
   np.testing.assert_allclose(s["rl_sd_grad_cos"], 25 / (5 * np.sqrt(29)), rtol=1e-6)
   zero = jax.tree.map(jnp.zeros_like, a)
-  assert float(probes.term_grad_stats(a, zero)["rl_sd_grad_cos"]) == 0.0
+  assert float(sd_probes.term_grad_stats(a, zero)["rl_sd_grad_cos"]) == 0.0
 
 
 def test_probe_slots_must_be_sampled_tokens():
   turns = [Turn([1, 3]), Turn([6, 7, 2], [-0.5] * 3)]
   with pytest.raises(ValueError, match="probe_slots"):
-    probes.build_probe_set([Trajectory.from_turns(turns, 0.0, 0)], [DistillTarget(0, 1, (5,))],
+    sd_probes.build_probe_set([Trajectory.from_turns(turns, 0.0, 0)], [DistillTarget(0, 1, (5,))],
                            [3], [4], seq_len=8, teacher_seq_len=8, turn_len=4)
 
 
@@ -99,14 +99,14 @@ def test_sd_term_alone_closes_the_probe_gap():
   model_cfg, env = loop.model_config(config), program.make_env(config)
   variables = transformer.init(model_cfg, jax.random.key(0))
   r = config.rl
-  ps = tool_probes.probe_set(env, np.random.default_rng(123), 8, seq_len=r.seq_len,
+  ps = probe_contexts.probe_set(env, np.random.default_rng(123), 8, seq_len=r.seq_len,
                              teacher_seq_len=r.teacher_seq_len, turn_len=r.max_new_tokens)
   batch = dict(ps["batch"], group_index=np.zeros(8, np.int32), reward=np.ones(8, np.float32))
   tb = {k: v for k, v in ps["teacher_batch"].items() if k not in ("probe_slot", "good_id")}
   loss_cfg = ml_collections.FrozenConfigDict(config.loss)
   tx = optax.adam(1e-3)
   update = jax.jit(rl_train.make_update(model_cfg, loss_cfg, tx)[0])
-  probe = jax.jit(probes.make_probe_fn(model_cfg, loss_cfg))
+  probe = jax.jit(sd_probes.make_probe_fn(model_cfg, loss_cfg))
   params, router = variables["params"], variables["router"]
   initial = (transformer.init(model_cfg, jax.random.key(1))["params"],)
   opt_state, kls = tx.init(params), []
