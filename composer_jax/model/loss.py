@@ -1,35 +1,35 @@
 """Memory-bounded softmax cross-entropy over a large vocabulary.
 
-`chunked_cross_entropy` scans over chunks of `chunk_size` tokens; each chunk's float32
-logits `[chunk_size, V]` are recomputed in the backward pass (`jax.checkpoint`), so
-neither the forward nor the backward ever holds `[B*L, V]` logits.
+`chunked_cross_entropy` maps over blocks of `chunk_size` tokens (`vocab_chunks.map_tokens`);
+each block's float32 logits `[chunk_size, V]` come from `vocab_chunks.lse_and_target_logit` (the
+same chunked pass the RL losses use, here with the whole vocabulary as one chunk) and are
+recomputed in the backward pass, so neither the forward nor the backward ever holds `[B*L, V]`
+logits.
 """
 
 
 import jax
 import jax.numpy as jnp
 
+from composer_jax.model import vocab_chunks
 from composer_jax.parallel import context_mesh
 
-# A chunk's rows are flattened `[B, L]` tokens: split like the batch and sequence of the
-# hidden states they come from. Pinned inside the checkpointed body, so the residual the
-# backward recomputes from keeps that layout (without it, after expert-parallel dispatch
-# under tensor parallelism GSPMD gave it the expert view's 8-way token split, which it can
-# only bring to the head's `embed` layout by replicating it).
+# A block's rows are flattened `[B, L]` tokens: split like the batch and sequence of the
+# hidden states they come from. Pinned inside the block, before the checkpointed logits, so
+# the residual the backward recomputes from keeps that layout (without it, after
+# expert-parallel dispatch under tensor parallelism GSPMD gave it the expert view's 8-way
+# token split, which it can only bring to the head's `embed` layout by replicating it).
 _TOKENS = ("batch", "seq")
 
 
-def _chunk_sums(carry, chunk, head):
-  """Adds one chunk's masked (ce, lse^2, count) sums to `carry`."""
-  hidden, targets, mask = chunk  # [C, D], [C], [C]
+def _token_terms(hidden, targets, head):
+  """Per-token cross-entropy and `lse^2` [C] of one block: hidden [C, D], targets [C]."""
   hidden = context_mesh.constrain(hidden, (_TOKENS, "act_embed"))
-  targets, mask = (context_mesh.constrain(a, (_TOKENS,)) for a in (targets, mask))
-  logits = jnp.dot(hidden, head.astype(hidden.dtype), preferred_element_type=jnp.float32)
-  lse = jax.nn.logsumexp(logits, axis=-1)
-  target_logit = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-  sums = jnp.stack([jnp.sum((lse - target_logit) * mask), jnp.sum(jnp.square(lse) * mask),
-                    jnp.sum(mask)])
-  return carry + sums, None
+  targets = context_mesh.constrain(targets, (_TOKENS,))
+  state, target_logit = vocab_chunks.lse_and_target_logit(
+      hidden, head.astype(hidden.dtype), targets, head.shape[1])
+  lse = state.lse()
+  return lse - target_logit, jnp.square(lse)
 
 
 def chunked_cross_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array,
@@ -61,15 +61,11 @@ def chunked_cross_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array
   if chunk_size < 1:
     raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
   n = hidden.shape[0] * hidden.shape[1]
-  chunk_size = min(chunk_size, n)
-  pad = -n % chunk_size
-  flat = lambda x: jnp.pad(x.reshape((n,) + x.shape[2:]),
-                           [(0, pad)] + [(0, 0)] * (x.ndim - 2))
-  chunks = (flat(hidden).reshape(-1, chunk_size, hidden.shape[-1]),
-            flat(targets.astype(jnp.int32)).reshape(-1, chunk_size),
-            flat(mask.astype(jnp.float32)).reshape(-1, chunk_size))
-  body = jax.checkpoint(lambda c, x: _chunk_sums(c, x, head))
-  (ce_sum, z_sum, count), _ = jax.lax.scan(body, jnp.zeros(3, jnp.float32), chunks)
+  ce, z = vocab_chunks.map_tokens(
+      lambda h, y: _token_terms(h, y, head), chunk_size,
+      hidden.reshape(n, hidden.shape[-1]), targets.reshape(n).astype(jnp.int32))
+  mask = mask.reshape(n).astype(jnp.float32)
+  count = jnp.sum(mask)
   denom = jnp.maximum(count, 1.0)
-  ce, z = ce_sum / denom, z_sum / denom
+  ce, z = jnp.sum(ce * mask) / denom, jnp.sum(z * mask) / denom
   return ce + z_loss_coef * z, {"ce": ce, "z_loss": z, "num_tokens": count}

@@ -24,8 +24,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from composer_jax.rl import vocab_chunks
-from composer_jax.rl.vocab_chunks import Logits, OnlineLse
+from composer_jax.model import vocab_chunks
+from composer_jax.model.vocab_chunks import Logits, OnlineLse
 
 DIVERGENCES = ("reverse_kl", "forward_kl", "jsd")
 SUPPORTS = ("full", "topk", "sampled")

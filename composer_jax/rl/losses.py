@@ -45,8 +45,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from composer_jax.rl import advantages, divergences, teacher_weights, vocab_chunks
-from composer_jax.rl.vocab_chunks import Logits, OnlineLse
+from composer_jax.model import vocab_chunks
+from composer_jax.model.vocab_chunks import Logits
+from composer_jax.rl import advantages, divergences, teacher_weights
 
 NORMALIZATIONS = ("sequence_mean", "token_mean", "constant")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -151,16 +152,7 @@ def make_old_policy_fn(cfg: ml_collections.ConfigDict) -> Callable:
 
 def token_logprob_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int):
   """log pi(targets) [N] and the entropy [N] of softmax(hidden [N, D] @ head [D, V]), chunked."""
-
-  def body(carry, logits, cols, valid):
-    del valid
-    lse, z_y = carry
-    return lse.update(logits[0]), z_y + vocab_chunks.pick(logits[0], cols, targets)
-
-  n = targets.shape[0]
-  lse, z_y = vocab_chunks.scan_vocab(
-    body, (OnlineLse.init(n), jnp.zeros(n)), (vocab_chunks.single(hidden, head),), chunk
-  )
+  lse, z_y = vocab_chunks.lse_and_target_logit(hidden, head, targets, chunk)
   return z_y - lse.lse(), lse.entropy()
 
 

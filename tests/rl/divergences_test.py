@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import special
 
+from composer_jax.model.vocab_chunks import Logits, single
 from composer_jax.rl import divergences
-from composer_jax.rl.vocab_chunks import Logits, single
 
 N, V = 6, 11
 

@@ -112,6 +112,20 @@ def pick(z: jax.Array, cols: jax.Array, ids: jax.Array) -> jax.Array:
   return jnp.where(cols[None, :] == ids[:, None], z, 0.0).sum(-1)
 
 
+def lse_and_target_logit(hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int
+                         ) -> tuple[OnlineLse, jax.Array]:
+  """Log-normalizer state [N] and target logit z[n, targets[n]] [N] of hidden [N, D] @ head
+  [D, V], over vocabulary chunks of `chunk` columns: log p(targets) = z_y - lse.lse()."""
+
+  def body(carry, logits, cols, valid):
+    del valid
+    lse, z_y = carry
+    return lse.update(logits[0]), z_y + pick(logits[0], cols, targets)
+
+  n = targets.shape[0]
+  return scan_vocab(body, (OnlineLse.init(n), jnp.zeros(n)), (single(hidden, head),), chunk)
+
+
 def map_tokens(fn: Callable, token_chunk: int, *arrays: jax.Array):
   """Applies per-token `fn(*arrays) -> pytree of [N, ...]` in blocks of `token_chunk` rows.
 
