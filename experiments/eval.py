@@ -26,9 +26,12 @@ after all (disk full), the whole report is printed to stdout instead of being lo
 """
 
 import argparse
+import csv
 import json
 import os
 import sys
+
+import matplotlib
 
 from composer_jax.data import tokenizer as tok_lib
 from composer_jax.envs.coding import sandbox
@@ -38,6 +41,49 @@ from composer_jax.envs.coding.evaluation import evaluate
 from composer_jax.envs.coding.tasks import split
 from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
+
+matplotlib.use("Agg")  # Files only: no display on a cluster or in CI.
+import matplotlib.pyplot as plt  # noqa: E402
+
+REPORT_FILES = {"json": "eval.json", "csv": "episodes.csv", "png": "eval.png"}  # by kind
+
+
+def write_report(report: dict, out_dir: str, meta: dict) -> dict[str, str]:
+  """Writes `eval.json` (meta + report), `episodes.csv` and `eval.png` under `out_dir`;
+  returns their paths by kind."""
+  os.makedirs(out_dir, exist_ok=True)
+  paths = {kind: os.path.join(out_dir, name) for kind, name in REPORT_FILES.items()}
+  with open(paths["json"], "w") as f:
+    json.dump({"meta": meta, **report}, f, indent=1, sort_keys=True)
+  with open(paths["csv"], "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(report["episodes"][0]))
+    writer.writeheader()
+    writer.writerows(report["episodes"])
+  _plot(report["summary"], paths["png"], title=meta.get("checkpoint", ""))
+  return paths
+
+
+def _plot(summary: dict, path: str, title: str) -> None:
+  ks = sorted(int(name[5:]) for name in summary if name.startswith("pass@"))
+  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+  left.plot(ks, [summary[f"pass@{k}"] for k in ks], "o-")
+  left.set(xlabel="k", ylabel="pass@k", ylim=(0, 1.02), xticks=ks,
+           title=f"{summary['tasks']} tasks, {summary['projects']} projects, "
+                 f"{summary['episodes']} episodes")
+  # Counts per episode share one axis; tokens (hundreds to thousands) go in the title.
+  names = [f"{m}_per_episode" for m in evaluate.BEHAVIOUR if m != "tokens"]
+  names += ["style_violations_per_edit"]
+  values = [summary[n] for n in names]
+  right.barh(range(len(names)), values)
+  for i, v in enumerate(values):
+    right.annotate(f"{v:.2f}", (v, i), xytext=(3, 0), textcoords="offset points", va="center",
+                   fontsize=7)
+  right.set_yticks(range(len(names)), [n.replace("_", " ") for n in names], fontsize=8)
+  right.set(title=f"behaviour (mean); {summary['tokens_per_episode']:.0f} tokens per episode")
+  fig.suptitle(os.path.basename(os.path.normpath(title)) or "eval", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
 
 
 def _args(argv):
@@ -120,7 +166,7 @@ def main(argv=None) -> int:
   try:  # Every input first: nothing below fails after the evaluation.
     out = outputs.check(args.out or f"{args.checkpoint}/eval",
                         inputs=[args.checkpoint, args.tasks], inside_inputs=True,
-                        replaceable=evaluate.REPORT_FILES.values())
+                        replaceable=REPORT_FILES.values())
     _run_defaults(args, load_checkpoint.run_config(args.checkpoint))
     tasks = _tasks(args)
     tools = tuple(t for t in args.tools.split(",") if t)
@@ -145,13 +191,13 @@ def main(argv=None) -> int:
   meta = {**vars(args), "split_projects": sorted({split.project_of(t) for t in tasks})}
   try:
     with outputs.staged(out) as tmp:
-      evaluate.write_report(report, tmp, meta)
+      write_report(report, tmp, meta)
   except OSError as e:
     print(json.dumps({"meta": meta, **report}, sort_keys=True))
     print(f"error: cannot write the results to {out} ({e}); the whole report is on stdout",
           file=sys.stderr)
     return 1
-  paths = {kind: os.path.join(out, name) for kind, name in evaluate.REPORT_FILES.items()}
+  paths = {kind: os.path.join(out, name) for kind, name in REPORT_FILES.items()}
   print(json.dumps({**report["summary"], "files": paths}, indent=1, sort_keys=True))
   return 0
 

@@ -11,21 +11,17 @@ metrics, per episode: turns, tokens, tool calls and tool errors, malformed turns
 the ruff violations they add (per turn, as the style feedback kind counts them:
 `agent_feedback.added_violations`), monitor flags and critical ones, how the episode ended.
 
-`write_report` writes the report as JSON (everything), CSV (one row per episode) and a PNG
-(pass@k against k, and the behavioural means).
+The report is data (`summarize`); writing it as files (JSON, CSV, PNG) is the CLI's
+(`experiments/eval.py`).
 """
 
 from __future__ import annotations
 
 import collections
-import csv
 import dataclasses
-import json
-import os
 from collections.abc import Sequence
 
 import jax
-import matplotlib
 import ml_collections
 import numpy as np
 
@@ -38,10 +34,7 @@ from composer_jax.model.config import ModelConfig
 from composer_jax.rl import rollout
 from composer_jax.rl.episodes import run_episodes
 
-matplotlib.use("Agg")  # Files only: no display on a cluster or in CI.
-import matplotlib.pyplot as plt  # noqa: E402
-
-# Behavioural metrics averaged over episodes (the JSON summary, the CSV columns, the plot).
+# Behavioural metrics averaged over episodes (the summary; the CLI's CSV columns and plot).
 BEHAVIOUR = ("turns", "tokens", "tool_calls", "tool_errors", "malformed_turns", "edits",
              "style_violations", "monitor_flags", "critical_flags", "submitted")
 
@@ -166,43 +159,3 @@ def summarize(rows: Sequence[dict], k: int) -> dict:
   summary.update(tasks=len(per_task), projects=len({t["project"] for t in per_task}),
                  episodes=len(rows), reward=float(np.mean([r["reward"] for r in rows])))
   return dict(summary=summary, tasks=per_task, episodes=list(rows))
-
-
-REPORT_FILES = {"json": "eval.json", "csv": "episodes.csv", "png": "eval.png"}  # by kind
-
-
-def write_report(report: dict, out_dir: str, meta: dict) -> dict[str, str]:
-  """Writes `eval.json` (meta + report), `episodes.csv` and `eval.png` under `out_dir`;
-  returns their paths by kind."""
-  os.makedirs(out_dir, exist_ok=True)
-  paths = {kind: os.path.join(out_dir, name) for kind, name in REPORT_FILES.items()}
-  with open(paths["json"], "w") as f:
-    json.dump({"meta": meta, **report}, f, indent=1, sort_keys=True)
-  with open(paths["csv"], "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(report["episodes"][0]))
-    writer.writeheader()
-    writer.writerows(report["episodes"])
-  _plot(report["summary"], paths["png"], title=meta.get("checkpoint", ""))
-  return paths
-
-
-def _plot(summary: dict, path: str, title: str) -> None:
-  ks = sorted(int(name[5:]) for name in summary if name.startswith("pass@"))
-  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-  left.plot(ks, [summary[f"pass@{k}"] for k in ks], "o-")
-  left.set(xlabel="k", ylabel="pass@k", ylim=(0, 1.02), xticks=ks,
-           title=f"{summary['tasks']} tasks, {summary['projects']} projects, "
-                 f"{summary['episodes']} episodes")
-  # Counts per episode share one axis; tokens (hundreds to thousands) go in the title.
-  names = [f"{m}_per_episode" for m in BEHAVIOUR if m != "tokens"] + ["style_violations_per_edit"]
-  values = [summary[n] for n in names]
-  right.barh(range(len(names)), values)
-  for i, v in enumerate(values):
-    right.annotate(f"{v:.2f}", (v, i), xytext=(3, 0), textcoords="offset points", va="center",
-                   fontsize=7)
-  right.set_yticks(range(len(names)), [n.replace("_", " ") for n in names], fontsize=8)
-  right.set(title=f"behaviour (mean); {summary['tokens_per_episode']:.0f} tokens per episode")
-  fig.suptitle(os.path.basename(os.path.normpath(title)) or "eval", fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path, dpi=80)
-  plt.close(fig)

@@ -196,19 +196,19 @@ def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(tmp_pat
   assert "is not empty (it holds 'stale.csv')" in _one_line_error(capsys)
   (out / "stale.csv").unlink()
 
-  write = evaluate.write_report
+  write = eval_cli.write_report
   def disk_full(report, out_dir, meta):
     with open(f"{out_dir}/eval.json", "w") as f:
       f.write("half")
     raise OSError(28, "No space left on device")
-  monkeypatch.setattr(evaluate, "write_report", disk_full)
+  monkeypatch.setattr(eval_cli, "write_report", disk_full)
   assert eval_cli.main(args) == 1
   captured = capsys.readouterr()
   assert json.loads(captured.out)["summary"]["pass@1"] == 1.0
   assert captured.err.startswith(f"error: cannot write the results to {out} ")
   assert os.listdir(out) == ["eval.json"] and (out / "eval.json").read_text() == "earlier"
 
-  monkeypatch.setattr(evaluate, "write_report", write)
+  monkeypatch.setattr(eval_cli, "write_report", write)
   assert eval_cli.main(args) == 0
   assert sorted(os.listdir(out)) == ["episodes.csv", "eval.json", "eval.png"]
   assert json.loads((out / "eval.json").read_text())["summary"]["pass@1"] == 1.0
