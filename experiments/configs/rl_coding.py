@@ -5,16 +5,14 @@
         --config.env.tasks=tasks.jsonl    # python -m composer_jax.envs.coding.tasks.make_tasks ...
 
 'cpu' (the default arg): micro-project tasks (`env.tasks='micro:0:8'`: made on first use,
-`make_tasks.micro_tasks`, about a minute per project on one worker), the `tiny` model,
+`make_tasks.micro_tasks`), the `tiny` model,
 random init, the 256-byte tokenizer (`env.tokenizer='bytes'`, vocab 512, kept as the
 workdir's tiktoken.model for `python -m experiments.eval`) and four tools, so one step of 2
 groups x 2 episodes runs on a laptop CPU: sampling with tools (`experiments/coding/
 program.py`), the sandboxed harness and grader, the RL + SD update on turns the feedback kinds
 flag, metrics, checkpoints (the curriculum's pass rates included) and bit-for-bit resume
-(`rl.run`). Budgets fit the tasks: in byte tokens a micro task's first prompt is 1.7-1.9k
-tokens (1.3k of them the four tool declarations), the gold edit as one `edit` call 170-450
-(655 for 1 task in 324), a `submit` turn 41; so a model turn is up to 512 tokens and 2 turns
-are enough to solve one.
+(`rl.run`). Budgets fit the micro tasks: a model turn holds a gold edit as one `edit` call,
+and 2 turns are enough to solve one (their measured sizes: RESULTS.md, "Micro-project tasks").
 
 Token lengths (`rl.seq_len`, `rl.prompt_len`, `rl.teacher_seq_len`) set to 0 are derived from
 the tasks when the env is built, and every length is checked against the tasks and the model
