@@ -35,9 +35,10 @@ def test_seeded_and_varied():
   assert "[tool.pytest.ini_options]" in files["pyproject.toml"]
 
 
-@pytest.mark.parametrize("seed", [0, 8])  # module imports + tables; name imports
-def test_suite_passes(seed, tmp_path):
-  root = microprojects.write(seed, tmp_path / "p")
+def test_suite_passes(tmp_path):
+  """Seed 0: module imports and parametrized tables (seed 8's plain asserts and name imports
+  pass their baseline in the factory test below)."""
+  root = microprojects.write(0, tmp_path / "p")
   res = subprocess.run(
     [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root)],
     cwd=root,
