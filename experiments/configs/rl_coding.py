@@ -11,8 +11,8 @@ workdir's tiktoken.model for `python -m experiments.eval`) and four tools, so on
 groups x 2 episodes runs on a laptop CPU: sampling with tools (`experiments/coding/
 program.py`), the sandboxed harness and grader, the RL + SD update on turns the feedback kinds
 flag, metrics, checkpoints (the curriculum's pass rates included) and bit-for-bit resume
-(`rl.run`). Budgets fit the micro tasks: a model turn holds a gold edit as one `edit` call,
-and 2 turns are enough to solve one (their measured sizes: RESULTS.md, "Micro-project tasks").
+(`rl.run`). Budgets fit the micro tasks: one 512-token turn holds a gold edit and the submit
+call (their measured sizes: RESULTS.md, "Micro-project tasks").
 
 Token lengths (`rl.seq_len`, `rl.prompt_len`, `rl.teacher_seq_len`) set to 0 are derived from
 the tasks when the env is built, and every length is checked against the tasks and the model
@@ -106,7 +106,7 @@ def get_config(arg=None):
       group_size=2,
       seq_len=0,  # derived from the tasks: longest prompt + max_turns * max_new_tokens
       prompt_len=0,  # derived: seq_len
-      max_new_tokens=512,  # a micro task's gold edit (200-450 byte tokens) fits one turn
+      max_new_tokens=512,  # a micro task's gold edit + submit fits one turn (RESULTS.md)
       teacher_seq_len=0,  # derived: seq_len + env.max_hint_tokens
       teacher_rows=4,
     )
