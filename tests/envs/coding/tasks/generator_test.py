@@ -88,11 +88,11 @@ def test_patch_that_does_not_apply(hypot_task):
   [
     (
       {
-        "pkg/__init__.py": "def f():\n  return 1\n",
+        "pkg/__init__.py": "def f():\n  return 5\n",
         "tests/test_pkg.py": "from pkg import f\n\ndef test_f():\n  assert f() == 2\n",
       },
       r"do not pass before any deletion, e.g. \['tests/test_pkg.py::test_f'\] \("
-      r"tests/test_pkg.py::test_f: assert 1 == 2\)",
+      r"tests/test_pkg.py::test_f: assert 5 == 2\)",
     ),
     ({"pkg/__init__.py": "def f():\n  return 1\n"}, "has no tests"),
   ],
