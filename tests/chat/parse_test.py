@@ -166,7 +166,7 @@ _CALLS = st.lists(st.builds(
 _MESSAGES = st.builds(lambda think, content, calls: Message("assistant", content, think,
                                                            tuple(calls)),
                       _TEXT, _TEXT, _CALLS)
-_FAST = settings(max_examples=150, deadline=None,
+_FAST = settings(max_examples=150, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
