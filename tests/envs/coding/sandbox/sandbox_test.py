@@ -168,7 +168,7 @@ def test_bad_input_is_one_line(mini_gen, tmp_path, capsys, monkeypatch):
   notjsonl = tmp_path / "bad.jsonl"
   notjsonl.write_text("id,patch\nx,y\n")
   assert grade_patch.main(["--tasks", str(notjsonl), "--id", "x", "--patch", "GOLD"]) == 1
-  assert "not JSONL" in _one_line(capsys)
+  assert "bad.jsonl line 1 is not JSON" in _one_line(capsys)
   assert grade_patch.main(["--tasks", str(tasks), "--id", "nope", "--patch", "GOLD"]) == 1
   assert "'nope'" in _one_line(capsys)
   bad_patch = tmp_path / "p.diff"
