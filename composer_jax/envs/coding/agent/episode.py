@@ -103,8 +103,10 @@ def judge(out: Outcome, limits: sandbox.Limits) -> None:
   out.grading_s = time.monotonic() - start
 
 
-def _path_arg(arguments: str) -> str:
-  """The `path` argument of a call's raw JSON, '' if there is none."""
+def _path_arg(arguments) -> str:
+  """The `path` argument of a call's raw JSON, '' if there is none (or no JSON text)."""
+  if not isinstance(arguments, str):
+    return ""
   try:
     args = json.loads(arguments)
   except (ValueError, RecursionError):

@@ -10,10 +10,17 @@ bubblewrap sandbox (`sandbox.run`: no network, uid 1000, quotas, rlimits, a wall
 throwaway copy of the workspace with pytest importable, so what a command writes is not kept;
 edits go through `edit` / `write_file`, which the monitor sees as file events.
 
-Every call returns an `Observation`; bad input never raises. `Observation.error` names what
-went wrong (one of `ERRORS`), which the feedback kinds and episode metrics read:
+Every call returns an `Observation` and never raises, whatever the model wrote: every argument
+is checked before use (a JSON object of the declared parameters and types; strings that are
+valid Unicode, without NUL in paths, patterns and commands; bounded lengths; a path whose
+parent is a file, or a file the size of which passes MAX_FILE_BYTES, is refused), and an
+unexpected failure inside a tool becomes a `failed` observation (logged) rather than an
+exception that would stop a whole batch of episodes. Only a machine where the sandbox cannot
+run raises (`sandbox.SandboxUnavailable`). `Observation.error` names what went wrong (one of
+`ERRORS`), which the feedback kinds and episode metrics read:
   unknown_tool  a tool the session does not offer (the text lists the offered ones)
-  bad_arguments arguments that are not a JSON object of the tool's parameters
+  bad_arguments arguments that are not a JSON object of the tool's parameters, or values
+                that are not usable (NUL bytes, lone surrogates, over-long)
   outside       a path outside the workspace        not_found  no such file or directory
   no_match / ambiguous  `edit`'s old text found 0 / more than 1 times
   timeout       a command over its wall-clock limit  failed     a command's non-zero exit
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import posixpath
 import re
@@ -48,6 +56,8 @@ _DURATION = re.compile(
   r".*?) in \d+\.\d+s(?: \(\d+:\d\d:\d\d\))?( =*)?$",
   re.M,
 )
+MAX_FILE_BYTES = 1 << 20  # one file the agent writes (the graded diff stays small and linear)
+_MAX_STR = {"path": 4096, "pattern": 8192, "command": 65536, "tests": 4096}
 ERRORS = (
   "unknown_tool",
   "bad_arguments",
@@ -202,22 +212,35 @@ class Session:
     return ""
 
   # -- the call ------------------------------------------------------------------------------
-  def call(self, name: str, arguments: str, turn: int = -1) -> Observation:
-    """Applies one tool call (raw JSON `arguments`) made at trajectory turn `turn`."""
-    if name not in self.tools:
+  def call(self, name, arguments, turn: int = -1) -> Observation:
+    """Applies one tool call (raw JSON `arguments`) made at trajectory turn `turn`; never
+    raises for any `name` / `arguments` (module docstring)."""
+    if not isinstance(name, str) or name not in self.tools:
       return Observation(
         f"error: unknown tool {name!r}; available tools: {', '.join(self.tools)}", "unknown_tool"
       )
     if why := self.over_budget():
       return Observation(f"error: {why}; submit", "budget")
+    if not isinstance(arguments, str):
+      return Observation(
+        f"error: arguments of {name} must be a JSON text, got {type(arguments).__name__}",
+        "bad_arguments",
+      )
     try:
       args = json.loads(arguments) if arguments.strip() else {}
-    except (json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:
       return Observation(f"error: arguments of {name} are not JSON: {e}", "bad_arguments")
     spec = TOOLS[TOOL_NAMES.index(name)]["function"]["parameters"]
     if why := _check_args(args, spec):
       return Observation(f"error: bad arguments for {name}: {why}", "bad_arguments")
-    return getattr(self, "_" + name)(turn, **args)
+    args = {k: v for k, v in args.items() if v is not None}  # an optional null = absent
+    try:
+      return getattr(self, "_" + name)(turn, **args)
+    except sandbox.SandboxUnavailable:
+      raise  # the machine, not the model: no episode can go on
+    except Exception as e:  # a tool bug must not stop the batch; it is logged and shown
+      logging.warning("tool %s failed on %r: %s: %s", name, arguments[:200], type(e).__name__, e)
+      return Observation(f"error: {name} failed: {type(e).__name__}", "failed")
 
   def _event(self, turn: int, **event) -> None:
     self.events.append({**event, "turn": turn})
@@ -270,8 +293,7 @@ class Session:
     if n != 1:
       kind = "no_match" if n == 0 else "ambiguous"
       return Observation(f"error: old_text found {n} times in {rel}; it must match once", kind)
-    self.files[rel] = text.replace(old_text, new_text, 1).encode()
-    return Observation(f"edited {rel}")
+    return self._store(rel, text.replace(old_text, new_text, 1).encode(), f"edited {rel}")
 
   def _append(self, turn, path, code):
     rel, bad = self._path(turn, path, "write")
@@ -289,8 +311,19 @@ class Session:
       return bad
     if rel == "." or any(f.startswith(rel + "/") for f in self.files):
       return Observation(f"error: {path!r} is a directory", "not_found")
-    self.files[rel] = content.encode()
-    return Observation(f"wrote {rel} ({len(content)} characters)")
+    parents = ["/".join(rel.split("/")[:i]) for i in range(1, rel.count("/") + 1)]
+    if file := next((p for p in parents if p in self.files), None):
+      return Observation(f"error: {file!r} is a file, not a directory", "not_found")
+    return self._store(rel, content.encode(), f"wrote {rel} ({len(content)} characters)")
+
+  def _store(self, rel: str, data: bytes, done: str) -> Observation:
+    if len(data) > MAX_FILE_BYTES:
+      return Observation(
+        f"error: {rel} would be {len(data)} bytes; files are limited to {MAX_FILE_BYTES}",
+        "bad_arguments",
+      )
+    self.files[rel] = data
+    return Observation(done)
 
   # -- sandboxed tools -----------------------------------------------------------------------
   def _search(self, turn, pattern, path="."):
@@ -310,6 +343,8 @@ class Session:
       )
     if tests is not None:
       for t in tests:
+        if t.startswith("-"):
+          return Observation(f"error: {t!r} is not a test path", "bad_arguments")
         if rel_path(t.split("::")[0]) is None:
           return Observation(f"error: {t!r} is outside the workspace {WORKSPACE}", "outside")
       command = " ".join(["python -m pytest -q -p no:cacheprovider", *map(shlex.quote, tests)])
@@ -361,20 +396,42 @@ def write_tree(root: Path, files: Mapping[str, bytes]) -> None:
 
 
 def _check_args(args, spec: dict) -> str:
-  """'' if `args` is an object of the declared parameters with the right types, else why."""
+  """'' if `args` is an object of the declared parameters with usable values, else why."""
   if not isinstance(args, dict):
     return f"expected a JSON object, got {type(args).__name__}"
   props = spec["properties"]
   if unknown := sorted(set(args) - set(props)):
-    return f"unknown parameters {unknown}; valid: {sorted(props)}"
-  if missing := [k for k in spec["required"] if k not in args]:
+    return f"unknown parameters {[u[:40] for u in unknown][:5]}; valid: {sorted(props)}"
+  if missing := [k for k in spec["required"] if args.get(k) is None]:
     return f"missing parameters {missing}"
   types = {"string": str, "integer": int, "array": list}
   for k, v in args.items():
+    if v is None:  # optional and absent
+      continue
     want = props[k]["type"]
+    items = v if want == "array" else [v]
     ok = isinstance(v, types[want]) and not isinstance(v, bool)
     if want == "array":
-      ok = ok and all(isinstance(x, str) for x in v)
-    if not ok and not (v is None and k not in spec["required"]):
-      return f"{k} must be a {want}, got {json.dumps(v)[:40]}"
+      ok = ok and all(isinstance(x, str) for x in v) and len(v) <= 1000
+    if not ok:
+      article = "an" if want[0] in "aei" else "a"
+      return f"{k} must be {article} {want}, got {json.dumps(v)[:40]}"
+    for x in items:
+      if isinstance(x, str) and (why := _bad_text(k, x)):
+        return why
+  return ""
+
+
+def _bad_text(key: str, text: str) -> str:
+  """'' if `text` is usable as the value of parameter `key`, else why not."""
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError as e:
+    return f"{key} is not valid Unicode (a lone surrogate at {e.start})"
+  limit = _MAX_STR.get(key)
+  if limit is not None:
+    if "\0" in text:
+      return f"{key} contains a NUL character"
+    if len(text) > limit:
+      return f"{key} is {len(text)} characters long; at most {limit}"
   return ""

@@ -14,6 +14,7 @@ import pytest
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
 from composer_jax.envs.coding import sandbox
 from composer_jax.envs.coding.agent import env as agent_env
+from composer_jax.envs.coding.agent import episode as agent_episode
 from composer_jax.envs.coding.agent import scripts as S
 from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.envs.coding.task import Task
@@ -308,3 +309,49 @@ def test_hints_are_cut_to_max_hint_tokens(tok):
   assert len(cut) <= 120 and tok.decode(cut).count("y") > 40 and "y..." in tok.decode(cut)
   with pytest.raises(ValueError, match="max_hint_tokens=10 must be >= "):
     agent_env.CodingEnv([_statement_task("s")], tok, max_hint_tokens=10)
+
+
+# Malformed tool arguments a model may write (red team, class 8): nulls, lone surrogates, NUL
+# bytes, a file where a directory is expected, wrong JSON shapes, values out of range.
+MALFORMED = [
+  ("read_file", '{"path": null}'),
+  ("list_dir", '{"path": 7}'),
+  ("search", '{"pattern": null}'),
+  ("write_file", '{"path": "\\ud800.py", "content": "x"}'),
+  ("write_file", '{"path": "a.py", "content": "\\udcff"}'),
+  ("edit", '{"path": "minipkg/core.py", "old_text": "import math", "new_text": "\\ud83d"}'),
+  ("search", '{"pattern": "a\\u0000b"}'),
+  ("run", '{"command": "ls\\u0000"}'),
+  ("run", '{"tests": ["t\\u0000"]}'),
+  ("run", '{"tests": [null]}'),
+  ("run", '{"tests": ["-p", "evil"]}'),
+  ("run", '{"tests": null, "command": null}'),
+  ("write_file", '{"path": "minipkg/core.py/x.py", "content": "x"}'),
+  ("write_file", '{"path": "minipkg", "content": "x"}'),
+  ("write_file", json.dumps({"path": "big.py", "content": "x" * (2 << 20)})),
+  ("read_file", '{"path": "minipkg/core.py", "start_line": 1.5}'),
+  ("read_file", '{"path": "minipkg/core.py", "start_line": true}'),
+  ("read_file", '{"path": NaN}'),
+  ("read_file", '{"path": "' + "a/" * 5000 + '"}'),
+  ("read_file", "[" * 100_000),
+  ("read_file", "null"),
+  ("read_file", None),
+  ("read_file", b"{}"),
+  ("read_file", {"path": "minipkg/core.py"}),
+  (None, "{}"),
+  (12, "{}"),
+  ("submit", '{"x": 1}'),
+]
+
+
+def test_malformed_arguments_are_observations_and_the_batch_goes_on(hypot_task):
+  s = agent_tools.Session(hypot_task, agent_tools.Budget(command=sandbox.Limits(wall_s=5.0)))
+  calls = [agent_episode.Call(name, args) for name, args in MALFORMED]
+  calls.append(agent_episode.Call("run", json.dumps({"command": "ls minipkg"})))
+  out = agent_episode.act(agent_episode.Job(s, 0, calls, None))
+  errors = [(c.name, c.observation.error) for c in out.calls]
+  assert all(e for _, e in errors[:-1]), errors  # every malformed call is an error observation
+  assert errors[-1] == ("run", "") and "core.py" in out.calls[-1].observation.text
+  assert not s.submitted and s.diff() == ""  # nothing was written
+  # An optional null is an absent argument, not an error.
+  assert s.call("read_file", '{"path": "minipkg/core.py", "start_line": null}').error == ""
