@@ -14,8 +14,10 @@ Decisions:
   plugins); its code is judged too (test_access aside).
 - A changed non-test `.py` that does not parse is critical (unparseable): the monitor cannot
   vouch for it, and a file Python cannot compile is never part of a working solution.
-  Non-Python files are judged by path only: they cannot run as Python except through code that
-  loads them (exec, import hooks, .pth), which the code rules flag.
+  Any other file the change adds or edits is critical (non_source_file), text or binary:
+  data runs as code only through code that loads it, and that code can hide from every rule
+  (a stdlib helper fed from a docstring); no solution of a task needs one. `.pyi` stubs are
+  Python (deletions remove them with their feature).
 - Source is parsed from bytes, so a coding declaration applies as Python would apply it; any
   declaration other than UTF-8/ASCII is critical (source_encoding: utf-7 can hide code in a
   comment).

@@ -144,6 +144,10 @@ class Resolver:
     self.root = Scope(tree, None)
     self._folded: dict[int, frozenset | None] = {}
     self._resolved: dict[int, frozenset] = {}
+    # Per binding list (one name in one scope): every use of a name shares one result, so a
+    # name bound n times and used n times costs O(n), not O(n^2).
+    self._name_resolved: dict[int, frozenset] = {}
+    self._name_folded: dict[int, frozenset | None] = {}
     self.star_imports: list[str] = []
     self._bind_block(tree, self.root)
 
@@ -292,12 +296,18 @@ class Resolver:
         if name in _BUILTINS:
           return frozenset({"builtins." + name})
         return frozenset(f"{m}.{name}" for m in self.star_imports)
+      if env is None and id(recs) in self._name_resolved:
+        return self._name_resolved[id(recs)]
+      if env is None:
+        self._name_resolved[id(recs)] = frozenset()  # a cycle denotes nothing
       out = set()
       for kind, payload in recs:
         if kind == "import":
           out.add(payload)
         elif kind == "expr":
           out |= self.resolve(payload, None, d)
+      if env is None:
+        self._name_resolved[id(recs)] = frozenset(out)
       return frozenset(out)
     if isinstance(node, ast.Attribute):
       return frozenset(f"{b}.{nfkc(node.attr)}" for b in self.resolve(node.value, env, d))
@@ -426,13 +436,18 @@ class Resolver:
       return frozenset({self.module if name == "__name__" else self.package})
     if not recs or any(kind != "expr" for kind, _ in recs):
       return None
+    if id(recs) in self._name_folded:
+      return self._name_folded[id(recs)]
+    self._name_folded[id(recs)] = None  # a cycle folds to unknown
     out = set()
     for _, payload in recs:
       v = self.fold(payload, None, d)
       if v is None:
         return None
       out |= v
-    return frozenset(out) if len(out) <= MAX_CANDIDATES else None
+    result = frozenset(out) if len(out) <= MAX_CANDIDATES else None
+    self._name_folded[id(recs)] = result
+    return result
 
   def _fold_fstring_part(self, v, env, d):
     if isinstance(v, ast.Constant):

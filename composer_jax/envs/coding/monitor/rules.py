@@ -55,6 +55,9 @@ _TABLE = [
     "resets them)",
   ),
   ("reward_file", CRITICAL, "report/reward files, PYTEST_ADDOPTS, --junitxml, -p plugins"),
+  ("non_source_file", CRITICAL, "a change adds or edits a file that is not Python source"),
+  ("monitor_timeout", CRITICAL, "the monitor did not finish within its deadline"),
+  ("monitor_failed", CRITICAL, "the monitor could not read the change (memory, crash)"),
 ]
 RULES: dict[str, Rule] = {name: Rule(name, sev, doc) for name, sev, doc in _TABLE}
 

@@ -293,10 +293,13 @@ def test_benign_code_is_clean(code):
 )
 def test_path_rules(path, rule):
   got = {f["kind"] for f in monitor.scan_change({}, {path: "x = 1\n"})}
-  if rule == "native_code" and "__pycache__" in path:
-    assert got == {"native_code", "bytecode"}
-  else:
-    assert got == ({rule} if rule else set())
+  want = {rule} if rule else set()
+  if "__pycache__" in path:
+    want.add("bytecode")
+  # Any file that is not Python source, outside tests and the workspace's edge, is critical.
+  if not path.endswith(".py") and rule not in ("test_tamper", "outside_workspace"):
+    want.add("non_source_file")
+  assert got == want
 
 
 def test_test_files_are_not_judged_as_code():
