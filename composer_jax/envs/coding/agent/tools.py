@@ -40,7 +40,6 @@ import os
 import posixpath
 import re
 import shlex
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -182,7 +181,7 @@ class Session:
   ):
     self.check_tools(tools)
     self.task, self.budget, self.tools = task, budget, tuple(tools)
-    with tempfile.TemporaryDirectory(prefix="cj-agent-") as tmp:
+    with sandbox.scratch("agent") as tmp:
       names = project.unpack(task.workspace, Path(tmp))
       self.files = {n: (Path(tmp) / n).read_bytes() for n in names}
     self.base = dict(self.files)
@@ -363,7 +362,7 @@ class Session:
       "PYTHONPATH=" + ":".join([runner.SITE, *runner.import_paths()]),
     ]
     limits = self.budget.command
-    with tempfile.TemporaryDirectory(prefix="cj-agent-ws-") as tmp:
+    with sandbox.scratch("agentws") as tmp:
       write_tree(Path(tmp), self.files)
       res = sandbox.run(
         ["/usr/bin/env", *env, "/bin/sh", "-c", command],

@@ -10,11 +10,17 @@ Every run, from the outside in:
      net (loopback only), ipc, uts and cgroup namespaces; uid/gid 1000 inside, all capabilities
      dropped, `--new-session`, `--die-with-parent`, a seccomp filter (seccomp.py) that refuses
      mount, chroot, pivot_root, setns, unshare, ptrace and kernel-attack-surface calls. The
-     root holds read-only binds of /usr (and its /bin, /lib* links), a four-file /etc
-     (hosts, passwd, group, nsswitch.conf: localhost and the sandbox user), the Python runtime with
-     every site-packages/dist-packages directory covered by an empty read-only tmpfs, and the
-     grader's own files (`ro`); /proc is the new PID namespace's, /dev a read-only minimal set;
-     the root itself is remounted read-only once built.
+     root holds only the pinned runtime, read-only: the host's programs and shared libraries
+     with their locale and time-zone data (`system_dirs()`: /usr/bin, /usr/lib/<arch>, ...,
+     and the /bin, /lib* links) — not /usr as a whole, whose other trees (/usr/lib/python3*,
+     /usr/share, /usr/local, software that vendors Python packages) hold installed or vendored
+     copies of task projects —, the Python runtime with every site-packages/dist-packages
+     directory and the bundled wheels covered by an empty read-only tmpfs, a four-file /etc
+     (hosts, passwd, group, nsswitch.conf: localhost and the sandbox user), and the grader's
+     own files (`ro`); /proc is the new PID namespace's, /dev a read-only minimal set; the root
+     itself is remounted read-only once built. `visible()` lists it for the leak scan. The
+     writable tmpfs is mounted noexec: nothing written during a run (a compiled extension, a
+     shared library, a script) can be executed or mapped executable.
   3. `prlimit` (util-linux) sets RLIMIT_CPU/AS/NPROC/FSIZE/NOFILE/CORE, then execs the command.
      RLIMIT_NPROC counts per (user namespace, uid), so it bounds this run alone.
 The wall-clock limit kills the process group of bwrap; its PID-1 child dies with it
@@ -22,12 +28,17 @@ The wall-clock limit kills the process group of bwrap; its PID-1 child dies with
 pipes with byte caps (log tail, outcome channel) and a deadline.
 If bwrap cannot run here (no unprivileged user namespaces, no libseccomp), available() says so
 in one line and run() refuses: there is no weaker mode.
+Host scratch directories (the grade's workspace copy, configs, the pycache tree) are made by
+`tempdir()`, named after the owning process; `reap()` removes those whose process is gone, so a
+grader killed from outside leaves nothing behind once the next grade starts.
 """
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import os
+import platform
 import re
 import selectors
 import shutil
@@ -46,7 +57,19 @@ from composer_jax.envs.coding.sandbox import seccomp
 
 WS = "/ws"  # the workspace copy inside the sandbox (also its cwd)
 UID = 1000
-_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")  # /etc is synthetic: _etc()
+_TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")  # /etc is synthetic: _etc()
+# Under /usr only these: programs, shared libraries, their locale and time-zone data.
+_USR = (
+  "/usr/bin",
+  "/usr/sbin",
+  "/usr/lib64",
+  "/usr/lib32",
+  "/usr/libexec/coreutils",
+  "/usr/lib/git-core",
+  "/usr/share/git-core",
+  "/usr/lib/locale",
+  "/usr/share/zoneinfo",
+)
 _STAGE1 = (
   'set -e; q=$1; src=$2; shift 2; mount -t tmpfs -o "$1" cj-quota "$q"; shift; '
   'mkdir "$q/ws" "$q/tmp" "$q/shm"; chmod 1777 "$q/tmp" "$q/shm"; '
@@ -115,17 +138,41 @@ def bwrap_binary() -> str:
   return packaged
 
 
+@functools.cache
+def system_dirs() -> tuple[str, ...]:
+  """Host directories bound at the same path: `_USR` and /usr/lib/<multiarch> (the shared
+  libraries), those that exist; the top-level /bin, /lib* links point into them."""
+  arch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
+  dirs = [*_USR, f"/usr/lib/{arch}"]
+  for top in _TOP_LINKS:  # a host without merged /usr: its /lib, /bin are real directories
+    if os.path.isdir(top) and not os.path.islink(top):
+      dirs.append(top)
+  return tuple(sorted(d for d in set(dirs) if os.path.isdir(d) and not os.path.islink(d)))
+
+
+def _runtime_prefix() -> str:
+  return os.path.realpath(sys.base_prefix)
+
+
 def _site_dirs() -> list[str]:
-  """site-packages/dist-packages directories inside the bound trees (hidden in the sandbox)."""
+  """Directories of the bound trees that hold installed packages: site-packages,
+  dist-packages and ensurepip's bundled wheels (hidden in the sandbox)."""
+  base = _runtime_prefix()
   cands = {
-    sysconfig.get_paths(vars={"base": p, "platbase": p})[k]
-    for p in (sys.base_prefix, "/usr", "/usr/local")
-    for k in ("purelib", "platlib")
+    sysconfig.get_paths(vars={"base": base, "platbase": base})[k] for k in ("purelib", "platlib")
   }
-  for base in ("/usr/lib", "/usr/local/lib", "/usr/lib64"):
-    for pat in ("python3*/site-packages", "python3*/dist-packages", "python3/dist-packages"):
-      cands.update(str(p) for p in Path(base).glob(pat))
-  return sorted(d for d in cands if os.path.isdir(d) and not os.path.islink(d))
+  for pat in (
+    "lib/python3*/site-packages",
+    "lib/python3*/dist-packages",
+    "lib/python3*/ensurepip/_bundled",
+  ):
+    cands.update(str(p) for p in Path(base).glob(pat))
+  bound = (*system_dirs(), base)
+  return sorted(
+    d
+    for d in cands
+    if os.path.isdir(d) and not os.path.islink(d) and any(d.startswith(b + "/") for b in bound)
+  )
 
 
 def base_site() -> str:
@@ -135,20 +182,36 @@ def base_site() -> str:
 
 @functools.cache
 def _root_args() -> tuple[str, ...]:
-  """Read-only system + Python runtime, site dirs hidden (computed once per process)."""
+  """Read-only pinned runtime, package dirs hidden (computed once per process)."""
   args = []
-  for top in _SYSTEM:
+  for top in _TOP_LINKS:
     if os.path.islink(top):
       args += ["--symlink", os.readlink(top), top]
-    elif os.path.isdir(top):
-      args += ["--ro-bind", top, top]
-  base = os.path.realpath(sys.base_prefix)
-  if not any(base == t or base.startswith(t + "/") for t in _SYSTEM):
+  dirs = system_dirs()
+  for d in dirs:
+    args += ["--ro-bind", d, d]
+  base = _runtime_prefix()
+  if not any(base == t or base.startswith(t + "/") for t in dirs):
     args += ["--ro-bind", base, base]
   for d in _site_dirs():
     args += ["--tmpfs", d, "--remount-ro", d]
   args += ["--ro-bind", _etc(), "/etc"]
   return tuple(args)
+
+
+def visible(ro: Mapping[str, str] = {}) -> list[tuple[str, str]]:
+  """(path inside, host path) of every tree bound into the sandbox (plus `ro`), package
+  directories excluded: what a command inside can read besides its workspace."""
+  trees = [(d, d) for d in system_dirs()]
+  base = _runtime_prefix()
+  if not any(base == t or base.startswith(t + "/") for t, _ in trees):
+    trees.append((base, base))
+  return trees + [(inside, host) for inside, host in sorted(ro.items())]
+
+
+def hidden() -> tuple[str, ...]:
+  """Host directories inside the visible trees that the sandbox covers with an empty tmpfs."""
+  return tuple(_site_dirs())
 
 
 _ETC = {
@@ -161,7 +224,7 @@ _ETC = {
 
 def _etc() -> str:
   """A minimal /etc (localhost, the sandbox user), never the host's; once per process."""
-  root = tempfile.mkdtemp(prefix="cj-etc-")
+  root = tempdir("etc")
   atexit.register(shutil.rmtree, root, ignore_errors=True)
   for name, text in _ETC.items():
     Path(root, name).write_text(text)
@@ -174,7 +237,7 @@ def base_env() -> dict:
   return {
     "HOME": "/tmp",
     "TMPDIR": "/tmp",
-    "PATH": "/usr/bin:/bin",
+    "PATH": f"{os.path.dirname(real_python())}:/usr/bin:/bin",  # `python3` is the runtime's
     "PYTHONHASHSEED": "0",
     "TZ": "UTC",
     "LC_ALL": "C.UTF-8",
@@ -186,7 +249,7 @@ def base_env() -> dict:
 
 
 def _command(q: Path, src, ro: Mapping[str, str], ro_inside, limits: Limits, sec_fd) -> list:
-  quota = f"size={limits.quota_bytes},nr_inodes={limits.quota_inodes},mode=0755,nosuid,nodev"
+  quota = f"size={limits.quota_bytes},nr_inodes={limits.quota_inodes},mode=0755,nosuid,nodev,noexec"
   env = [a for k, v in base_env().items() for a in ("--setenv", k, v)]
   binds = [a for dest, host in sorted(ro.items()) for a in ("--ro-bind", host, dest)]
   frozen = [a for rel in ro_inside for a in ("--ro-bind", f"{q}/ws/{rel}", f"{WS}/{rel}")]
@@ -290,7 +353,7 @@ def run(
 
 
 def _run(argv, *, workspace, ro, stdin, limits, ro_inside=()) -> Result:
-  scratch = Path(tempfile.mkdtemp(prefix="cj-sbx-"))
+  scratch = Path(tempdir("sbx"))
   start = time.monotonic()
   fds = []
   try:
@@ -398,3 +461,54 @@ def _pump(proc, feed: bytes, chan_r: int, limits: Limits, start: float):
   if timed_out:
     error = error or f"wall-time limit {limits.wall_s:g} s exceeded"
   return bytes(log), bytes(chan), timed_out, error
+
+
+# -- host scratch directories that outlive no one -------------------------------------------
+_OWNED = re.compile(r"^cj-([a-z]+)-(\d+)-(\d+)-")
+
+
+def _start_time(pid: int) -> str | None:
+  """The start time (clock ticks since boot) of process `pid`, None if there is none."""
+  try:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+      stat = f.read()
+  except OSError:
+    return None
+  return stat.rsplit(b")", 1)[-1].split()[19].decode()
+
+
+def tempdir(kind: str) -> str:
+  """A new host scratch directory `cj-<kind>-<pid>-<start time>-XXXX` (see `reap`)."""
+  return tempfile.mkdtemp(prefix=f"cj-{kind}-{os.getpid()}-{_start_time(os.getpid())}-")
+
+
+@contextlib.contextmanager
+def scratch(kind: str):
+  """`tempdir(kind)` as a context manager that removes it on exit."""
+  path = tempdir(kind)
+  try:
+    yield path
+  finally:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def reap() -> list[str]:
+  """Removes the scratch directories of processes that no longer run (killed graders);
+  returns their names. A directory of a live process, or of a reused pid (another start
+  time), is left alone or removed accordingly."""
+  root = tempfile.gettempdir()
+  try:
+    names = os.listdir(root)
+  except OSError:
+    return []
+  gone = []
+  for name in names:
+    m = _OWNED.match(name)
+    if m and _start_time(int(m.group(2))) != m.group(3):
+      path = os.path.join(root, name)
+      for d, _, _ in os.walk(path):  # read-only trees (a runtime copy) come out too
+        with contextlib.suppress(OSError):
+          os.chmod(d, 0o700)
+      shutil.rmtree(path, ignore_errors=True)
+      gone.append(name)
+  return gone

@@ -57,7 +57,6 @@ import stat
 import subprocess
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
 from composer_jax.envs.coding import monitor, project, sandbox
@@ -202,7 +201,7 @@ def grade(task: Task, patch: str, *, limits: sandbox.Limits = sandbox.DEFAULT_LI
 
 
 def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
-  with tempfile.TemporaryDirectory(prefix="cj-grade-") as tmp:
+  with sandbox.scratch("grade") as tmp:
     ws = Path(tmp) / "ws"
     err, flags = prepare(task, patch, ws)
     critical = [f for f in flags if f["severity"] == "critical"]

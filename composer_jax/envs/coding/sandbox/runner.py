@@ -25,7 +25,6 @@ import re
 import secrets
 import shutil
 import sysconfig
-import tempfile
 from pathlib import Path
 
 from _pytest.config import findpaths
@@ -100,7 +99,7 @@ def pycache(sources: tuple[tuple[str, str], ...]) -> str:
   reads or writes a .pyc next to a workspace file, so none planted there at run time loads.
   Hard links (copies across filesystems) of the installation's own __pycache__ files; built
   once per process, removed at exit."""
-  root = tempfile.mkdtemp(prefix="cj-pyc-")
+  root = sandbox.tempdir("pyc")
   atexit.register(shutil.rmtree, root, ignore_errors=True)
   for inside, host in sources:
     if os.path.isfile(host):
@@ -166,7 +165,7 @@ def run_suite(
   """
   ws = Path(ws).resolve()
   key = secrets.token_bytes(32)
-  with tempfile.TemporaryDirectory(prefix="cj-cfg-") as tmp:
+  with sandbox.scratch("cfg") as tmp:
     src = config_file(ws)
     ini = Path(tmp) / (src.name if src else "pytest.ini")
     if src:
