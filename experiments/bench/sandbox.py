@@ -102,22 +102,25 @@ def make_task(tmp: Path) -> Path:
   return path
 
 
+def tree_at(ref: str, dest: Path) -> Path:
+  """The composer_jax package as of commit `ref`, extracted into `dest` (git archive)."""
+  dest.mkdir()
+  archive = subprocess.run(
+    ["git", "-C", str(REPO), "archive", ref, "composer_jax"], capture_output=True, check=True
+  ).stdout
+  subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+  return dest
+
+
 def old_tree(tmp: Path) -> Path:
   """The composer_jax package as of the commit before launcher.py was deleted."""
-  git = ["git", "-C", str(REPO)]
   gone = subprocess.run(
-    git + ["rev-list", "-1", "HEAD", "--", "composer_jax/envs/coding/launcher.py"],
+    ["git", "-C", str(REPO), "rev-list", "-1", "HEAD", "--", "composer_jax/envs/coding/launcher.py"],
     capture_output=True,
     text=True,
     check=True,
   ).stdout.strip()
-  dest = tmp / "old"
-  dest.mkdir()
-  archive = subprocess.run(
-    git + ["archive", f"{gone}^", "composer_jax"], capture_output=True, check=True
-  ).stdout
-  subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-  return dest
+  return tree_at(f"{gone}^", tmp / "old")
 
 
 def worker(tree: Path, what: str, n: int, task: Path) -> list[float]:

@@ -3,7 +3,7 @@
 `act(job)` is the unit of work of a coding episode step: it runs the turn's calls through the
 harness (`agent_tools.Session`), decides whether the episode ends (submit, a turn without
 calls, a spent budget) and, at the end, judges it: the trajectory monitor over every event of
-the episode (`monitor.scan_trajectory`); a critical flag scores 0 without grading, otherwise
+the episode (`monitor.scan_trajectory`, in the monitor's worker with a deadline); a critical flag scores 0 without grading, otherwise
 the grader scores the workspace diff on the hidden tests (`grader.grade`, which runs its own
 change monitor); an empty diff scores 0 ungraded, as every task's validation checked. Jobs and results are plain picklable data and this module imports no JAX, so
 a worker process (`workers.Pool`) can run it: grading, the slow part, then runs concurrently
@@ -16,8 +16,9 @@ import dataclasses
 import json
 import time
 
-from composer_jax.envs.coding import monitor, sandbox
+from composer_jax.envs.coding import sandbox
 from composer_jax.envs.coding.agent import tools as agent_tools
+from composer_jax.envs.coding.monitor import deadline
 from composer_jax.envs.coding.sandbox import grader
 
 
@@ -89,7 +90,7 @@ def act(job: Job) -> Outcome:
 def judge(out: Outcome, limits: sandbox.Limits) -> None:
   """Monitor flags (event index -> trajectory turn) and the reward of a finished episode."""
   s, start = out.session, time.monotonic()
-  flags = monitor.scan_trajectory(s.events, agent_tools.WORKSPACE)
+  flags = deadline.scan_trajectory(s.events, agent_tools.WORKSPACE)
   out.flags = [{**f, "turn": s.events[f["event"]]["turn"]} for f in flags]
   diff = s.diff()
   if any(f["severity"] == "critical" for f in out.flags) or not diff:

@@ -112,8 +112,9 @@ def _answer(reply: dict, timeout_s: float) -> list[dict]:
   return reply["flags"]
 
 
-def scan_change(before: dict, after: dict, timeout_s: float = DEADLINE_S) -> list[dict]:
+def scan_change(before: dict, after: dict, timeout_s: float | None = None) -> list[dict]:
   """monitor.scan_change(before, after) in the worker, with a deadline (module docstring)."""
+  timeout_s = DEADLINE_S if timeout_s is None else timeout_s
   req = {
     "op": "change",
     "before": {k: _b(v) for k, v in before.items()},
@@ -122,8 +123,9 @@ def scan_change(before: dict, after: dict, timeout_s: float = DEADLINE_S) -> lis
   return _answer(_WORKER.ask(req, timeout_s), timeout_s)
 
 
-def scan_trajectory(events: list, workspace: str, timeout_s: float = DEADLINE_S) -> list[dict]:
+def scan_trajectory(events: list, workspace: str, timeout_s: float | None = None) -> list[dict]:
   """monitor.scan_trajectory(events, workspace) in the worker, with a deadline."""
+  timeout_s = DEADLINE_S if timeout_s is None else timeout_s
   req = {"op": "trajectory", "events": events, "workspace": workspace}
   return _answer(_WORKER.ask(req, timeout_s), timeout_s)
 

@@ -156,7 +156,8 @@ def _runtime_prefix() -> str:
 
 def _site_dirs() -> list[str]:
   """Directories of the bound trees that hold installed packages: site-packages,
-  dist-packages and ensurepip's bundled wheels (hidden in the sandbox)."""
+  dist-packages, ensurepip's bundled wheels and CPython's own test suite (hidden in the
+  sandbox)."""
   base = _runtime_prefix()
   cands = {
     sysconfig.get_paths(vars={"base": base, "platbase": base})[k] for k in ("purelib", "platlib")
@@ -165,6 +166,7 @@ def _site_dirs() -> list[str]:
     "lib/python3*/site-packages",
     "lib/python3*/dist-packages",
     "lib/python3*/ensurepip/_bundled",
+    "lib/python3*/test",  # CPython's own suite: fixture wheels and packages, no runtime use
   ):
     cands.update(str(p) for p in Path(base).glob(pat))
   bound = (*system_dirs(), base)

@@ -1,51 +1,69 @@
 """Grading a candidate patch; fails closed (any doubt, any error scores 0 with a reason).
 
 Steps: the patch (size-capped) is applied with `git apply` to a fresh copy of the visible
-workspace; the final change (before/after of every touched file) goes to the monitor
-(monitor.scan_change); the tree is sanitised; FAIL_TO_PASS + PASS_TO_PASS run through the
-pytest harness, and when that grants the reward, FAIL_TO_PASS runs again in a fresh sandbox
-through the direct-call harness. Reward 1.0 iff the monitor raised nothing critical, both runs
-are sound, every listed test passed in the first and every FAIL_TO_PASS call succeeded in the
-second. partial = task.direct_partial: (direct FAIL_TO_PASS pass fraction) * (PASS_TO_PASS
-pass fraction), first run; collateral tests (import errors only) do not count.
+workspace; the final change (before/after of every touched file) goes to the monitor, in a
+worker with a deadline; the tree is sanitised and its tests and runner config reset; the
+FAIL_TO_PASS test files are rewritten for this grade (instrument.py: renamed tests, hidden
+expected values, decoys); FAIL_TO_PASS + PASS_TO_PASS run once through the harness, whose guard
+watches the candidate's code from inside. Reward 1.0 iff nothing critical was flagged (monitor,
+guard, decoys, lying values), the run is sound, and every listed test passed — a test with
+hidden sites only if every value it sent equals the expected one, which never entered the
+sandbox. partial = task.direct_partial on the same outcomes.
 
-What each layer stops (attack classes of the red-team suite, tests/envs/coding/sandbox/redteam/):
-  sandbox (sandbox.py: bwrap, seccomp, quota, rlimits, wall clock)
+The verdict depends on nothing the candidate's process can write: its records are data, and
+what decides is what it could not know or forge — the expected values of hidden sites, which
+items are decoys, the random names. Each layer fails closed on its own. What it stops (classes
+of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
+  sandbox (sandbox.py: bwrap, seccomp, quota, rlimits, wall clock, minimal read-only root)
     escape (chroot, mount, pivot_root, setns, unshare, ptrace, /proc of the host, leaked fds),
-    information leaks (host files, the task file, installed packages, caches, network),
-    resource exhaustion (disk, inodes, tmp, processes, memory, CPU, time, output volume) and
-    persistence across grades: nothing written inside outlives the run or reaches the host.
+    resource exhaustion (disk, inodes, tmp, processes, memory, CPU, time, output volume),
+    persistence across grades, information leaks (host files, the task file, network) and
+    copies of task sources (7): the root holds only the pinned runtime — no /usr/lib/python3*,
+    /usr/share, /usr/local or vendored trees, no site-packages or bundled wheels — and the
+    writable tmpfs is noexec, so no extension or library written at run time loads (5).
+  root leak scan (visible.py)
+    copies of task sources (7) anywhere a command inside can read: a task whose gold lines are
+    found in the root's files (zip members too) is not graded.
   workspace sanitising (here)
-    symlinks/FIFOs/devices anywhere, added or changed runner config (every name the installed
-    pytest reads, conftest.py at any level), added test files, start-up hooks
-    (sitecustomize, usercustomize, *.pth), caches and bytecode, modules that shadow the
-    standard library or the runner, a directory or file in place of a protected path.
+    symlinks/FIFOs/devices, added or changed runner config and conftest.py, added test files,
+    start-up hooks (sitecustomize, usercustomize, *.pth), caches and bytecode, modules that
+    shadow the standard library or the runner, a directory where a protected file belongs.
   runner configuration (runner.py)
     config injection: `-c` is the grader's copy of the original config, rootdir/confcutdir
     fixed, no cache provider, no plugin autoload; test-id collisions and deselection (the
-    collected ids must equal the expected set exactly, duplicates rejected).
-  authenticated channel + harness integrity (harness.py, both runs)
-    result forgery through report files, stdout/stderr, special files, exit codes, atexit
-    hooks, stray fds and child processes (none of them holds the per-run key, and a record
-    after `done` or a gap in the sequence voids the run); in-process tampering that rebinds a
-    function or class attribute of pytest/_pytest/pluggy/the harness, of the standard library
-    (math.isclose, operator.eq, unittest's asserts) or a builtin, swaps a
-    function's code or defaults, replaces the harness's own plugin or channel objects, or
-    breaks comparisons/assert (canary) — reported at the end of the run, so it must also be
-    undone in time to pass. Test files and runner config are read-only inside, and no .pyc
-    is read from the workspace (`-X pycache_prefix`), so rewriting them at run time fails.
-  second harness (direct calls, fresh interpreter, plain asserts)
-    tampering the first run missed because it was undone in time or never touched a
-    watched binding (report or outcome objects in flight, hook results): the harness calls
-    each FAIL_TO_PASS function itself, and only if its code is the one compiled from the
-    read-only test file (a test function swapped at run time fails).
-  monitor only (monitor.scan_change, critical flag -> 0)
-    code that makes the tested values themselves lie — comparison dunders returning a
-    constant, answers read from the tests or the caller's frame at run time, import hooks that
-    rewrite test modules before they are compiled — because the tests then really pass in any
-    harness; and a harness-aware attack that reads the key from the harness's memory and
-    writes a whole forged transcript in both runs: in-process objects are always reachable
-    from in-process code (gc, frames), which the monitor's rules flag.
+    collected ids, names mapped back, must equal the expected set; every decoy collected).
+  monitor in a worker with a deadline (monitor/, monitor/deadline.py)
+    code that makes values lie or reads answers, written plainly (3, 4); every file the change
+    adds or edits: any that is not Python source is critical, so data-file payloads (5) are
+    rejected before they run; a super-linear or memory-exhausting input (6) ends at the
+    deadline: 0 and a critical flag, never a hung grader.
+  guard (harness.py: PEP 578 audit hook installed before any project code, not removable)
+    while code the change touched is on the stack: frames (sys._getframe, tracebacks',
+    generators' frames) other than through standard-library helpers that keep them, gc object
+    walks, trace/profile hooks, replaced function code/defaults, code objects and functions
+    built from parts, marshal, pickles naming functions, ctypes, new audit hooks or
+    interpreters, starting programs, reading test or runner-config files, writing .py files,
+    /proc/*/mem, and code passed off under a trusted file's name. The run stops: 0 + critical
+    `runtime_guard`. This closes the introspection routes of outcome tampering (1, 2) and
+    answer reading (4), and the loaders of hidden payloads (5: pickle, marshal, ctypes,
+    code objects); the process is also made non-dumpable (no /proc/PID/mem from a child).
+  renamed tests (instrument.py)
+    the names the problem statement lists do not exist in the run: tampering aimed at them
+    (1, 2) misses.
+  hidden sites (instrument.py + harness.encode_site_value)
+    for `assert x == <literal>`-shaped checks the expected value never enters the sandbox;
+    the actual value comes back as plain data (builtins read through their C slots, other
+    objects through conversions they themselves claim equality with) and is compared here:
+    forced outcomes (1, 2), lying values (3: also flagged when a value equals a fresh
+    sentinel, `lying_value`) and answers read at run time (4) all fail it.
+  decoys (instrument.py)
+    every other FAIL_TO_PASS function gets a copy with perturbed expected values under
+    another random name; a correct solution fails it, so a passing decoy (`decoy_passed`,
+    critical) is forced outcomes (1, 2), a value equal to anything (3), or an answer read at
+    run time — the decoy's own, perturbed (4).
+  agent tools (agent_tools.py): every argument validated, a call never raises (8).
+  scratch directories (sandbox.tempdir/reap): a grader killed from outside leaves its
+    workspace copy behind only until the next grade starts.
 """
 
 import base64
@@ -59,16 +77,15 @@ import sys
 import tarfile
 from pathlib import Path
 
-from composer_jax.envs.coding import monitor, project, sandbox
-from composer_jax.envs.coding.sandbox import runner
+from composer_jax.envs.coding import instrument, project, sandbox, visible
+from composer_jax.envs.coding.monitor import deadline
+from composer_jax.envs.coding.sandbox import harness, runner
 from composer_jax.envs.coding.task import Task, direct_partial
 from composer_jax.envs.coding.tasks import scrub
 
 MAX_PATCH_BYTES = 4 << 20
 _SHADOWED = (
-  frozenset(sys.stdlib_module_names)
-  | frozenset(runner.RUNTIME_MODULES)
-  | {"cj_harness", "cj_covplugin"}
+  frozenset(sys.stdlib_module_names) | frozenset(runner.RUNTIME_MODULES) | {"cj_covplugin"}
 )
 
 
@@ -81,6 +98,10 @@ class Grade:
   flags: list[dict]
   isolation: dict
   wall_s: float
+  # What the integrity layers saw (plain data): F2P functions with hidden expected values,
+  # decoys, functions left as they were (and why), tests whose hidden values disagreed with a
+  # reported pass, passing decoys, guard stops.
+  integrity: dict = dataclasses.field(default_factory=dict)
 
   def as_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -154,29 +175,32 @@ def _put(ws: Path, rel: str, data: bytes) -> None:
   target.write_bytes(data)
 
 
-def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict]]:
-  """Materializes the graded tree at ws; returns (error or '', monitor flags)."""
+def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict], frozenset]:
+  """Materializes the graded tree at ws; returns (error or '', monitor flags, the paths the
+  change added or edited that the reset left in place)."""
+  none = frozenset()
   if len(patch.encode("utf-8", "surrogateescape")) > MAX_PATCH_BYTES:
-    return f"patch over {MAX_PATCH_BYTES} bytes", []
+    return f"patch over {MAX_PATCH_BYTES} bytes", [], none
   if "GIT binary patch" in patch:  # compressed: a small patch could fill the host disk
-    return "binary patches are not graded", []
+    return "binary patches are not graded", [], none
   visible = _members(task.workspace)
   originals = {**visible, **_members(task.hidden_files)}
   project.unpack(task.workspace, ws)
   if err := apply_patch(ws, patch):
-    return f"patch does not apply: {err}", []
+    return f"patch does not apply: {err}", [], none
   after, odd = _tree(ws)
   if odd:
-    return f"patch creates non-regular files (symlink, FIFO, device): {sorted(odd)[:5]}", []
+    return f"patch creates non-regular files (symlink, FIFO, device): {sorted(odd)[:5]}", [], none
   changed = sorted(r for r in set(visible) | set(after) if visible.get(r) != after.get(r))
   changed = [r for r in changed if r.split("/")[0] != ".git"]
-  flags = monitor.scan_change(
+  flags = deadline.scan_change(
     {r: visible[r] for r in changed if r in visible}, {r: after[r] for r in changed if r in after}
   )
+  touched = frozenset(r for r in changed if r in after and not runner.controlled(r))
   for rel in changed:
     if rel not in visible and rel in after and not runner.controlled(rel):
       if name := _shadowing(rel, ws):
-        return f"patch adds {rel}, which shadows module {name!r}", flags
+        return f"patch adds {rel}, which shadows module {name!r}", flags, none
   shutil.rmtree(ws / ".git", ignore_errors=True)
   scrub.scrub(ws)
   for rel in project.walk(ws, skip=frozenset()):
@@ -187,47 +211,106 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict]]:
       _put(ws, rel, data)
   _, odd = _tree(ws)
   if odd:
-    return f"workspace holds non-regular files after reset: {sorted(odd)[:5]}", flags
-  return "", flags
+    return f"workspace holds non-regular files after reset: {sorted(odd)[:5]}", flags, none
+  return "", flags, touched
 
 
 def grade(task: Task, patch: str, *, limits: sandbox.Limits = sandbox.DEFAULT_LIMITS) -> Grade:
   """Reward for `patch` on `task` (module docstring). Raises SandboxUnavailable only."""
   sandbox.require()
+  sandbox.reap()
   try:
     return _grade(task, patch, limits)
   except Exception as e:  # fail closed: never a traceback instead of a grade
     return _zero(f"grader error: {type(e).__name__}: {e}")
 
 
+def _critical(kind: str, reason: str) -> dict:
+  return {"kind": kind, "severity": "critical", "reason": reason, "path": None, "line": None}
+
+
 def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
+  if hits := visible.leaks(task.gold_patch):
+    return _zero(f"the task's code is readable in the sandbox root: {hits[:2]}")
   with sandbox.scratch("grade") as tmp:
     ws = Path(tmp) / "ws"
-    err, flags = prepare(task, patch, ws)
+    err, flags, touched = prepare(task, patch, ws)
     critical = [f for f in flags if f["severity"] == "critical"]
     if critical:
       return _zero("patch rejected: " + "; ".join(f["reason"] for f in critical), flags)
     if err:
       return _zero(err, flags)
     wanted = sorted(set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS))
-    run = runner.run_suite(ws, wanted, limits=limits)
-    if not run.ok:
-      return _zero(f"test run unsound: {run.reason}", flags, run.wall_s)
-    tests = {t: run.outcomes.get(t, "missing") for t in wanted}
-    partial = direct_partial(task, tests)
-    grade = Grade(0.0, partial, tests, "", flags, run.isolation, run.wall_s)
-    if not all(tests[t] == "passed" for t in wanted):
-      return grade
-    f2p_ids = sorted(set(task.FAIL_TO_PASS))
-    again = runner.run_suite(ws, f2p_ids, limits=limits, mode="direct")
-    grade.wall_s += again.wall_s
-    if not again.ok:
-      grade.error = f"direct re-run unsound: {again.reason}"
-      grade.partial = 0.0
-    elif not all(again.calls.get(t) is True for t in f2p_ids):
-      bad = [t for t in f2p_ids if again.calls.get(t) is not True][:3]
-      grade.error = f"harnesses disagree: direct calls of {bad} did not succeed"
-      grade.partial = 0.0
-    else:
-      grade.reward = 1.0
-    return grade
+    files = {}
+    for tid in task.FAIL_TO_PASS:
+      rel = tid.split("::", 1)[0]
+      if (ws / rel).is_file() and runner.controlled(rel):
+        files[rel] = (ws / rel).read_bytes()
+    plan = instrument.plan(files, task.FAIL_TO_PASS, wanted)
+    for rel, data in plan.files.items():
+      (ws / rel).write_bytes(data)
+    run = runner.run_suite(ws, wanted, limits=limits, plan=plan, untrusted=touched)
+  return judge(task, plan, run, flags, wanted)
+
+
+def judge(task: Task, plan: instrument.Plan, run: runner.SuiteRun, flags, wanted) -> Grade:
+  """The grade of a finished run (module docstring): guard, soundness, decoys, sites."""
+  flags = list(flags)
+  for g in run.guard:
+    flags.append(_critical("runtime_guard", f"{g.get('event')} at {g.get('where')}"))
+  passed_decoys = sorted(i for i, o in run.decoys.items() if o == "passed")
+  if passed_decoys:
+    flags.append(_critical("decoy_passed", f"decoy tests passed: {passed_decoys[:3]}"))
+  tests = {t: run.outcomes.get(t, "missing") for t in wanted}
+  overturned = {}
+  for t in wanted:
+    why = _site_check(plan, t, run.sites.get(t, []))
+    if why == "liar":
+      flags.append(_critical("lying_value", f"{t}: a value equal to a fresh sentinel"))
+    if why and tests[t] == "passed":
+      tests[t], overturned[t] = "failed", why
+  info = {
+    "hidden": len(plan.required),
+    "decoys": len(plan.decoys),
+    "unprotected": plan.unprotected,
+    "overturned": overturned,
+    "decoys_passed": passed_decoys,
+    "guard": run.guard,
+  }
+  critical = [f for f in flags if f["severity"] == "critical"]
+  if critical:
+    g = _zero("; ".join(f["reason"] for f in critical), flags, run.wall_s)
+  elif not run.ok:
+    g = _zero(f"test run unsound: {run.reason}", flags, run.wall_s)
+  else:
+    reward = 1.0 if all(tests[t] == "passed" for t in wanted) else 0.0
+    g = Grade(reward, direct_partial(task, tests), tests, "", flags, run.isolation, run.wall_s)
+  g.integrity = info
+  return g
+
+
+def _site_check(plan: instrument.Plan, test: str, records: list) -> str:
+  """'' if the hidden sites of `test` hold (every value sent equals its expected value and
+  every required site was reached), 'liar' if a value claimed equality with a sentinel,
+  else why not."""
+  func = instrument.split_id(plan.ids.get(test, test))[1]
+  required = set(plan.required.get(func, ()))
+  reached = set()
+  for rec in records:
+    site = plan.sites.get(rec.get("site")) if isinstance(rec.get("site"), int) else None
+    if site is None:
+      return "a site record that is no site of this grade"
+    if rec.get("liar"):
+      return "liar"
+    expected = site.literal
+    if site.table:
+      entry = plan.tokens.get(rec.get("token"))
+      if entry is None or test not in entry[0]:
+        return f"{site.where}: a record with the token of another row"
+      expected = entry[1]
+    if not instrument.matches(site, expected, rec.get("views"), harness.decode):
+      return f"{site.where}: the value differs from the expected one"
+    reached.add(rec["site"])
+  if required - reached:
+    return f"required sites not reached: {sorted(required - reached)}"
+  return ""

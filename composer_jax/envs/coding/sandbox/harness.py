@@ -1,163 +1,582 @@
 """The grader's test harness, run inside the sandbox as `python -I -S -B /cj/harness.py`.
 
-Before any project code is imported it reads, from stdin, the outcome-channel fd (first line,
-written by sandbox.run) and a JSON config holding a per-run HMAC key; stdin is then at EOF, so
-the key exists only in this process's memory — never in the sandbox's files, argv or
-environment. Every outcome goes to the channel fd (a pipe to the host, close-on-exec) as a line
-`hex(HMAC-SHA256(key, body)) body`, body = JSON with a sequence number; stdout, stderr and files
-carry nothing the host believes.
-
-Two modes, two mechanisms:
-  "pytest": outcomes from pytest's own reports (setup/call/teardown of every item) and the
-            collected node ids; the coverage-data file is sent back when asked (testmap).
-  "direct": a fresh interpreter; each Function item's test function is called by this harness
-            itself (pytest only resolves fixtures), other items (doctests) are judged by a
-            wrapper around pytest_runtest_call — never by pytest's reports.
-Both snapshot the runner (every function and class attribute of pytest, _pytest, pluggy, this
-harness and the loaded standard library, and the builtins) after importing pytest and before importing project code, and report
-every binding that differs at the end; both run a canary (a true and a false comparison and
-assert) before and after the tests. The host rejects the run if either shows tampering.
-Standard library + pytest only; this file is also imported by the host for `verify`.
+It reads, from stdin, one line naming the outcome fd (written by sandbox.run) and a JSON
+config; stdin is then at EOF. Before any project code runs it:
+  1. makes this process non-dumpable: no other process of the sandbox (a test's child
+     included) can open its /proc/PID/mem;
+  2. installs the guard, a PEP 578 audit hook (hooks cannot be removed, and the hook keeps
+     what it needs in its default arguments, whose replacement is itself an audited event).
+     While code the candidate changed or added ("untrusted": a frame whose file is not the
+     standard library, the runtime under /cj, or an unchanged file of the workspace) is on
+     the stack, the guard stops the run (record `guard`, exit status GUARD_EXIT) on: getting
+     frames (sys._getframe, tracebacks', generators' and coroutines' frames) except through
+     standard-library functions that use them internally (logging, typing, namedtuple, ...),
+     gc's object walks, trace/profile hooks, new audit hooks or interpreters, code objects and
+     functions built from parts, reassigned function code/defaults, ctypes, marshal, pickles
+     that name functions, starting programs, reading test or runner-config files, writing any
+     .py under /ws, /proc/*/mem, and source compiled under a name of a file it is not;
+  3. registers the plan's helper module under its random name: `site` (a hidden expected
+     value's actual side, sent as plain data with validated conversions and a lying-value
+     probe), `rows` and `perturb` (decoy tables, instrument.py);
+  4. runs pytest with the reporter plugin: collected ids, one outcome per test item
+     (setup/call/teardown merged), decoy items moved next to their twins.
+Records are JSON lines `{"seq": n, "kind": ...}` on the outcome fd; the last is `done`. They
+are plain data written by code in the candidate's process, so the host believes none of them
+alone (runner.check, grader): what it checks is what the process could not know.
+Standard library + pytest only; the host imports this file for GUARD_EXIT and `decode`.
 """
 
-import ast
 import base64
-import builtins
-import functools
-import hashlib
-import hmac
-import inspect
+import decimal
+import fractions
 import json
+import math
 import os
+import random
 import sys
 import types
 
-# The runner and, through sys.stdlib_module_names, the standard library: a comparison helper
-# (math.isclose, unittest's assertEqual, operator.eq) made to agree with anything is caught.
-_WATCHED = frozenset({"pytest", "_pytest", "pluggy", "cj_harness", "__main__"})
-_PRELOAD = ("unittest", "math", "cmath", "operator", "decimal", "fractions", "difflib", "pprint")
-# Process-wide hooks and settings libraries legitimately set for good (sys.excepthook,
-# logging.captureWarnings -> warnings.showwarning, coverage's threading trace hook); they decide
-# no comparison. Module-level private names of the standard library are its own state.
-_EXEMPT = frozenset({("warnings", "showwarning"), ("warnings", "formatwarning")})
+GUARD_EXIT = 86
+# Standard-library functions that get frames for their own use. "inner": no frame leaves the
+# function; "out": it hands frames to its caller, which must then be standard library too.
+# (Module file relative to the standard library, function name) -> kind.
+_FRAME_USERS = {
+  ("collections/__init__.py", "namedtuple"): "inner",
+  ("typing.py", "_caller"): "inner",
+  ("enum.py", "_create_"): "inner",
+  ("enum.py", "__call__"): "inner",
+  ("traceback.py", "extract_stack"): "inner",
+  ("traceback.py", "format_stack"): "inner",
+  ("traceback.py", "print_stack"): "inner",
+  ("warnings.py", "warn"): "inner",
+  ("logging/__init__.py", "<lambda>"): "out",
+  ("logging/__init__.py", "currentframe"): "out",
+  ("traceback.py", "walk_stack"): "out",
+  ("traceback.py", "walk_tb"): "out",
+  ("traceback.py", "_walk_tb_with_full_positions"): "out",
+  ("warnings.py", "_next_external_frame"): "out",
+}
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_FUNC_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+_ALWAYS = frozenset(
+  {
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys.addaudithook",
+    "code.__new__",
+    "function.__new__",
+    "cpython.PyInterpreterState_New",
+    "cpython.run_command",
+    "cpython.run_file",
+    "cpython.run_module",
+    "cpython.run_startup",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "subprocess.Popen",
+    "pty.spawn",
+    "marshal.loads",
+    "marshal.load",
+    "ctypes.dlopen",
+    "ctypes.dlsym",
+    "ctypes.dlsym/handle",
+    "ctypes.cdata",
+    "ctypes.cdata/buffer",
+    "ctypes.string_at",
+    "ctypes.wstring_at",
+    "ctypes.addressof",
+    "ctypes.call_function",
+    "ctypes.create_string_buffer",
+    "ctypes.create_unicode_buffer",
+    "ctypes.set_errno",
+    "ctypes.get_errno",
+  }
+)
+_CHECKED = frozenset(
+  {
+    "sys._getframe",
+    "sys._current_frames",
+    "object.__getattr__",
+    "object.__setattr__",
+    "open",
+    "os.rename",
+    "compile",
+    "exec",
+    "pickle.find_class",
+  }
+)
+# Functions a pickle may name; everything else it names must be a class.
+_PICKLE_FUNCS = frozenset(
+  {
+    ("copyreg", "_reconstructor"),
+    ("copyreg", "__newobj__"),
+    ("copyreg", "__newobj_ex__"),
+    ("_codecs", "encode"),
+    ("codecs", "encode"),
+  }
+)
 
 
-def _exempt(owner: str, name: str) -> bool:
-  if (owner, name) in _EXEMPT or (owner in ("sys", "threading") and name.endswith("hook")):
-    return True
-  stdlib_module = owner != "builtins" and owner in sys.modules
-  stdlib_module = stdlib_module and owner.split(".")[0] in sys.stdlib_module_names
-  return stdlib_module and name.startswith("_")
+def _same_const(x, y) -> bool:
+  if type(x) is not type(y):
+    return False
+  if isinstance(x, types.CodeType):
+    return _same_code(x, y)
+  if isinstance(x, tuple):
+    return len(x) == len(y) and all(_same_const(a, b) for a, b in zip(x, y))
+  if isinstance(x, frozenset):  # iteration order depends on insertion: compare as sets
+    return x == y
+  return repr(x) == repr(y)
 
 
-_MUTABLE_STATE = ("seq", "phases")  # the harness objects' own bookkeeping
+def _same_code(a, b) -> bool:
+  """Whether code objects a and b were compiled from the same source (nested code too)."""
+  if a.co_code != b.co_code or a.co_names != b.co_names or a.co_varnames != b.co_varnames:
+    return False
+  if a.co_filename != b.co_filename:
+    return False
+  return _same_const(a.co_consts, b.co_consts)
 
 
-def sign(key: bytes, body: bytes, _new=hmac.new, _sha=hashlib.sha256) -> bytes:
-  return _new(key, body, _sha).hexdigest().encode()
+def install_guard(cfg: dict, fd: int) -> None:
+  """Installs the audit hook (module docstring) for the workspace described by `cfg`:
+  trusted = files of the workspace the change did not touch, protected = test and runner
+  configuration files, guard = "enforce" (stop the run) or "report" (record only)."""
+  import builtins
+  import sysconfig
+
+  b = builtins
+  stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"]) + "/"
+  trusted_files = frozenset(cfg.get("trusted", ()))
+  protected = frozenset(cfg.get("protected", ()))
+  enforce = cfg.get("guard", "enforce") == "enforce"
+
+  # Everything the hook uses is a default argument: the candidate can reach neither the hook
+  # (no gc, no frames) nor its defaults, and replacing `__defaults__` is an audited event. Its
+  # state (re-entrancy flag, caches) is mutable on purpose, for the same reason.
+  def hook(  # noqa: B006 (mutable defaults: see above)
+    event,
+    args,
+    _checked=_CHECKED,
+    _always=_ALWAYS,
+    _getframe=sys._getframe,
+    _write=os.write,
+    _exit=os._exit,
+    _dumps=json.dumps,
+    _realpath=os.path.realpath,
+    _fspath=os.fspath,
+    _isinstance=b.isinstance,
+    _type=b.type,
+    _str=b.str,
+    _int=b.int,
+    _bytes=b.bytes,
+    _getattr=b.getattr,
+    _open=b.open,
+    _compile=b.compile,
+    _base=b.BaseException,
+    _code_type=types.CodeType,
+    _function_type=types.FunctionType,
+    _same=_same_code,
+    _state=[0],  # noqa: B006
+    _cache={},  # noqa: B006
+    _refs={},  # noqa: B006
+    _stdlib=stdlib,
+    _trusted=trusted_files,
+    _protected=protected,
+    _enforce=enforce,
+    _fd=fd,
+    _code=GUARD_EXIT,
+    _users=_FRAME_USERS,
+    _frame_attrs=_FRAME_ATTRS,
+    _func_attrs=_FUNC_ATTRS,
+    _pickle_funcs=_PICKLE_FUNCS,
+    _modules=sys.modules,
+  ):
+    if _state[0] or (event not in _always and event not in _checked):
+      return
+    if event == "object.__getattr__" and args[1] not in _frame_attrs:
+      return
+    if event == "object.__setattr__" and not (
+      _isinstance(args[0], _function_type) and args[1] in _func_attrs
+    ):
+      return
+    _state[0] = 1
+    try:
+      why = None
+
+      def trusted(name):
+        ok = _cache.get(name)
+        if ok is None:
+          ok = _cache[name] = (
+            (name.startswith(_stdlib) and "-packages/" not in name)
+            or name.startswith("/cj/")
+            or name.startswith("<frozen ")
+            or name in _trusted
+          )
+        return ok
+
+      # The culprit: the nearest frame of untrusted code. A trusted module's own import
+      # (its `<module>` frame, met first) is trusted work even when the candidate imported it.
+      caller = _getframe(1)
+      culprit = caller
+      while culprit is not None:
+        code = culprit.f_code
+        if not trusted(code.co_filename):
+          break
+        if code.co_name == "<module>":
+          return
+        culprit = culprit.f_back
+      if culprit is None:
+        return
+      if event in _always:
+        why = event
+        if event.startswith("marshal.") and caller.f_code.co_filename.startswith("<frozen "):
+          why = None  # importlib reading bytecode; what it loads is checked at exec
+      elif event in ("sys._getframe", "sys._current_frames", "object.__getattr__"):
+        code = caller.f_code
+        fn = code.co_filename
+        kind = _users.get((fn[len(_stdlib) :], code.co_name)) if fn.startswith(_stdlib) else None
+        consumer = caller.f_back
+        if kind == "inner" or (
+          kind == "out" and consumer is not None and trusted(consumer.f_code.co_filename)
+        ):
+          return
+        why = event if event != "object.__getattr__" else f"frame access .{args[1]}"
+      elif event == "object.__setattr__":
+        why = f"function {args[1]} reassigned"
+      elif event in ("open", "os.rename"):
+        path = args[1] if event == "os.rename" else args[0]
+        if _isinstance(path, _int):
+          return
+        path = _realpath(_fspath(path))
+        if _isinstance(path, _bytes):
+          path = path.decode("utf-8", "surrogateescape")
+        mode, flags = (args[1], args[2]) if event == "open" else ("w", 1)
+        writing = (
+          _isinstance(mode, _str) and ("w" in mode or "a" in mode or "x" in mode or "+" in mode)
+        ) or (_isinstance(flags, _int) and flags & 3)
+        if writing and path.startswith("/ws/") and path.endswith(".py"):
+          why = f"writes {path}"
+        elif path in _protected:
+          why = f"reads {path}"
+        elif path.startswith("/proc/") and path.endswith("/mem"):
+          why = f"opens {path}"
+      elif event in ("compile", "exec"):
+        code = args[0]
+        name = code.co_filename if event == "exec" else args[1]
+        if _isinstance(name, _bytes):
+          name = name.decode("utf-8", "surrogateescape")
+        if not _isinstance(name, _str) or name.startswith("<frozen ") or not trusted(name):
+          return
+        if event == "exec" and not _isinstance(code, _code_type):
+          return
+        ref = _refs.get(name)
+        if ref is None:
+          with _open(name, "rb") as fh:
+            src = fh.read()
+          ref = _refs[name] = (src, _compile(src, name, "exec", dont_inherit=True))
+        if event == "compile":
+          same = _isinstance(code, _bytes) and code == ref[0]
+        else:
+          same = code.co_name != "<module>" or _same(code, ref[1])
+        if not same:
+          why = f"code under the name of {name} that is not its source"
+      elif event == "pickle.find_class":
+        mod, name = args
+        obj = _getattr(_modules.get(mod), name, None) if _isinstance(name, _str) else None
+        if not _isinstance(obj, _type) and (mod, name) not in _pickle_funcs:
+          why = f"pickle names {mod}.{name}"
+      if why is None:
+        return
+      where = f"{culprit.f_code.co_filename}:{culprit.f_lineno}"
+    except _base:
+      why, where = "the guard could not judge an event", "?"
+    finally:
+      _state[0] = 0
+    try:
+      body = _dumps({"seq": -1, "kind": "guard", "event": why, "where": where})
+    except _base:
+      body = '{"seq": -1, "kind": "guard", "event": "?", "where": "?"}'
+    try:
+      _write(_fd, (body + "\n").encode())
+    except _base:
+      pass
+    if _enforce:
+      _exit(_code)
+
+  sys.addaudithook(hook)
 
 
-def verify(key: bytes, blob: bytes) -> list[dict]:
-  """Records of a channel blob; raises ValueError on any bad line, MAC or sequence gap."""
-  out = []
-  lines = blob.split(b"\n")
-  if lines[-1] != b"":
-    raise ValueError("channel ends mid-record")
-  for i, line in enumerate(lines[:-1], 1):
-    mac, _, body = line.partition(b" ")
-    if not hmac.compare_digest(mac, sign(key, body)):
-      raise ValueError(f"record {i} fails authentication")
-    rec = json.loads(body)
-    if not isinstance(rec, dict) or rec.get("seq") != i:
-      raise ValueError(f"record {i} out of sequence")
-    out.append(rec)
-  return out
+def _non_dumpable() -> None:
+  """prctl(PR_SET_DUMPABLE, 0): this process's memory is closed to the sandbox's others."""
+  import ctypes
+
+  libc = ctypes.CDLL(None, use_errno=True)
+  if libc.prctl(4, 0, 0, 0, 0) != 0:
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
 class Channel:
-  """The write end of the outcome pipe; what `send` needs is bound when this file loads."""
+  """The write end of the outcome pipe (close-on-exec): JSON lines with a sequence number."""
 
-  def __init__(self, fd: int, key: bytes):
-    self.fd, self._key, self.seq = fd, key, 0
+  def __init__(self, fd: int):
+    self.fd, self.seq = fd, 0
     os.set_inheritable(fd, False)
 
-  def send(self, kind: str, _dumps=json.dumps, _sign=sign, _write=os.write, **data):
+  def send(self, kind: str, _dumps=json.dumps, _write=os.write, **data):
     self.seq += 1
-    body = _dumps({"seq": self.seq, "kind": kind, **data}, sort_keys=True).encode()
-    view = memoryview(_sign(self._key, body) + b" " + body + b"\n")
+    body = _dumps({"seq": self.seq, "kind": kind, **data}, sort_keys=True)
+    view = memoryview((body + "\n").encode("utf-8", "surrogatepass"))
     while view:
       view = view[_write(self.fd, view) :]
 
 
-def _parts(obj) -> tuple:
-  """What must stay the same object: the binding and, for functions, its code and defaults."""
-  return (
-    obj,
-    getattr(obj, "__code__", None),
-    getattr(obj, "__defaults__", None),
-    getattr(obj, "__kwdefaults__", None),
+# -- plain-data encoding of a site's actual value -------------------------------------------
+
+_MAX_NODES = 100_000
+
+
+class _Budget:
+  def __init__(self):
+    self.left = _MAX_NODES
+
+  def take(self):
+    self.left -= 1
+    if self.left < 0:
+      raise OverflowError("value too large to send")
+
+
+def _enc(v, budget, conv=True):
+  """Tagged plain encoding of `v` (builtins read through their C slots), None if opaque."""
+  budget.take()
+  if v is None:
+    return ["n"]
+  if v is True or v is False:
+    return ["B", v]
+  if isinstance(v, int):
+    return ["i", str(int.__index__(v))]
+  if isinstance(v, float):
+    return ["f", float.__repr__(float.__float__(v))]
+  if isinstance(v, complex):
+    c = complex.__complex__(v)
+    return ["c", float.__repr__(c.real), float.__repr__(c.imag)]
+  if isinstance(v, str):
+    return ["s", str.__str__(v)]
+  if isinstance(v, (bytes, bytearray)):
+    return ["b", base64.b64encode(bytes(memoryview(v))).decode()]
+  if isinstance(v, decimal.Decimal):
+    return ["D", str(decimal.Decimal.__str__(v))]
+  if isinstance(v, fractions.Fraction):
+    return ["Q", str(int(v.numerator)), str(int(v.denominator))]
+  for base, tag, it in (
+    (list, "l", list.__iter__),
+    (tuple, "u", tuple.__iter__),
+    (set, "S", set.__iter__),
+    (frozenset, "F", frozenset.__iter__),
+  ):
+    if isinstance(v, base):
+      items = [_enc(x, budget) for x in it(v)]
+      return None if any(x is None for x in items) else [tag, items]
+  if isinstance(v, dict):
+    pairs = [[_enc(k, budget), _enc(x, budget)] for k, x in dict.items(v)]
+    return None if any(a is None or b is None for a, b in pairs) else ["d", pairs]
+  if conv:
+    views = _views(v, budget)
+    return views[0] if views else None
+  return None
+
+
+def _liar(v) -> bool:
+  """Whether `v` claims equality with values nothing legitimate equals (fresh sentinels)."""
+  probes = (
+    object(),
+    random.getrandbits(60) + 7,
+    random.random() + 1e9,
+    f"cj{random.getrandbits(60):x}",
+    (object(),),
   )
+  for probe in probes:
+    try:
+      if v == probe or probe == v:
+        return True
+    except Exception:
+      pass
+  return False
 
 
-def _bindings(*instances) -> dict:
-  """(owner, name) -> _parts for the runner modules' functions/classes, the builtins, and
-  the attributes of the harness's own objects (plugin, channel)."""
-  out = {("builtins", k): _parts(v) for k, v in vars(builtins).items()}
-  for modname, mod in list(sys.modules.items()):
-    top = modname.split(".")[0]
-    if mod is None or (top not in _WATCHED and top not in sys.stdlib_module_names):
+def _views(v, budget) -> list:
+  """Encodings of `v`'s conversions (list, tuple, dict, str, int, float, bytes) that `v` itself
+  says it equals; `v` must not be a liar."""
+  out = []
+  for conv in (list, tuple, dict, str, int, float, bytes):
+    try:
+      w = conv(v)
+      if type(w) is not conv or not bool(v == w):
+        continue
+      e = _enc(w, budget, conv=False)
+    except (Exception, RecursionError):
       continue
-    for name, obj in list(vars(mod).items()):
-      if callable(obj) or isinstance(obj, type(sys)):
-        out[(modname, name)] = _parts(obj)
-      if isinstance(obj, type) and getattr(obj, "__module__", "") == modname:
-        for attr, val in list(vars(obj).items()):
-          if callable(val) or isinstance(val, (staticmethod, classmethod, property)):
-            out[(f"{modname}.{name}", attr)] = _parts(val)
-  for i, inst in enumerate(instances):
-    out[(f"instance{i}", "__class__")] = (type(inst),)
-    out[(f"instance{i}", "__keys__")] = ("\0".join(sorted(map(str, vars(inst)))),)
-    for k, v in vars(inst).items():
-      if k not in _MUTABLE_STATE:
-        out[(f"instance{i}", k)] = (v,)
+    if e is not None:
+      out.append(e)
   return out
 
 
-def _same(a, b) -> bool:
-  """Identity, or equality for plain str/int (never a candidate-defined __eq__)."""
-  return a is b or (type(a) is type(b) and type(a) in (str, int) and a == b)
-
-
-def _changed(before: dict, *instances) -> list[str]:
-  after = _bindings(*instances)
-  bad = []
-  for key, parts in before.items():
-    if _exempt(*key):
-      continue
-    now = after.get(key, parts)
-    if len(now) != len(parts) or not all(_same(a, b) for a, b in zip(now, parts)):
-      bad.append(f"{key[0]}.{key[1]}")
-  return sorted(bad)
-
-
-def canary() -> bool:
-  """True iff a true and a false comparison, and a failing assert, behave normally."""
+def encode_site_value(v) -> dict:
+  """{'views': [encodings], 'liar': bool} for a site's actual value."""
+  budget = _Budget()
+  exact = type(v) in (type(None), bool, int, float, complex, str, bytes)
   try:
-    assert [1.5, "a"] == [1.5, "a"] and not (2.0 == 3.0) and 2 + 2 != 5
-    try:
-      assert 2.0 == 3.0
-    except AssertionError:
-      return True
+    liar = not exact and _liar(v)
+    views = []
+    if not liar:
+      first = _enc(v, budget, conv=False)
+      for e in ([first] if first is not None else []) + _views(v, budget):
+        if e not in views:
+          views.append(e)
+  except (OverflowError, RecursionError):
+    return {"views": [], "liar": False, "too_large": True}
+  return {"views": views, "liar": liar}
+
+
+def decode(e):
+  """A plain Python value from `_enc`'s encoding; ValueError for anything malformed."""
+  if not isinstance(e, list) or not e or not isinstance(e[0], str):
+    raise ValueError("bad encoding")
+  tag, rest = e[0], e[1:]
+  if tag == "n" and not rest:
+    return None
+  if tag == "B" and len(rest) == 1 and isinstance(rest[0], bool):
+    return rest[0]
+  if tag == "i" and len(rest) == 1 and isinstance(rest[0], str) and len(rest[0]) < 5000:
+    return int(rest[0])
+  if tag == "f" and len(rest) == 1 and isinstance(rest[0], str):
+    return float(rest[0])
+  if tag == "c" and len(rest) == 2:
+    return complex(float(rest[0]), float(rest[1]))
+  if tag == "s" and len(rest) == 1 and isinstance(rest[0], str):
+    return rest[0]
+  if tag == "b" and len(rest) == 1 and isinstance(rest[0], str):
+    return base64.b64decode(rest[0], validate=True)
+  if tag == "D" and len(rest) == 1 and isinstance(rest[0], str):
+    return decimal.Decimal(rest[0])
+  if tag == "Q" and len(rest) == 2:
+    return fractions.Fraction(int(rest[0]), int(rest[1]))
+  if tag in ("l", "u", "S", "F") and len(rest) == 1 and isinstance(rest[0], list):
+    items = [decode(x) for x in rest[0]]
+    return {"l": list, "u": tuple, "S": set, "F": frozenset}[tag](items)
+  if tag == "d" and len(rest) == 1 and isinstance(rest[0], list):
+    out = {}
+    for pair in rest[0]:
+      if not isinstance(pair, list) or len(pair) != 2:
+        raise ValueError("bad pair")
+      out[decode(pair[0])] = decode(pair[1])
+    return out
+  raise ValueError(f"bad encoding tag {tag!r}")
+
+
+# -- the helper module the rewritten tests import -------------------------------------------
+
+
+def helper_module(name: str, chan, current: list) -> types.ModuleType:
+  """The module `instrument.py`'s rewritten test files import as `name`."""
+  mod = types.ModuleType(name)
+  rng = random.Random()
+
+  def site(sid, value, token=None):
+    rec = encode_site_value(value)
+    if token is not None:  # a parametrized expected value: the row's token
+      rec["token"] = token if isinstance(token, str) else repr(token)[:100]
+    chan.send("site", test=current[0], site=sid, **rec)
+
+  def perturb(v):
+    """An unequal value of the same kind for plain data, else a value equal to nothing."""
+    token = f"cj{rng.getrandbits(40):010x}"
+    t = type(v)
+    if t is bool:
+      return not v
+    if t is int:
+      return v + rng.randrange(1_000_003, 9_999_991)
+    if t is float:
+      return v + (abs(v) + 1.0) * 1.5 if math.isfinite(v) and abs(v) < 1e300 else 0.5
+    if t is str:
+      return v + "\u2063" + token
+    if t is bytes:
+      return v + b"\0" + token.encode()
+    if t is list:
+      return v + [token]
+    if t is tuple:
+      return v + (token,)
+    if t is dict:
+      return {**v, token: token}
+    if t in (set, frozenset):
+      return t(v) | {token}
+    return _Unequal()
+
+  def rows(values, n, col):
+    """A parametrize table with column `col` perturbed (pytest.param rows keep marks, id)."""
+    if iter(values) is values:  # an iterator the real test's table needs whole
+      return []
+    import pytest
+
+    out = []
+    for row in values:
+      if isinstance(row, type(pytest.param(None))):
+        vals = list(row.values)
+        if col < len(vals):
+          vals[col] = perturb(vals[col])
+        out.append(pytest.param(*vals, marks=row.marks, id=row.id))
+      elif n == 1:
+        out.append(perturb(row))
+      else:
+        row = list(row)
+        if col < len(row):
+          row[col] = perturb(row[col])
+        out.append(tuple(row))
+    return out
+
+  mod.site, mod.perturb, mod.rows = site, perturb, rows
+  return mod
+
+
+class _Unequal:
+  def __eq__(self, other):
     return False
-  except BaseException:
-    return False
+
+  def __ne__(self, other):
+    return True
+
+  __hash__ = object.__hash__
+
+
+# -- the reporter ---------------------------------------------------------------------------
 
 
 class Reporter:
-  """pytest plugin (mode "pytest"): outcomes from pytest's reports."""
+  """pytest plugin: collected ids, one outcome per item, the current item for sites, decoys
+  ordered next to their twins."""
 
-  def __init__(self, chan: Channel):
-    self.chan, self.phases = chan, {}
+  def __init__(self, chan: Channel, plan: dict, current: list):
+    self.chan, self.phases, self.current = chan, {}, current
+    self.decoys, self.before = plan.get("decoys", {}), plan.get("before", {})
+
+  def pytest_collection_modifyitems(self, items):
+    if not self.decoys:
+      return
+    name = lambda it: getattr(it, "originalname", None) or it.name.split("[", 1)[0]
+    loose = [it for it in items if name(it) in self.decoys]
+    rest = [it for it in items if name(it) not in self.decoys]
+    for decoy in sorted({name(it) for it in loose}):
+      mine = [it for it in loose if name(it) == decoy]
+      twin = self.decoys[decoy]
+      parent = mine[0].parent
+      at = [i for i, it in enumerate(rest) if name(it) == twin and it.parent is parent]
+      pos = (at[0] if self.before.get(decoy) else at[-1] + 1) if at else len(rest)
+      rest[pos:pos] = mine
+    items[:] = rest
 
   def pytest_collection_finish(self, session):
     self.chan.send("collected", ids=[item.nodeid for item in session.items])
@@ -165,6 +584,9 @@ class Reporter:
   def pytest_collectreport(self, report):
     if report.failed:
       self.chan.send("collect_error", id=report.nodeid)
+
+  def pytest_runtest_logstart(self, nodeid, location):
+    self.current[0] = nodeid
 
   def pytest_runtest_logreport(self, report):
     self.phases.setdefault(report.nodeid, {})[report.when] = report.outcome
@@ -179,101 +601,7 @@ class Reporter:
       else:
         outcome = "skipped"
       self.chan.send("test", id=report.nodeid, outcome=outcome)
-
-
-@functools.cache
-def _compiled(path: str) -> dict:
-  """(qualname, first line) -> code object, and the same -> 'bare' (no wrapping decorator),
-  for every function compiled from the file at `path` as it is on disk (read-only here)."""
-  with open(path, "rb") as f:
-    src = f.read()
-  codes, todo = {}, [compile(src, path, "exec", dont_inherit=True)]
-  while todo:
-    code = todo.pop()
-    codes[(code.co_qualname, code.co_firstlineno)] = code
-    todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-  for node in ast.walk(ast.parse(src)):
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-      first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-      marks = all("mark" in ast.unparse(d).split("(")[0] for d in node.decorator_list)
-      codes[("bare", node.name, first)] = marks
-  return codes
-
-
-def _same_code(a, b) -> bool:
-  if a.co_code != b.co_code or a.co_names != b.co_names or a.co_varnames != b.co_varnames:
-    return False
-  if len(a.co_consts) != len(b.co_consts):
-    return False
-  for x, y in zip(a.co_consts, b.co_consts):
-    if type(x) is not type(y):
-      return False
-    if isinstance(x, types.CodeType) and not _same_code(x, y):
-      return False
-    if not isinstance(x, types.CodeType) and repr(x) != repr(y):
-      return False
-  return True
-
-
-def pristine(func, frozen) -> bool:
-  """Whether test function `func` is one compiled from a grader-owned, read-only test file
-  (its own module's, or another's for a test inherited from a base class)."""
-  inner = inspect.unwrap(getattr(func, "__func__", func))
-  code = getattr(inner, "__code__", None)
-  if code is None or code.co_filename not in frozen:
-    return False
-  try:
-    codes = _compiled(code.co_filename)
-  except (OSError, SyntaxError, ValueError):
-    return False
-  want = codes.get((code.co_qualname, code.co_firstlineno))
-  if want is None or not _same_code(code, want):
-    return False
-  bare = codes.get(("bare", code.co_name, code.co_firstlineno), False)
-  return not bare or getattr(func, "__func__", func) is inner
-
-
-class Direct:
-  """pytest plugin (mode "direct"): the harness calls each test itself, and only a test
-  function whose code is the one compiled from the (read-only) test file."""
-
-  def __init__(self, chan: Channel, frozen=()):
-    self.chan, self.frozen = chan, frozenset(frozen)
-
-  def pytest_collection_finish(self, session):
-    self.chan.send("collected", ids=[item.nodeid for item in session.items])
-
-  def pytest_pyfunc_call(self, pyfuncitem):
-    args = {a: pyfuncitem.funcargs[a] for a in pyfuncitem._fixtureinfo.argnames}
-    if not pristine(pyfuncitem.obj, self.frozen):
-      self.chan.send("call", id=pyfuncitem.nodeid, ok=False, why="test function replaced")
-      raise RuntimeError("cj harness: the test function is not the one in its file")
-    try:
-      result = pyfuncitem.obj(**args)
-    except BaseException:
-      self.chan.send("call", id=pyfuncitem.nodeid, ok=False)
-      raise
-    ok = not hasattr(result, "__await__") and not hasattr(result, "__next__")
-    self.chan.send("call", id=pyfuncitem.nodeid, ok=ok)
-    return True
-
-  def pytest_runtest_call(self, item):
-    if not hasattr(item, "_fixtureinfo") or type(item).__name__ != "Function":
-      try:
-        item.runtest()
-      except BaseException:
-        self.chan.send("call", id=item.nodeid, ok=False)
-        raise
-      self.chan.send("call", id=item.nodeid, ok=True)
-      item.runtest = lambda: None  # already run; pytest's own call then does nothing
-
-
-def _hookimpls(pytest, plugin) -> None:
-  """Marks the plugin's hooks tryfirst (before project conftests and pytest's defaults)."""
-  for name in ("pytest_pyfunc_call", "pytest_runtest_call"):
-    fn = getattr(type(plugin), name, None)
-    if fn is not None:
-      pytest.hookimpl(tryfirst=True)(fn)
+      self.current[0] = None
 
 
 def main() -> None:
@@ -281,7 +609,8 @@ def main() -> None:
   cfg = json.loads(sys.stdin.buffer.read())
   os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # stdin is spent; tests see an empty one
   sys.stdin = open(os.devnull)
-  chan = Channel(fd, bytes.fromhex(cfg.pop("key")))
+  chan = Channel(fd)
+  _non_dumpable()
   # The runtime first (a workspace `pytest.py` cannot stand in for it), the workspace after the
   # standard library.
   sys.path[:0] = [cfg["site"]]
@@ -296,18 +625,16 @@ def main() -> None:
   site.setquit()
   site.setcopyright()
   site.sethelper()
-  sys.modules["cj_harness"] = sys.modules[__name__]
+  current = [None]
+  plan = cfg.get("plan") or {}
+  if plan.get("helper"):
+    sys.modules[plan["helper"]] = helper_module(plan["helper"], chan, current)
+  install_guard(cfg, fd)
   import pytest
 
-  plugin = Reporter(chan) if cfg["mode"] == "pytest" else Direct(chan, cfg["frozen"])
-  _hookimpls(pytest, plugin)
-  for name in _PRELOAD:
-    __import__(name)
-  before = _bindings(chan, plugin)
-  ok_before = canary()
+  plugin = Reporter(chan, plan, current)
   rc = int(pytest.main(cfg["args"], plugins=[plugin]))
-  tampered = _changed(before, chan, plugin)
-  done = {"rc": rc, "tampered": tampered[:20], "canary": ok_before and canary()}
+  done = {"rc": rc}
   if cfg.get("blob"):
     try:
       with open(cfg["blob"], "rb") as f:

@@ -8,10 +8,14 @@ the only plugin besides pytest's own is the harness's (plus covplugin for test m
 runtime is the installed pytest and its dependencies, bound read-only from this interpreter's
 own installation (no copy, no cache), first on sys.path.
 
-Outcomes come only from the authenticated channel (harness.verify); a run is unsound — and
-scores 0 upstream — on a timeout, a cap hit, a bad record, a missing `done`, a changed runner
-binding, a failed canary, or an exit status other than pytest's 0/1 (5 = nothing collected,
-only for whole-suite runs).
+Outcomes come only from the outcome fd's records (harness.py), read by `check`: plain JSON
+lines in sequence, `done` last. Those records are written by code in the candidate's process,
+so they are data to check, not a verdict: the grader decides with what the process could not
+know (instrument.py's hidden sites and decoys). A run is unsound — and scores 0 upstream — on
+a timeout, a cap hit, a malformed or out-of-sequence record, a missing `done`, an exit status
+other than pytest's 0/1 (5 = nothing collected, only for whole-suite runs), collected ids other
+than the expected ones, or a decoy that was not collected. A guard record (or the guard's exit
+status) is kept in `SuiteRun.guard` whatever else happened.
 """
 
 import atexit
@@ -22,14 +26,13 @@ import importlib.util
 import json
 import os
 import re
-import secrets
 import shutil
 import sysconfig
 from pathlib import Path
 
 from _pytest.config import findpaths
 
-from composer_jax.envs.coding import project, sandbox
+from composer_jax.envs.coding import instrument, project, sandbox
 from composer_jax.envs.coding.sandbox import harness
 from composer_jax.envs.coding.tasks import sources
 
@@ -49,24 +52,27 @@ CONFIG_NAMES = tuple(findpaths.CONFIG_LOADERS_BY_NAME)
 _HERE = Path(__file__).parent
 SITE = "/cj/site"  # the read-only pytest runtime inside the sandbox
 _HARNESS = "/cj/harness.py"
-_PYC = "/cj/pyc"  # sys.pycache_prefix inside: no .pyc is ever read from or written to /ws
+PYCACHE = _PYC = "/cj/pyc"  # sys.pycache_prefix inside: no .pyc is read from or written to /ws
 
 
 @dataclasses.dataclass
 class SuiteRun:
-  """Outcome of one harness run: test id -> 'passed'|'failed'|'error'|'skipped'."""
+  """Outcome of one harness run: test id -> 'passed'|'failed'|'error'|'skipped' (ids with
+  their original names; a plan's decoys apart)."""
 
   outcomes: dict[str, str]
   collection_errors: list[str]
   collected: list[str]
   returncode: int | None
-  ok: bool  # authenticated, complete, untampered, finished in time
+  ok: bool  # complete, in sequence, the expected ids, finished in time
   reason: str
   wall_s: float
   isolation: dict
   log_tail: str
   blob: bytes | None = None  # the file named by run_suite(blob=...), read inside at the end
-  calls: dict[str, bool] = dataclasses.field(default_factory=dict)  # mode "direct"
+  decoys: dict[str, str] = dataclasses.field(default_factory=dict)  # decoy item -> outcome
+  sites: dict[str, list] = dataclasses.field(default_factory=dict)  # test id -> site records
+  guard: list[dict] = dataclasses.field(default_factory=list)  # what the guard stopped
 
 
 @functools.cache
@@ -156,15 +162,18 @@ def run_suite(
   *,
   limits=sandbox.DEFAULT_LIMITS,
   extra_args: tuple[str, ...] = (),
-  mode: str = "pytest",
   blob: str | None = None,
+  plan: instrument.Plan | None = None,
+  untrusted: frozenset[str] = frozenset(),
 ) -> SuiteRun:
   """Runs pytest on a copy of `ws` (all tests, or exactly `test_ids`) inside the sandbox.
 
-  With `test_ids`, the collected set must equal them exactly (else unsound).
+  With `test_ids`, the collected set must equal them exactly (else unsound). `plan` is this
+  run's rewriting of the test files (already written into `ws`): its renamed tests run under
+  their new names, its decoys beside them. `untrusted`: workspace files the change touched
+  (the guard treats their code as the candidate's; every other .py of `ws` is trusted).
   """
   ws = Path(ws).resolve()
-  key = secrets.token_bytes(32)
   with sandbox.scratch("cfg") as tmp:
     src = config_file(ws)
     ini = Path(tmp) / (src.name if src else "pytest.ini")
@@ -172,6 +181,7 @@ def run_suite(
       shutil.copyfile(src, ini)
     else:
       ini.write_text("[pytest]\n")
+    run_ids = plan.run_ids(test_ids) if plan is not None and test_ids else test_ids
     args = [
       "-q",
       "-p",
@@ -181,11 +191,11 @@ def run_suite(
       f"--rootdir={sandbox.WS}",
       f"--confcutdir={sandbox.WS}",
       *(() if test_ids else ("--continue-on-collection-errors",)),
-      *(("--assert=plain",) if mode == "direct" else ()),
       *extra_args,
-      *(test_ids or []),
+      *(run_ids or []),
     ]
-    frozen = [r for r in project.walk(ws, skip=frozenset()) if controlled(r) and r[:5] != ".git/"]
+    files = project.walk(ws, skip=frozenset())
+    frozen = [r for r in files if controlled(r) and r[:5] != ".git/"]
     # The dependency runtime is importable from the start (a config's filterwarnings may
     # import the project, hence its dependencies, before the root conftest.py runs), and is
     # the site-packages of the processes a test starts (`python -m pkg`, `python -c` under its
@@ -193,24 +203,30 @@ def run_suite(
     deps = ws / sources.RUNTIME_DIR
     site = {sandbox.base_site(): str(deps)} if deps.is_dir() else {}
     paths = import_paths() + ([f"{sandbox.WS}/{sources.RUNTIME_DIR}"] if site else [])
+    inside = lambda rels: sorted(f"{sandbox.WS}/{r}" for r in rels)
     cfg = {
-      "key": key.hex(),
-      "mode": mode,
       "args": args,
       "site": SITE,
       "paths": paths,
       "blob": blob,
-      "frozen": [f"{sandbox.WS}/{r}" for r in frozen if r.endswith(".py")],
+      "plan": plan.harness_config() if plan is not None else None,
+      "trusted": inside(r for r in files if r.endswith(".py") and r not in untrusted),
+      "protected": inside(
+        r
+        for r in frozen
+        if not r.startswith(sources.RUNTIME_DIR.split("/")[0] + "/")
+        and (r.endswith(".py") or r.rsplit("/", 1)[-1] in CONFIG_NAMES)
+      ),
     }
     res = sandbox.run(
       [sandbox.real_python(), "-I", "-S", "-B", "-X", f"pycache_prefix={_PYC}", _HARNESS],
       workspace=ws,
       ro={**runtime_binds(), **site, f"/cj/cfg/{ini.name}": str(ini)},
-      ro_inside=frozen,
+      ro_inside=[r for r in frozen if r.endswith(".py")],
       stdin=json.dumps(cfg).encode(),
       limits=limits,
     )
-  return check(res, key, test_ids)
+  return check(res, test_ids, plan)
 
 
 _E_LINE = re.compile(r"^E +(\S.*)$", re.M)
@@ -226,48 +242,81 @@ def pytest_error(log: str, k: int = 3) -> str:
   return " | ".join(usage + excs)[:400]
 
 
-def check(res: sandbox.Result, key: bytes, expected: list[str] | None) -> SuiteRun:
+def records(blob: bytes) -> tuple[list[dict], list[dict], str]:
+  """(records in sequence, guard records, '' or why the stream is unsound)."""
+  out, guard = [], []
+  lines = blob.split(b"\n")
+  if lines[-1] != b"":
+    return out, guard, "channel ends mid-record"
+  why = ""
+  for line in lines[:-1]:
+    try:
+      rec = json.loads(line)
+    except ValueError:
+      rec = None
+    if isinstance(rec, dict) and rec.get("kind") == "guard" and rec.get("seq") == -1:
+      guard.append(rec)  # written by the guard itself, outside the sequence, then it exits
+    elif why:
+      continue
+    elif not isinstance(rec, dict) or rec.get("seq") != len(out) + 1:
+      why = f"record {len(out) + 1} malformed or out of sequence"
+    else:
+      out.append(rec)
+  return out, guard, why
+
+
+def check(res: sandbox.Result, expected: list[str] | None, plan=None) -> SuiteRun:
   """Fail-closed reading of a finished run (see the module docstring)."""
   run = SuiteRun({}, [], [], res.returncode, False, "", res.wall_s, res.isolation, res.log[-4000:])
-  if res.error:
-    run.reason = res.error
+  recs, run.guard, why = records(res.channel)
+  if res.returncode == harness.GUARD_EXIT and not run.guard:
+    run.guard = [{"event": "the guard stopped the run", "where": "?"}]
+  if res.error or why:
+    run.reason = res.error or f"outcome channel rejected: {why}"
     return run
-  try:
-    records = harness.verify(key, res.channel)
-  except ValueError as e:
-    run.reason = f"outcome channel rejected: {e}"
-    return run
-  done = [r for r in records if r.get("kind") == "done"]
-  if len(done) != 1 or records[-1] is not done[0]:
+  done = [r for r in recs if r.get("kind") == "done"]
+  if len(done) != 1 or recs[-1] is not done[0]:
     run.reason = f"runner did not finish cleanly (exit status {res.returncode})"
     return run
   done = done[0]
-  collected = [i for r in records if r["kind"] == "collected" for i in r.get("ids", [])]
-  run.collected = collected
-  run.collection_errors = [r["id"] for r in records if r["kind"] == "collect_error"]
-  for r in records:
-    if r["kind"] == "test":
-      prev = run.outcomes.get(r["id"])
-      run.outcomes[r["id"]] = r["outcome"] if prev in (None, r["outcome"]) else "error"
-    elif r["kind"] == "call":
-      run.calls[r["id"]] = run.calls.get(r["id"], True) and r["ok"] is True
+  kinds = lambda k: [r for r in recs if r.get("kind") == k]
+  try:
+    collected = [i for r in kinds("collected") for i in r["ids"]]
+    run.collection_errors = [r["id"] for r in kinds("collect_error")]
+    tests = [(r["id"], r["outcome"]) for r in kinds("test")]
+    sites = [(r["test"], r) for r in kinds("site")]
+    rc = done["rc"]
+  except (KeyError, TypeError) as e:
+    run.reason = f"outcome channel rejected: a record lacks {e}"
+    return run
+  split = plan.split if plan is not None else lambda i: ("other", i, "")
+  run.collected = [split(i)[1] for i in collected if split(i)[0] != "decoy"]
+  decoys_seen = {split(i)[2] for i in collected if split(i)[0] == "decoy"}
+  for nodeid, outcome in tests:
+    kind, tid, _ = split(nodeid)
+    table = run.decoys if kind == "decoy" else run.outcomes
+    key = nodeid if kind == "decoy" else tid
+    prev = table.get(key)
+    table[key] = outcome if prev in (None, outcome) else "error"
+  for nodeid, rec in sites:
+    run.sites.setdefault(split(nodeid)[1] if isinstance(nodeid, str) else "", []).append(rec)
   if done.get("blob"):
     run.blob = base64.b64decode(done["blob"])
   allowed = (0, 1) if expected else (0, 1, 5)
-  if done["tampered"]:
-    run.reason = f"runner changed during the run: {done['tampered'][:5]}"
-  elif not done["canary"]:
-    run.reason = "canary comparison misbehaved: the interpreter was tampered with"
-  elif done["rc"] not in allowed or res.returncode != done["rc"]:
-    run.reason = f"pytest exit status {done['rc']} (process {res.returncode})"
+  missing_decoys = sorted(set(plan.decoys) - decoys_seen) if plan is not None else []
+  if rc not in allowed or res.returncode != rc:
+    run.reason = f"pytest exit status {rc} (process {res.returncode})"
     if why := pytest_error(res.log):
       run.reason += f": {why}"
   elif expected is not None and (
-    len(collected) != len(set(collected)) or set(collected) != set(expected)
+    len(run.collected) != len(set(run.collected)) or set(run.collected) != set(expected)
   ):
-    missing = sorted(set(expected) - set(collected))[:3]
-    extra = sorted(set(collected) - set(expected))[:3]
-    run.reason = f"collected test ids differ from the expected set: missing {missing}, extra {extra}, duplicates {len(collected) - len(set(collected))}"
+    missing = sorted(set(expected) - set(run.collected))[:3]
+    extra = sorted(set(run.collected) - set(expected))[:3]
+    dups = len(run.collected) - len(set(run.collected))
+    run.reason = f"collected test ids differ from the expected set: missing {missing}, extra {extra}, duplicates {dups}"
+  elif missing_decoys:
+    run.reason = f"decoys not collected: {missing_decoys[:3]}"
   else:
     run.ok = True
   return run

@@ -1,8 +1,6 @@
 """Sandbox, runner and grader: isolation probes (run inside the sandbox), the channel's
 authentication against a reference HMAC, gold/empty grades, bad input as one line."""
 
-import hashlib
-import hmac
 import json
 import socket
 import sys
@@ -10,8 +8,8 @@ import sysconfig
 
 import pytest
 
-from composer_jax.envs.coding import sandbox
-from composer_jax.envs.coding.sandbox import grade_patch, grader, harness, runner
+from composer_jax.envs.coding import instrument, sandbox
+from composer_jax.envs.coding.sandbox import grade_patch, grader, runner
 from tests.envs.coding.mini_project import FAST, requires_sandbox, write_project
 
 
@@ -128,21 +126,21 @@ def test_fails():
   assert run.outcomes.get("test_forge.py::test_fails") != "passed"
 
 
-def test_channel_verify_matches_reference_hmac():
-  key = bytes(range(32))
-  bodies = [b'{"kind": "test", "seq": 1}', b'{"kind": "done", "seq": 2}']
-  blob = b"".join(
-    hmac.new(key, b, hashlib.sha256).hexdigest().encode() + b" " + b + b"\n" for b in bodies
-  )
-  assert [r["kind"] for r in harness.verify(key, blob)] == ["test", "done"]
+def test_records_are_read_in_sequence_and_guard_records_apart():
+  line = lambda rec: json.dumps(rec).encode() + b"\n"
+  good = line({"seq": 1, "kind": "test"}) + line({"seq": 2, "kind": "done"})
+  recs, guard, why = runner.records(good)
+  assert [r["kind"] for r in recs] == ["test", "done"] and guard == [] and why == ""
+  stop = line({"seq": -1, "kind": "guard", "event": "gc.get_objects", "where": "x.py:1"})
   for bad in (
-    blob.replace(b'"test"', b'"tesT"'),  # body changed after signing
-    blob.split(b"\n", 1)[1],  # first record dropped: sequence gap
-    blob[:-1],  # cut mid-record
-    b"0" * 64 + b' {"kind": "done", "seq": 1}\n',  # forged without the key
+    good.split(b"\n", 1)[1],  # first record dropped: sequence gap
+    good[:-1],  # cut mid-record
+    good + line({"seq": 1, "kind": "done"}),  # a forged record after the end
+    b"not json\n" + good,
   ):
-    with pytest.raises(ValueError):
-      harness.verify(key, bad)
+    assert runner.records(bad)[2], bad
+  # The guard's own record counts even in a stream that is otherwise broken.
+  assert runner.records(b"junk\n" + stop)[1][0]["event"] == "gc.get_objects"
 
 
 @requires_sandbox
@@ -186,13 +184,17 @@ def test_bad_input_is_one_line(mini_gen, tmp_path, capsys, monkeypatch):
 
 
 @requires_sandbox
-def test_direct_harness_runs_tests_inherited_from_another_file(tmp_path):
-  """A test method defined in a base class of another (read-only) test file is the grader's."""
+def test_a_test_inherited_from_another_file_is_graded(tmp_path):
+  """A FAIL_TO_PASS method defined in a base class of another (read-only) test file is left as
+  it is by the rewriting (its definition is not in the file of its id) and still runs."""
   files = {
     "tests/__init__.py": "",
     "tests/base_cases.py": "class Base:\n  def test_inh(self):\n    assert self.x == 1\n",
     "tests/test_a.py": "from tests.base_cases import Base\n\n\nclass TestA(Base):\n  x = 1\n",
   }
   ws = write_project(tmp_path / "ws", files)
-  run = runner.run_suite(ws, ["tests/test_a.py::TestA::test_inh"], mode="direct", limits=FAST)
-  assert run.ok and run.calls == {"tests/test_a.py::TestA::test_inh": True}, run.log_tail
+  tid = "tests/test_a.py::TestA::test_inh"
+  plan = instrument.plan({"tests/test_a.py": (ws / "tests/test_a.py").read_bytes()}, [tid], [tid])
+  assert plan.unprotected == {tid: "definition not found in the file"} and not plan.files
+  run = runner.run_suite(ws, [tid], plan=plan, limits=FAST)
+  assert run.ok and run.outcomes == {tid: "passed"}, run.log_tail

@@ -71,7 +71,7 @@ def steal(read: str) -> str:
 
 def grade(task, diff: str, *, monitor: bool = False, limits=RED) -> grader.Grade:
   """Grades an attack: it must score 0, with some hidden test not passed or an error."""
-  off = mock.patch.object(grader.monitor, "scan_change", lambda before, after: [])
+  off = mock.patch.object(grader.deadline, "scan_change", lambda before, after: [])
   with off if not monitor else contextlib.nullcontext():
     g = grader.grade(task, diff, limits=limits)
   assert g.reward == 0.0, g

@@ -1,11 +1,18 @@
-"""Every red-team test: nothing written outside the sandbox, every grader temp dir removed."""
+"""Every red-team test: nothing written outside the sandbox, every grader temp dir removed.
 
+`shapes`: the mini project's deleted features in the three shapes the grader handles
+differently: `greet` (the hidden test compares with a literal: a hidden site), `hypot` (a
+parametrized expected value: a hidden table), `decoy` (the hypot task with its table shared
+by another test, so the values stay in the process and decoys guard the test).
+"""
+
+import dataclasses
 import os
 import tempfile
 
 import pytest
 
-from composer_jax.envs.coding import sandbox
+from composer_jax.envs.coding import project, sandbox
 from composer_jax.envs.coding.sandbox import runner
 from tests.envs.coding.sandbox.redteam.attacks import MARKERS
 
@@ -24,3 +31,24 @@ def nothing_written_outside(tmp_path, monkeypatch):
   monkeypatch.undo()
   assert [m for m in MARKERS if os.path.exists(m)] == []
   assert sorted(p.name for p in host_tmp.iterdir()) == []  # temp dirs removed, nothing left
+
+
+# The decoy shape: NORMS is also read by a passing test, so the expected values stay in the
+# process and the hidden test is guarded by perturbed copies.
+SHARED = "\n\ndef test_norms_table():\n  assert len(NORMS) == 3\n"
+
+
+@pytest.fixture(scope="session")
+def shapes(mini_gen, tmp_path_factory):
+  by_name = {t.features[0]["qualname"]: t for t in mini_gen[1]}
+  hypot = by_name["hypot_scaled"]
+  root = tmp_path_factory.mktemp("decoy-shape")
+  names = project.unpack(hypot.hidden_files, root)
+  with open(root / "tests/test_core.py", "a") as f:
+    f.write(SHARED)
+  decoy = dataclasses.replace(
+    hypot,
+    hidden_files=project.pack(root, names),
+    PASS_TO_PASS=[*hypot.PASS_TO_PASS, "tests/test_core.py::test_norms_table"],
+  )
+  return {"greet": by_name["Greeter.greet"], "hypot": hypot, "decoy": decoy}

@@ -1,0 +1,123 @@
+"""Measurement: gold 1.0 / empty 0.0 over a seeded sample of factory tasks, and how often each
+integrity layer (#22) fires on a correct solution (its false-positive rate).
+
+For every sampled task the gold patch and the empty patch are graded by the grader as it is;
+a gold grade that is not 1.0 is charged to the layer that caused it:
+  monitor       a critical monitor flag (by rule)          guard   the runtime guard (by event)
+  decoy         a decoy test passed                         lying   a value equal to a sentinel
+  sites         a reported pass overturned by a hidden expected value
+  root leak     the task's code is readable in the sandbox root
+  unsound       the run itself (collected ids, exit status, channel), or anything else.
+It also counts what the rewriting did with each FAIL_TO_PASS function (hidden / decoys /
+left as it was, with reasons). The corpus is data, never committed; rebuild it with the
+factory (BUILD.md, "Reward integrity").
+
+  python -m experiments.bench.integrity_sweep --tasks 'CORPUS/projects/*.jsonl' --n 120 \\
+      [--seed 0] [--out sweep.json]
+"""
+
+import argparse
+import collections
+import glob
+import json
+import random
+import sys
+import time
+
+from composer_jax.envs.coding.sandbox import grader
+from composer_jax.envs.coding.task import read_jsonl
+
+
+def layer(g: grader.Grade) -> str:
+  """The layer a failed gold grade is charged to (module docstring)."""
+  kinds = [f["kind"] for f in g.flags if f["severity"] == "critical"]
+  info = g.integrity or {}
+  if "runtime_guard" in kinds:
+    return "guard: " + (info.get("guard") or [{}])[0].get("event", "?")
+  if "decoy_passed" in kinds:
+    return "decoy"
+  if "lying_value" in kinds:
+    return "lying"
+  if kinds:
+    return "monitor: " + ",".join(sorted(set(kinds)))
+  if "readable in the sandbox root" in g.error:
+    return "root leak"
+  if info.get("overturned"):
+    return "sites"
+  if g.error:
+    return "unsound: " + g.error.split(":")[0][:60]
+  return "tests failed"
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--tasks", required=True, help="glob of task JSONL files")
+  p.add_argument("--n", type=int, default=120)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--out", default=None, help="write the per-task records and summary (JSON)")
+  args = p.parse_args(argv)
+  tasks = [t for f in sorted(glob.glob(args.tasks)) for t in read_jsonl(f)]
+  if not tasks:
+    print(f"error: no tasks in {args.tasks!r}", file=sys.stderr)
+    return 1
+  sample = random.Random(args.seed).sample(tasks, min(args.n, len(tasks)))
+  rows, start = [], time.monotonic()
+  for i, t in enumerate(sample, 1):
+    gold = grader.grade(t, t.gold_patch)
+    empty = grader.grade(t, "")
+    rows.append(
+      {
+        "id": t.id,
+        "project": t.source["name"],
+        "method": t.method,
+        "gold": gold.reward,
+        "empty": empty.reward,
+        "gold_layer": None if gold.reward == 1.0 else layer(gold),
+        "gold_error": gold.error[:300],
+        "gold_s": gold.wall_s,
+        "integrity": gold.integrity,
+      }
+    )
+    r = rows[-1]
+    print(
+      f"[{i}/{len(sample)}] {t.id}: gold {r['gold']} empty {r['empty']}"
+      + (f" ({r['gold_layer']}: {r['gold_error'][:120]})" if r["gold_layer"] else "")
+      + f" {time.monotonic() - start:.0f}s",
+      flush=True,
+    )
+  summary = summarize(rows)
+  print(json.dumps(summary, indent=1))
+  if args.out:
+    with open(args.out, "w") as f:
+      json.dump({"summary": summary, "rows": rows}, f, indent=1)
+  return 0
+
+
+def summarize(rows: list[dict]) -> dict:
+  n = len(rows)
+  fired = collections.Counter(r["gold_layer"].split(":")[0] for r in rows if r["gold_layer"])
+  detail = collections.Counter(r["gold_layer"] for r in rows if r["gold_layer"])
+  funcs = collections.Counter()
+  reasons = collections.Counter()
+  for r in rows:
+    info = r["integrity"] or {}
+    funcs["hidden"] += info.get("hidden", 0)
+    funcs["decoys"] += info.get("decoys", 0)
+    funcs["unprotected"] += len(info.get("unprotected", {}))
+    reasons.update(info.get("unprotected", {}).values())
+  return {
+    "tasks": n,
+    "projects": dict(collections.Counter(r["project"] for r in rows)),
+    "methods": dict(collections.Counter(r["method"] for r in rows)),
+    "gold_1": sum(r["gold"] == 1.0 for r in rows),
+    "empty_0": sum(r["empty"] == 0.0 for r in rows),
+    "gold_failures_by_layer": {k: f"{v}/{n} = {v / n:.1%}" for k, v in sorted(fired.items())},
+    "gold_failures_detail": dict(detail),
+    "rewriting": dict(funcs),
+    "unprotected_reasons": dict(reasons.most_common(10)),
+    "median_gold_s": sorted(r["gold_s"] for r in rows)[n // 2],
+  }
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,199 @@
+"""The grade-time rewriting of hidden tests (instrument.py) and the site values' plain-data
+encoding (harness.py), without a sandbox: renames, hidden sites and tables, decoys, the
+mapping of ids, perturbations, views and the lying-value probe."""
+
+import ast
+import collections
+import decimal
+import fractions
+import random
+import textwrap
+
+import pytest
+
+from composer_jax.envs.coding import harness, instrument
+
+SRC = textwrap.dedent(
+  """\
+  import pytest
+  from pkg import mod
+
+  TABLE = [(1, "a"), (2, "bb")]
+  SHARED = [(3, 9.0), (4, 16.0)]
+
+
+  @pytest.mark.parametrize("n,want", TABLE)
+  def test_table(n, want):
+    assert mod.f(n) == want
+
+
+  @pytest.mark.parametrize("n,want", SHARED)
+  def test_shared(n, want):
+    assert mod.sq(n) == want
+
+
+  def test_shared_len():
+    assert len(SHARED) == 2
+
+
+  def test_literal():
+    got = mod.f(
+      1,
+    )
+    assert got == {"k": [1, 2.5]}
+    assert mod.g() == pytest.approx(0.3, rel=1e-3)
+
+
+  class TestCase:
+    def test_method(self):
+      self.assertEqual(mod.f(2), "bb")
+
+    def test_raises(self):
+      with pytest.raises(ValueError):
+        mod.f(-1)
+
+
+  def test_called_elsewhere():
+    assert mod.f(1) == "a"
+
+
+  def test_user():
+    test_called_elsewhere()
+  """
+)
+F2P = [
+  "tests/test_m.py::test_table[1-a]",
+  "tests/test_m.py::test_table[2-bb]",
+  "tests/test_m.py::test_shared[3-9.0]",
+  "tests/test_m.py::test_shared[4-16.0]",
+  "tests/test_m.py::test_literal",
+  "tests/test_m.py::TestCase::test_method",
+  "tests/test_m.py::TestCase::test_raises",
+  "tests/test_m.py::test_called_elsewhere",
+]
+IDS = F2P + ["tests/test_m.py::test_shared_len", "tests/test_m.py::test_user"]
+
+
+@pytest.fixture(scope="module")
+def plan():
+  return instrument.plan({"tests/test_m.py": SRC.encode()}, F2P, IDS, rng=random.Random(3))
+
+
+def test_names_keep_their_patterns():
+  for name, pattern in [("test_hypot", "test"), ("testHypot", "test"), ("check_x", "check_")]:
+    new = instrument.renamed(name, "k3q9zz")
+    assert new.startswith(pattern) and "k3q9zz" in new and new != name
+  assert instrument.renamed("hypot_test", "k3q9zz").endswith("_test")
+
+
+def test_rewritten_file(plan):
+  new = plan.files["tests/test_m.py"].decode()
+  ast.parse(new)
+  old_lines, new_lines = SRC.splitlines(), new.splitlines()
+  # Line numbers of the original code do not move; what follows is the appended tail.
+  assert len(new_lines) > len(old_lines)
+  assert new_lines[3].startswith("TABLE = [(1, 'cj") and '"a"' not in new_lines[3]
+  for expected in ('"a"', '"bb"', "2.5", "0.3", "'bb'"):
+    # The hidden expected values are nowhere in the real tests' code.
+    assert expected not in "\n".join(new_lines[7:37]), expected
+  # Renamed: no F2P function keeps the name the problem statement lists.
+  tree = ast.parse(new)
+  defs = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+  assert not {"test_table", "test_literal", "test_method", "test_raises", "test_shared"} & defs
+  assert {"test_called_elsewhere", "test_user", "test_shared_len"} <= defs  # untouched
+
+
+def test_sites_and_tables(plan):
+  sites = collections.Counter((s.table, s.approx is not None) for s in plan.sites.values())
+  # test_literal's dict and approx, the unittest assertEqual, test_table's hidden column.
+  assert sites == {(False, False): 2, (False, True): 1, (True, False): 1}
+  assert {tuple(v[0]): v[1] for v in plan.tokens.values()} == {
+    ("tests/test_m.py::test_table[1-a]",): "a",
+    ("tests/test_m.py::test_table[2-bb]",): "bb",
+  }
+  # Every run id of a table row maps back to its original id, and the token is in the id.
+  for tok, (ids, _) in plan.tokens.items():
+    new = plan.ids[ids[0]]
+    assert tok in new and plan.split(new) == ("real", ids[0], instrument.split_id(new)[1])
+  assert all(plan.required.values())
+
+
+def test_decoys(plan):
+  new = plan.files["tests/test_m.py"].decode()
+  twins = collections.Counter(plan.names[t] for t in plan.decoys.values())
+  # The shared table cannot leave the process: two decoys (copies before and after it); the
+  # pytest.raises test, with no expected value, one that ends in `raise`.
+  assert twins == {"test_shared": 2, "test_raises": 1}
+  first = new.splitlines()[4]
+  assert first.endswith("SHARED = [(3, 9.0), (4, 16.0)]") and first.count("=") == 2
+  assert "finally:" in new and "raise AssertionError()" in new
+  assert len(plan.decoy_ids) == 3 and all(plan.split(i)[0] == "decoy" for i in plan.decoy_ids)
+  assert plan.unprotected == {"tests/test_m.py::test_called_elsewhere": "its name is used 1 more times in the file"}
+
+
+def test_perturbed_values_differ():
+  rng = random.Random(0)
+  for v in [0, -7, 2**70, 0.0, -1.5, 1e308, float("inf"), 1j, "", "é", b"", True, False, None,
+            [], [1], (), (1, "a"), {}, {"a": 1}, set(), frozenset({1})]:  # fmt: skip
+    p = instrument.perturb(v, rng)
+    assert p != v and v != p and instrument.plain(p), (v, p)
+
+
+class Int:
+  """A project integer type that equals the int it holds (pyasn1's univ.Integer does)."""
+
+  def __init__(self, v):
+    self.v = v
+
+  def __int__(self):
+    return self.v
+
+  def __eq__(self, other):
+    return int(other) == self.v if isinstance(other, (int, Int)) else NotImplemented
+
+  __hash__ = None
+
+
+class Any:
+  def __eq__(self, other):
+    return True
+
+
+@pytest.mark.parametrize(
+  "value,expected,equal",
+  [
+    (1.0, 1, True),
+    (True, 1, True),
+    ("abc", "abc", True),
+    (collections.OrderedDict(a=[1, (2, 3)]), {"a": [1, (2, 3)]}, True),
+    (decimal.Decimal("0.5"), 0.5, True),
+    (fractions.Fraction(1, 3), 1 / 3, False),
+    (Int(12), 12, True),
+    (Int(12), 13, False),
+    ({1, 2}, {2, 1}, True),
+    ([1, 2], (1, 2), False),
+    (object(), None, False),
+  ],
+)
+def test_site_values_compare_as_python_would(value, expected, equal):
+  rec = harness.encode_site_value(value)
+  site = instrument.Site(expected, None, "x")
+  assert not rec["liar"]
+  assert instrument.matches(site, expected, rec["views"], harness.decode) is equal
+
+
+def test_lying_values_are_caught():
+  import unittest.mock
+
+  for liar in (Any(), unittest.mock.ANY, type("F", (float,), {"__eq__": lambda s, o: True})(0)):
+    assert harness.encode_site_value(liar)["liar"]
+  approx = pytest.approx(0.0, abs=float("inf"))
+  assert harness.encode_site_value(approx)["liar"]
+  site = instrument.Site(0.3, (("rel", 1e-3),), "x")
+  assert instrument.matches(site, 0.3, harness.encode_site_value(0.30001)["views"], harness.decode)
+
+
+def test_decode_refuses_what_it_does_not_know():
+  for bad in (["x"], [], "s", ["i", 1], ["l", "notalist"], ["d", [[["s", "k"]]]], None):
+    with pytest.raises((ValueError, TypeError)):
+      harness.decode(bad)
