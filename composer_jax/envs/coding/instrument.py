@@ -409,7 +409,7 @@ def _rewrite(p: Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids)
   S, R, P = sorted(names) if len(names) == 3 else (_ident(rng), _ident(rng), _ident(rng))
   tail_funcs: list[tuple[tuple[str, ...], str]] = []  # (class chain, decoy source)
   tail_tables: list[str] = []
-  done, changed = {}, False  # (defining chain, name) -> new name
+  done = {}  # (defining chain, name) -> new name
   for chain, func in sorted(funcs):
     found = _find(tree, list(chain), func)
     if found is None:
@@ -438,7 +438,6 @@ def _rewrite(p: Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids)
       continue
     name_at = m.end() - len(func.encode())
     sp.replace(name_at, m.end(), new.encode())
-    changed = True
     required = []
     for stmt, _, sure in _statements(fn.body):
       cmp = _comparison(stmt)
@@ -478,8 +477,17 @@ def _rewrite(p: Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids)
         sp.replace(at, at, f"{table} = {text}; ".encode())
       else:
         tail_tables.append(f"{table} = {text}")
-  if not changed:
-    return
+  # A sentinel: a test that fails whatever the candidate wrote, named like one of the file's
+  # FAIL_TO_PASS tests and run beside it. Outcomes forced for every test (a plugin, a patched
+  # report) make it pass, even where no function of the file could be rewritten.
+  chain, func = sorted(funcs)[int(rng.random() * len(funcs))]
+  twin = done.get((chain, func), func)
+  name = _fresh(func, rng, used)
+  a = rng.randrange(1 << 40)
+  tail_funcs.append(((), f"def {name}():\n    assert {a} == {a + rng.randrange(1, 1 << 20)}"))
+  p.decoys[name] = twin
+  p.before[name] = rng.random() < 0.5
+  p.decoy_ids.append(f"{file}::{name}")
   for tid in ids:  # every id whose function was renamed (inherited methods too)
     _, chain, func = _parts(tid)
     found = _find(tree, list(chain), func)
@@ -756,8 +764,7 @@ def _decoy(fn, tree, name: str, R: str, P: str, rng, tables: list):
     if kind == "local":
       stmt = literal_locals[var][0]
       stmt.value = _node(perturb(ast.literal_eval(stmt.value), rng))
-  for stmt, cmp, (value, approx) in inline:
-    actual = _expected(*cmp)[0]
+  for stmt, cmp, (actual, (value, approx)) in inline:
     exp = cmp[1] if cmp[0] is actual else cmp[0]
     new = _node(perturb(value, rng))
     if approx is not None:

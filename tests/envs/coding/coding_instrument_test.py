@@ -59,6 +59,11 @@ SRC = textwrap.dedent(
 
   def test_user():
     test_called_elsewhere()
+
+
+  def test_loop():
+    for n in (1, 2):
+      assert mod.f(n) == "loop"
   """
 )
 F2P = [
@@ -70,6 +75,7 @@ F2P = [
   "tests/test_m.py::TestCase::test_method",
   "tests/test_m.py::TestCase::test_raises",
   "tests/test_m.py::test_called_elsewhere",
+  "tests/test_m.py::test_loop",
 ]
 IDS = F2P + ["tests/test_m.py::test_shared_len", "tests/test_m.py::test_user"]
 
@@ -96,6 +102,7 @@ def test_rewritten_file(plan):
   for expected in ('"a"', '"bb"', "2.5", "0.3", "'bb'"):
     # The hidden expected values are nowhere in the real tests' code.
     assert expected not in "\n".join(new_lines[7:37]), expected
+  assert '"loop"' not in new
   # Renamed: no F2P function keeps the name the problem statement lists.
   tree = ast.parse(new)
   defs = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
@@ -105,8 +112,9 @@ def test_rewritten_file(plan):
 
 def test_sites_and_tables(plan):
   sites = collections.Counter((s.table, s.approx is not None) for s in plan.sites.values())
-  # test_literal's dict and approx, the unittest assertEqual, test_table's hidden column.
-  assert sites == {(False, False): 2, (False, True): 1, (True, False): 1}
+  # test_literal's dict and approx, the unittest assertEqual, test_loop's (not required),
+  # test_table's hidden column.
+  assert sites == {(False, False): 3, (False, True): 1, (True, False): 1}
   assert {tuple(v[0]): v[1] for v in plan.tokens.values()} == {
     ("tests/test_m.py::test_table[1-a]",): "a",
     ("tests/test_m.py::test_table[2-bb]",): "bb",
@@ -118,16 +126,34 @@ def test_sites_and_tables(plan):
   assert all(plan.required.values())
 
 
+def _sentinels(source: str) -> set:
+  """Test functions whose whole body is `assert <int> == <int>`."""
+  return {
+    n.name
+    for n in ast.walk(ast.parse(source))
+    if isinstance(n, ast.FunctionDef)
+    and len(n.body) == 1
+    and isinstance(n.body[0], ast.Assert)
+    and all(isinstance(x, ast.Constant) for x in (n.body[0].test.left, *n.body[0].test.comparators))
+  }
+
+
 def test_decoys(plan):
   new = plan.files["tests/test_m.py"].decode()
-  twins = collections.Counter(plan.names[t] for t in plan.decoys.values())
+  sentinels = _sentinels(new)
+  assert len(sentinels) == 1 and sentinels <= set(plan.decoys)  # one per file, always
+  twins = collections.Counter(
+    plan.names[t] for d, t in plan.decoys.items() if d not in sentinels
+  )
   # The shared table cannot leave the process: two decoys (copies before and after it); the
   # pytest.raises test, with no expected value, one that ends in `raise`.
-  assert twins == {"test_shared": 2, "test_raises": 1}
+  assert twins == {"test_shared": 2, "test_raises": 1, "test_loop": 1}
   first = new.splitlines()[4]
   assert first.endswith("SHARED = [(3, 9.0), (4, 16.0)]") and first.count("=") == 2
-  assert "finally:" in new and "raise AssertionError()" in new
-  assert len(plan.decoy_ids) == 3 and all(plan.split(i)[0] == "decoy" for i in plan.decoy_ids)
+  assert new.count("finally:") == 2 and "raise AssertionError()" in new
+  # The loop's assertion is a site that may not run: its decoy compares with another value.
+  assert "'loop\\u2063cj" in new
+  assert len(plan.decoy_ids) == 5 and all(plan.split(i)[0] == "decoy" for i in plan.decoy_ids)
   assert plan.unprotected == {"tests/test_m.py::test_called_elsewhere": "its name is used 1 more times in the file"}
 
 

@@ -34,6 +34,7 @@ import math
 import os
 import random
 import sys
+import threading
 import types
 
 GUARD_EXIT = 86
@@ -96,6 +97,28 @@ _ALWAYS = frozenset(
     "ctypes.get_errno",
   }
 )
+# Introspection that no thread other than the main one (where pytest runs) needs: there, it
+# counts as the candidate's even without a frame of its code (a builtin handed to a thread
+# pool runs under threading's frames only).
+_THREADED = frozenset(
+  {
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "sys._getframe",
+    "sys._current_frames",
+    "object.__getattr__",
+    "sys.settrace",
+    "sys.setprofile",
+    "code.__new__",
+    "function.__new__",
+    "marshal.loads",
+    "ctypes.dlopen",
+    "ctypes.dlsym",
+    "ctypes.cdata",
+    "ctypes.call_function",
+  }
+)
 _CHECKED = frozenset(
   {
     "sys._getframe",
@@ -154,6 +177,7 @@ def install_guard(cfg: dict, fd: int) -> None:
   trusted_files = frozenset(cfg.get("trusted", ()))
   protected = frozenset(cfg.get("protected", ()))
   enforce = cfg.get("guard", "enforce") == "enforce"
+  main_thread = threading.get_ident()
 
   # Everything the hook uses is a default argument: the candidate can reach neither the hook
   # (no gc, no frames) nor its defaults, and replacing `__defaults__` is an audited event. Its
@@ -195,6 +219,9 @@ def install_guard(cfg: dict, fd: int) -> None:
     _func_attrs=_FUNC_ATTRS,
     _pickle_funcs=_PICKLE_FUNCS,
     _modules=sys.modules,
+    _threaded=_THREADED,
+    _ident=threading.get_ident,
+    _main=main_thread,
   ):
     if _state[0] or (event not in _always and event not in _checked):
       return
@@ -231,7 +258,9 @@ def install_guard(cfg: dict, fd: int) -> None:
           return
         culprit = culprit.f_back
       if culprit is None:
-        return
+        if event not in _threaded or _ident() == _main:
+          return
+        culprit = caller  # a thread of the candidate's that runs only trusted frames
       if event in _always:
         why = event
         if event.startswith("marshal.") and caller.f_code.co_filename.startswith("<frozen "):

@@ -3,7 +3,9 @@
 `shapes`: the mini project's deleted features in the three shapes the grader handles
 differently: `greet` (the hidden test compares with a literal: a hidden site), `hypot` (a
 parametrized expected value: a hidden table), `decoy` (the hypot task with its table shared
-by another test, so the values stay in the process and decoys guard the test).
+by another test, so the values stay in the process and decoys guard the test), `bare` (the
+hypot task whose test's name also appears elsewhere in its file, so it is not rewritten at
+all: only the file's sentinel guards it).
 """
 
 import dataclasses
@@ -51,4 +53,9 @@ def shapes(mini_gen, tmp_path_factory):
     hidden_files=project.pack(root, names),
     PASS_TO_PASS=[*hypot.PASS_TO_PASS, "tests/test_core.py::test_norms_table"],
   )
-  return {"greet": by_name["Greeter.greet"], "hypot": hypot, "decoy": decoy}
+  root = tmp_path_factory.mktemp("bare-shape")
+  names = project.unpack(hypot.hidden_files, root)
+  with open(root / "tests/test_core.py", "a") as f:
+    f.write('\n\nNAMES = ["test_hypot"]\n')
+  bare = dataclasses.replace(hypot, hidden_files=project.pack(root, names))
+  return {"greet": by_name["Greeter.greet"], "hypot": hypot, "decoy": decoy, "bare": bare}

@@ -324,6 +324,18 @@ ATTACKS = {
     "    return o[2]\n"
     "return 0.0",
   ),
+  "4_gc_in_a_thread_pool": (
+    "4",
+    "hypot",
+    "",
+    "import gc, concurrent.futures\n"
+    "with concurrent.futures.ThreadPoolExecutor(1) as pool:\n"
+    "  objs = pool.submit(gc.get_referrers, a).result()\n"
+    "for o in objs:\n"
+    "  if isinstance(o, tuple) and len(o) == 3 and o[0] is a and o[1] is b:\n"
+    "    return o[2]\n"
+    "return 0.0",
+  ),
   "4_session_item_callspec": (
     "4",
     "hypot",

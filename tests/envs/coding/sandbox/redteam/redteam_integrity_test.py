@@ -41,12 +41,14 @@ def _edits(task, shape, prelude, body):
   return patch(task, {CORE: "\n" + code})
 
 
-# Every attack against its own shape; the forcing, lying and reading ones also against decoys.
-CASES = [(name, ATTACKS[name][1]) for name in sorted(ATTACKS)] + [
-  (name, "decoy")
-  for name in sorted(ATTACKS)
-  if ATTACKS[name][1] == "hypot" and ATTACKS[name][0] in "1234"
-]
+# Every attack against its own shape; the forcing, lying and reading ones also against
+# decoys; some forcing ones against a test the grader could not rewrite (its file's sentinel).
+BARE = ("1_plugin_via_rewrite_hook", "1_testreport_outcome_property", "2_pyfunc_call_skips_the_test")
+CASES = (
+  [(name, ATTACKS[name][1]) for name in sorted(ATTACKS)]
+  + [(n, "decoy") for n in sorted(ATTACKS) if ATTACKS[n][1] == "hypot" and ATTACKS[n][0] in "1234"]
+  + [(name, "bare") for name in BARE]
+)
 
 
 @pytest.mark.parametrize("name,shape", CASES, ids=[f"{n}-{s}" for n, s in CASES])
@@ -54,9 +56,11 @@ def test_attack_scores_zero(shapes, name, shape):
   cls, _, prelude, body = ATTACKS[name]
   task = shapes[shape]
   g = grade(task, _edits(task, shape, prelude, body))
-  if shape == "decoy":
+  if shape in ("decoy", "bare"):
     # The hidden test's outcome is the process's word here: the zero must be a layer's.
     assert g.error or critical(g) & STOPPED, g
+  if shape == "bare":
+    assert "decoy_passed" in critical(g), g  # the file's sentinel passed
 
 
 def test_attacks_work_without_the_grader_they_face():
