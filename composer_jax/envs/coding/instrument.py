@@ -139,15 +139,15 @@ def perturb(value, rng: random.Random):
   t = type(value)
   if t is bool:
     return not value
-  if t is int:
-    return value + rng.randrange(1_000_003, 9_999_991)
+  if t is int:  # a small step: a value mistaken for an expected one stays a sane input
+    return value + rng.randrange(1, 1000)
   if t is float:
     if math.isfinite(value):
       out = value + (abs(value) + 1.0) * (1.5 + rng.random())
       return out if math.isfinite(out) else -value / 2 - 1.0
     return rng.random() + 0.5
   if t is complex:
-    return value + complex(rng.randrange(1_000_003, 9_999_991), 1)
+    return value + complex(rng.randrange(1, 1000), 1)
   if t is str:
     return value + "\u2063" + token
   if t is bytes:
@@ -571,7 +571,7 @@ def _hide_table(p: Plan, fn, tree, sp: _Splices, file: str, new: str, S: str, rn
         if not literal(actual)[0] and sure:
           hits.setdefault(name.id, []).append((stmt, actual, approx))
   for var, uses in hits.items():
-    loads = [n for n in _nested_scopes(fn) if isinstance(n, ast.Name) and n.id == var]
+    loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == var]
     if len(loads) != len(uses) or len({u[2] for u in uses}) != 1:
       continue
     table = values
@@ -721,8 +721,9 @@ def _decoy(fn, tree, name: str, R: str, P: str, rng, tables: list):
   d.name = name
   params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
   params = [a for a in params if a not in ("self", "cls")]
-  # Expected-value names: compared with == at top level, used nowhere else in the function.
-  loads = [n for n in _nested_scopes(d) if isinstance(n, ast.Name)]
+  # Expected-value names: compared with == at top level, used nowhere else in the function
+  # (nested functions and lambdas included: a name a closure reads is an input).
+  loads = [n for n in ast.walk(d) if isinstance(n, ast.Name)]
   top = list(_statements(d.body))
   literal_locals = {}
   for stmt, is_top, _ in top:

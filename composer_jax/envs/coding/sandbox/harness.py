@@ -8,13 +8,17 @@ config; stdin is then at EOF. Before any project code runs it:
      what it needs in its default arguments, whose replacement is itself an audited event).
      While code the candidate changed or added ("untrusted": a frame whose file is not the
      standard library, the runtime under /cj, or an unchanged file of the workspace) is on
-     the stack, the guard stops the run (record `guard`, exit status GUARD_EXIT) on: getting
-     frames (sys._getframe, tracebacks', generators' and coroutines' frames) except through
-     standard-library functions that use them internally (logging, typing, namedtuple, ...),
-     gc's object walks, trace/profile hooks, new audit hooks or interpreters, code objects and
-     functions built from parts, reassigned function code/defaults, ctypes, marshal, pickles
-     that name functions, starting programs, reading test or runner-config files, writing any
-     .py under /ws, /proc/*/mem, and source compiled under a name of a file it is not;
+     the stack — the nearest such frame, unless a trusted module's own import (`<module>`
+     frame) comes first — the guard stops the run (record `guard`, exit status GUARD_EXIT) on:
+     getting frames (sys._getframe, tracebacks', generators' and coroutines' frames) except
+     through standard-library functions that use them internally (logging, typing,
+     namedtuple, ...), gc's object walks, trace/profile hooks, new audit hooks or
+     interpreters, code objects and functions built from parts, reassigned function
+     code/defaults, ctypes, marshal, pickles that name functions, starting programs, reading
+     test or runner-config files, writing any .py under /ws, /proc/*/mem, and code compiled or
+     executed under the name of a trusted file whose source it is not. In a thread other than
+     the main one (pytest's), the introspection among these counts as the candidate's even
+     with only trusted frames on that thread's stack;
   3. registers the plan's helper module under its random name: `site` (a hidden expected
      value's actual side, sent as plain data with validated conversions and a lying-value
      probe), `rows` and `perturb` (decoy tables, instrument.py);
@@ -528,7 +532,7 @@ def helper_module(name: str, chan, current: list) -> types.ModuleType:
     if t is bool:
       return not v
     if t is int:
-      return v + rng.randrange(1_000_003, 9_999_991)
+      return v + rng.randrange(1, 1000)
     if t is float:
       return v + (abs(v) + 1.0) * 1.5 if math.isfinite(v) and abs(v) < 1e300 else 0.5
     if t is str:
