@@ -30,10 +30,11 @@ rewritten keep their pytest outcome alone and are listed in `Plan.unprotected`.
 import ast
 import copy
 import dataclasses
-import math
 import random
 import re
 import secrets
+
+from composer_jax.envs.coding.harness import perturb, plain
 
 # unittest assertions that mean `first == second`.
 EQUALS = frozenset(
@@ -49,7 +50,6 @@ EQUALS = frozenset(
     "assertMultiLineEqual",
   }
 )
-_PLAIN_SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _APPROX_KW = frozenset({"rel", "abs", "nan_ok"})
 
 
@@ -120,47 +120,6 @@ def renamed(name: str, token: str) -> str:
 
 
 # -- perturbation ---------------------------------------------------------------------------
-
-
-def plain(value) -> bool:
-  """Whether `value` is plain data: builtin scalars and containers of them, exact types."""
-  if type(value) in _PLAIN_SCALARS:
-    return True
-  if type(value) in (list, tuple, set, frozenset):
-    return all(plain(v) for v in value)
-  if type(value) is dict:
-    return all(plain(k) and plain(v) for k, v in value.items())
-  return False
-
-
-def perturb(value, rng: random.Random):
-  """A plain value unequal to `value` and to anything equal to it (same type where possible)."""
-  token = f"cj{rng.getrandbits(40):010x}"
-  t = type(value)
-  if t is bool:
-    return not value
-  if t is int:  # a small step: a value mistaken for an expected one stays a sane input
-    return value + rng.randrange(1, 1000)
-  if t is float:
-    if math.isfinite(value):
-      out = value + (abs(value) + 1.0) * (1.5 + rng.random())
-      return out if math.isfinite(out) else -value / 2 - 1.0
-    return rng.random() + 0.5
-  if t is complex:
-    return value + complex(rng.randrange(1, 1000), 1)
-  if t is str:
-    return value + "\u2063" + token
-  if t is bytes:
-    return value + b"\0" + token.encode()
-  if t is list:
-    return value + [token]
-  if t is tuple:
-    return value + (token,)
-  if t is dict:
-    return {**value, token: token}
-  if t in (set, frozenset):
-    return t(value) | {token}
-  return token  # None
 
 
 def literal(node):

@@ -514,6 +514,50 @@ def decode(e):
 # -- the helper module the rewritten tests import -------------------------------------------
 
 
+def perturb(v, rng: random.Random):
+  """A value of the same kind unequal to plain-data `v` and to anything equal to it (a small
+  step for numbers: a value mistaken for an expected one stays a sane input); None when `v`
+  is not plain data."""
+  token = f"cj{rng.getrandbits(40):010x}"
+  t = type(v)
+  if t is bool:
+    return not v
+  if t is int:
+    return v + rng.randrange(1, 1000)
+  if t is float:
+    if math.isfinite(v):
+      out = v + (abs(v) + 1.0) * (1.5 + rng.random())
+      return out if math.isfinite(out) else -v / 2 - 1.0
+    return rng.random() + 0.5
+  if t is complex:
+    return v + complex(rng.randrange(1, 1000), 1)
+  if t is str:
+    return v + "\u2063" + token
+  if t is bytes:
+    return v + b"\0" + token.encode()
+  if t in (list, tuple, dict, set, frozenset) and not plain(v):
+    return None
+  if t is list:
+    return v + [token]
+  if t is tuple:
+    return v + (token,)
+  if t is dict:
+    return {**v, token: token}
+  if t in (set, frozenset):
+    return t(v) | {token}
+  return token if v is None else None
+
+
+def plain(v) -> bool:
+  """Whether `v` is plain data: builtin scalars and containers of them, exact types."""
+  if type(v) in (bool, int, float, complex, str, bytes, type(None)):
+    return True
+  if type(v) in (list, tuple, set, frozenset):
+    return all(plain(x) for x in v)
+  return type(v) is dict and all(plain(k) and plain(x) for k, x in v.items())
+
+
+
 def helper_module(name: str, chan, current: list) -> types.ModuleType:
   """The module `instrument.py`'s rewritten test files import as `name`."""
   mod = types.ModuleType(name)
@@ -525,29 +569,10 @@ def helper_module(name: str, chan, current: list) -> types.ModuleType:
       rec["token"] = token if isinstance(token, str) else repr(token)[:100]
     chan.send("site", test=current[0], site=sid, **rec)
 
-  def perturb(v):
-    """An unequal value of the same kind for plain data, else a value equal to nothing."""
-    token = f"cj{rng.getrandbits(40):010x}"
-    t = type(v)
-    if t is bool:
-      return not v
-    if t is int:
-      return v + rng.randrange(1, 1000)
-    if t is float:
-      return v + (abs(v) + 1.0) * 1.5 if math.isfinite(v) and abs(v) < 1e300 else 0.5
-    if t is str:
-      return v + "\u2063" + token
-    if t is bytes:
-      return v + b"\0" + token.encode()
-    if t is list:
-      return v + [token]
-    if t is tuple:
-      return v + (token,)
-    if t is dict:
-      return {**v, token: token}
-    if t in (set, frozenset):
-      return t(v) | {token}
-    return _Unequal()
+  def perturb_any(v):
+    """`perturb` for plain data, else a value equal to nothing."""
+    out = perturb(v, rng)
+    return _Unequal() if out is None else out
 
   def rows(values, n, col):
     """A parametrize table with column `col` perturbed (pytest.param rows keep marks, id)."""
@@ -560,18 +585,18 @@ def helper_module(name: str, chan, current: list) -> types.ModuleType:
       if isinstance(row, type(pytest.param(None))):
         vals = list(row.values)
         if col < len(vals):
-          vals[col] = perturb(vals[col])
+          vals[col] = perturb_any(vals[col])
         out.append(pytest.param(*vals, marks=row.marks, id=row.id))
       elif n == 1:
-        out.append(perturb(row))
+        out.append(perturb_any(row))
       else:
         row = list(row)
         if col < len(row):
-          row[col] = perturb(row[col])
+          row[col] = perturb_any(row[col])
         out.append(tuple(row))
     return out
 
-  mod.site, mod.perturb, mod.rows = site, perturb, rows
+  mod.site, mod.perturb, mod.rows = site, perturb_any, rows
   return mod
 
 
