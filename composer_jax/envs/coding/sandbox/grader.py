@@ -21,7 +21,7 @@ of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
     copies of task sources (7): the root holds only the pinned runtime — no /usr/lib/python3*,
     /usr/share, /usr/local or vendored trees, no site-packages or bundled wheels — and the
     writable tmpfs is noexec, so no extension or library written at run time loads (5).
-  root leak scan (visible.py)
+  root leak scan (root_leaks.py)
     copies of task sources (7) anywhere a command inside can read: a task whose gold lines are
     found in the root's files (zip members too) is not graded.
   workspace sanitising (here)
@@ -77,9 +77,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-from composer_jax.envs.coding import instrument, project, sandbox, visible
+from composer_jax.envs.coding import project, sandbox
 from composer_jax.envs.coding.monitor import deadline
-from composer_jax.envs.coding.sandbox import harness, runner
+from composer_jax.envs.coding.sandbox import harness, instrument, root_leaks, runner
 from composer_jax.envs.coding.task import Task, direct_partial
 from composer_jax.envs.coding.tasks import scrub
 
@@ -230,7 +230,7 @@ def _critical(kind: str, reason: str) -> dict:
 
 
 def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
-  if hits := visible.leaks(task.gold_patch):
+  if hits := root_leaks.leaks(task.gold_patch):
     return _zero(f"the task's code is readable in the sandbox root: {hits[:2]}")
   with sandbox.scratch("grade") as tmp:
     ws = Path(tmp) / "ws"

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from _pytest.config import findpaths
 
-from composer_jax.envs.coding import instrument, project, sandbox
-from composer_jax.envs.coding.sandbox import harness
+from composer_jax.envs.coding import project, sandbox
+from composer_jax.envs.coding.sandbox import harness, instrument
 from composer_jax.envs.coding.tasks import sources
 
 # Importable top-level names the sandboxed runner needs (pytest's own dependencies + coverage).

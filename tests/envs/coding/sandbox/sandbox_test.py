@@ -8,8 +8,8 @@ import sysconfig
 
 import pytest
 
-from composer_jax.envs.coding import instrument, sandbox
-from composer_jax.envs.coding.sandbox import grade_patch, grader, runner
+from composer_jax.envs.coding import sandbox
+from composer_jax.envs.coding.sandbox import grade_patch, grader, instrument, runner
 from tests.envs.coding.mini_project import FAST, requires_sandbox, write_project
 
 
@@ -195,6 +195,9 @@ def test_a_test_inherited_from_another_file_is_graded(tmp_path):
   ws = write_project(tmp_path / "ws", files)
   tid = "tests/test_a.py::TestA::test_inh"
   plan = instrument.plan({"tests/test_a.py": (ws / "tests/test_a.py").read_bytes()}, [tid], [tid])
-  assert plan.unprotected == {tid: "definition not found in the file"} and not plan.files
+  assert plan.unprotected == {tid: "definition not found in the file"}
+  for rel, data in plan.files.items():  # only the file's sentinel is added
+    (ws / rel).write_bytes(data)
   run = runner.run_suite(ws, [tid], plan=plan, limits=FAST)
   assert run.ok and run.outcomes == {tid: "passed"}, run.log_tail
+  assert list(run.decoys.values()) == ["failed"]

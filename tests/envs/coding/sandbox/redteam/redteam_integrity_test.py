@@ -21,11 +21,12 @@ import time
 
 import pytest
 
-from composer_jax.envs.coding import grader, sandbox, visible
+from composer_jax.envs.coding import sandbox
 from composer_jax.envs.coding.monitor import deadline
+from composer_jax.envs.coding.sandbox import grader, root_leaks
 from tests.envs.coding.mini_project import FAST
-from tests.envs.coding.redteam.attacks import CORE, RED, critical, grade, patch
-from tests.envs.coding.redteam.integrity_attacks import ATTACKS
+from tests.envs.coding.sandbox.redteam.attacks import CORE, RED, critical, grade, patch
+from tests.envs.coding.sandbox.redteam.integrity_attacks import ATTACKS
 
 # Layers that stop an attack outright (an error or a critical flag), as opposed to a test that
 # fails because the value it got is not the hidden expected one.
@@ -159,7 +160,7 @@ def test_a_task_whose_code_is_in_the_root_is_not_graded(shapes):
   root (here, the standard library's json package) is refused, not graded."""
   task = dataclasses.replace(shapes["hypot"])
   src = open(os.path.join(sysconfig.get_paths()["stdlib"], "json", "__init__.py")).read()
-  lines = [ln for ln in src.splitlines() if len(ln.strip()) >= visible.MIN_LINE][:5]
+  lines = [ln for ln in src.splitlines() if len(ln.strip()) >= root_leaks.MIN_LINE][:5]
   task.gold_patch = "".join(f"+{ln}\n" for ln in lines)
   g = grader.grade(task, "", limits=RED)
   assert "readable in the sandbox root" in g.error, g
@@ -173,7 +174,7 @@ def test_killed_grader_leaves_no_scratch(shapes, tmp_path):
   job.write_text(task.to_json())
   (tmp_path / "patch.diff").write_text(diff)
   code = (
-    "import json, sys\nfrom composer_jax.envs.coding import grader, sandbox, task\n"
+    "import json, sys\nfrom composer_jax.envs.coding import sandbox, task\nfrom composer_jax.envs.coding.sandbox import grader\n"
     f"t = task.Task(**json.load(open({str(job)!r})))\n"
     f"grader.grade(t, open({str(tmp_path / 'patch.diff')!r}).read(), "
     "limits=sandbox.Limits(cpu_s=60, wall_s=60.0))\n"

@@ -34,7 +34,7 @@ import random
 import re
 import secrets
 
-from composer_jax.envs.coding.harness import perturb, plain
+from composer_jax.envs.coding.sandbox.harness import perturb, plain
 
 # unittest assertions that mean `first == second`.
 EQUALS = frozenset(

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from composer_jax.envs.coding import harness, instrument
+from composer_jax.envs.coding.sandbox import harness, instrument
 
 SRC = textwrap.dedent(
   """\
