@@ -301,8 +301,8 @@ class Session:
     if rel not in self.files:
       return Observation(f"error: no file {path!r}", "not_found")
     text = self.files[rel].decode("utf-8", "replace").rstrip("\n")
-    self.files[rel] = f"{text}\n\n\n{code.strip(chr(10))}\n".lstrip("\n").encode()
-    return Observation(f"appended to {rel}")
+    data = f"{text}\n\n\n{code.strip(chr(10))}\n".lstrip("\n").encode()
+    return self._store(rel, data, f"appended to {rel}")
 
   def _write_file(self, turn, path, content):
     rel, bad = self._path(turn, path, "write")

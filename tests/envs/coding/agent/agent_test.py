@@ -329,6 +329,7 @@ MALFORMED = [
   ("write_file", '{"path": "minipkg/core.py/x.py", "content": "x"}'),
   ("write_file", '{"path": "minipkg", "content": "x"}'),
   ("write_file", json.dumps({"path": "big.py", "content": "x" * (2 << 20)})),
+  ("append", json.dumps({"path": "minipkg/core.py", "code": "x" * (2 << 20)})),
   ("read_file", '{"path": "minipkg/core.py", "start_line": 1.5}'),
   ("read_file", '{"path": "minipkg/core.py", "start_line": true}'),
   ("read_file", '{"path": NaN}'),
