@@ -12,8 +12,8 @@ It also counts what the rewriting did with each FAIL_TO_PASS function (hidden / 
 left as it was, with reasons). The corpus is data, never committed; rebuild it with the
 factory (BUILD.md, "Reward integrity").
 
-  python -m experiments.bench.integrity_sweep --tasks 'CORPUS/projects/*.jsonl' --n 120 \\
-      [--seed 0] [--out sweep.json]
+  python -m experiments.bench.integrity_sweep --tasks 'CORPUS/projects/*.jsonl' \\
+      [--tasks MORE.jsonl ...] --n 120 [--seed 0] [--out sweep.json]
 """
 
 import argparse
@@ -51,12 +51,13 @@ def layer(g: grader.Grade) -> str:
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--tasks", required=True, help="glob of task JSONL files")
+  p.add_argument("--tasks", required=True, action="append", help="glob of task JSONL files")
   p.add_argument("--n", type=int, default=120)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--out", default=None, help="write the per-task records and summary (JSON)")
   args = p.parse_args(argv)
-  tasks = [t for f in sorted(glob.glob(args.tasks)) for t in read_jsonl(f)]
+  files = sorted({f for pattern in args.tasks for f in glob.glob(pattern)})
+  tasks = [t for f in files for t in read_jsonl(f)]
   if not tasks:
     print(f"error: no tasks in {args.tasks!r}", file=sys.stderr)
     return 1
