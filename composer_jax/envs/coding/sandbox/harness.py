@@ -56,11 +56,21 @@ _FRAME_USERS = {
   ("warnings.py", "warn"): "inner",
   ("logging/__init__.py", "<lambda>"): "out",
   ("logging/__init__.py", "currentframe"): "out",
+  # Allowed to trusted callers only (freezegun finds the caller's module this way). A trusted
+  # function that returned that frame would hand it over; none in the stdlib or pytest does.
+  ("inspect.py", "currentframe"): "out",
   ("traceback.py", "walk_stack"): "out",
   ("traceback.py", "walk_tb"): "out",
   ("traceback.py", "_walk_tb_with_full_positions"): "out",
   ("warnings.py", "_next_external_frame"): "out",
 }
+# Standard-library functions that generate code from text made of identifiers (a dataclass's
+# __init__, a namedtuple's __new__: file name "<string>"). What they exec while no frame of the
+# candidate's is on the stack is trusted like its maker; the candidate's own dataclasses stay
+# untrusted (a field name is any string there, so its generated code is the candidate's).
+_CODE_MAKERS = frozenset(
+  {("dataclasses.py", "_create_fn"), ("collections/__init__.py", "namedtuple")}
+)
 _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _FUNC_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _ALWAYS = frozenset(
@@ -219,6 +229,8 @@ def install_guard(cfg: dict, fd: int) -> None:
     _fd=fd,
     _code=GUARD_EXIT,
     _users=_FRAME_USERS,
+    _makers=_CODE_MAKERS,
+    _made={},  # noqa: B006 (id -> code object made by trusted work, kept alive)
     _frame_attrs=_FRAME_ATTRS,
     _func_attrs=_FUNC_ATTRS,
     _pickle_funcs=_PICKLE_FUNCS,
@@ -253,14 +265,31 @@ def install_guard(cfg: dict, fd: int) -> None:
       # The culprit: the nearest frame of untrusted code. A trusted module's own import
       # (its `<module>` frame, met first) is trusted work even when the candidate imported it.
       caller = _getframe(1)
-      culprit = caller
+      culprit, imported = caller, False
       while culprit is not None:
         code = culprit.f_code
-        if not trusted(code.co_filename):
+        if not trusted(code.co_filename) and _made.get(id(code)) is not code:
           break
         if code.co_name == "<module>":
-          return
+          imported = True
+          break
         culprit = culprit.f_back
+      if imported or culprit is None:
+        fn = caller.f_code.co_filename
+        if (
+          event == "exec"
+          and (imported or _ident() == _main)
+          and fn.startswith(_stdlib)
+          and (fn[len(_stdlib) :], caller.f_code.co_name) in _makers
+        ):
+          made = [args[0]]
+          while made:
+            c = made.pop()
+            if _isinstance(c, _code_type):
+              _made[id(c)] = c
+              made.extend(c.co_consts)
+        if imported:
+          return
       if culprit is None:
         if event not in _threaded or _ident() == _main:
           return

@@ -201,3 +201,48 @@ def test_a_test_inherited_from_another_file_is_graded(tmp_path):
   run = runner.run_suite(ws, [tid], plan=plan, limits=FAST)
   assert run.ok and run.outcomes == {tid: "passed"}, run.log_tail
   assert list(run.decoys.values()) == ["failed"]
+
+
+GUARD_FILES = {
+  "pkg/__init__.py": "",
+  # Unchanged (trusted) code that looks at frames, as freezegun does to find who asks.
+  "pkg/clock.py": (
+    "import dataclasses\nimport inspect\nimport sys\n\n\n"
+    "def caller_module():\n  return inspect.currentframe().f_back.f_globals['__name__']\n\n\n"
+    "def depth():\n  return sys._getframe(1).f_code.co_name != ''\n\n\n"
+    "@dataclasses.dataclass\nclass Stamp:\n  ok: bool = dataclasses.field(default_factory=depth)\n"
+  ),
+  # Changed (untrusted) code.
+  "pkg/core.py": (
+    "import inspect\n\nfrom pkg import clock\n\n\n"
+    "def who():\n  return clock.caller_module()\n\n\n"
+    "def peek():\n  return inspect.currentframe().f_back.f_locals\n"
+  ),
+  "pkg/mine.py": (
+    "import dataclasses\n\nfrom pkg import clock\n\n\n"
+    "@dataclasses.dataclass\nclass Mine:\n  ok: bool = dataclasses.field(default_factory=clock.depth)\n"
+  ),
+  "tests/__init__.py": "",
+  "tests/test_ok.py": (
+    "from pkg import clock, core\n\n\ndef test_trusted_introspection():\n"
+    "  assert core.who() == 'pkg.core' and clock.Stamp().ok\n"
+  ),
+  "tests/test_peek.py": "from pkg import core\n\n\ndef test_peek():\n  assert core.peek()\n",
+  "tests/test_mine.py": "from pkg import mine\n\n\ndef test_mine():\n  assert mine.Mine().ok\n",
+}
+
+
+@requires_sandbox
+def test_guard_lets_trusted_code_look_at_frames_under_the_candidates(tmp_path):
+  """Trusted code reading frames while the candidate's is on the stack (freezegun's
+  inspect.currentframe() under a changed module's time.time()), or under a dataclass __init__
+  that trusted code generated (pytest's timing.Instant), is not the candidate's; the same
+  introspection called by changed code, or under a dataclass the change defined, is."""
+  ws = write_project(tmp_path / "ws", GUARD_FILES)
+  changed = frozenset({"pkg/core.py", "pkg/mine.py"})
+  run = lambda name: runner.run_suite(ws, [name], limits=FAST, untrusted=changed)
+  ok = run("tests/test_ok.py::test_trusted_introspection")
+  assert ok.ok and ok.guard == [] and set(ok.outcomes.values()) == {"passed"}, ok.log_tail
+  peek, mine = run("tests/test_peek.py::test_peek"), run("tests/test_mine.py::test_mine")
+  assert [g["where"] for g in peek.guard] == ["/ws/pkg/core.py:11"], peek.guard
+  assert [g["where"].split(":")[0] for g in mine.guard] == ["<string>"], mine.guard
