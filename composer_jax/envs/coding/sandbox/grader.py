@@ -242,8 +242,8 @@ def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
       return _zero(err, flags)
     wanted = sorted(set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS))
     files = {}
-    for tid in task.FAIL_TO_PASS:
-      rel = tid.split("::", 1)[0]
+    # The files to rewrite (FAIL_TO_PASS) and every file whose ids run: where a test runs.
+    for rel in sorted({tid.split("::", 1)[0] for tid in wanted}):
       if (ws / rel).is_file() and runner.controlled(rel):
         files[rel] = (ws / rel).read_bytes()
     plan = instrument.plan(files, task.FAIL_TO_PASS, wanted)

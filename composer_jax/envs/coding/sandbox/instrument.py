@@ -329,9 +329,9 @@ def plan(
   k: int = 1,
   rng: random.Random | None = None,
 ) -> Plan:
-  """Rewrites the test files of `f2p` (path -> source) for one grade (module docstring).
-  `ids`: every test id the grade runs (FAIL_TO_PASS and PASS_TO_PASS), renamed where their
-  function is."""
+  """Rewrites the test files of `f2p` (`files`: path -> source, those of `f2p` and of `ids`)
+  for one grade (module docstring). `ids`: every test id the grade runs (FAIL_TO_PASS and
+  PASS_TO_PASS), renamed where their function is."""
   rng = rng or random.Random(secrets.randbits(64))
   p = Plan({}, {}, {}, {}, {}, {}, _ident(rng), {})
   by_file: dict[str, dict[tuple, list]] = {}
@@ -339,8 +339,17 @@ def plan(
     file, chain, func = _parts(tid)
     by_file.setdefault(file, {}).setdefault((chain, func), []).append(tid)
   others: dict[str, list[str]] = {}
-  for tid in set(ids) | set(f2p):
+  for tid in sorted(set(ids) | set(f2p)):
     others.setdefault(_parts(tid)[0], []).append(tid)
+  # Functions run under ids of a file that does not define them (a test class imported or
+  # inherited from another file): a rename elsewhere would leave such an id naming nothing.
+  foreign: dict[str, set[str]] = {}
+  for file, tids in others.items():
+    tree = _parse(files.get(file))
+    for tid in tids:
+      _, chain, func = _parts(tid)
+      if tree is None or _find(tree, list(chain), func) is None:
+        foreign.setdefault(func, set()).add(file)
   used: set[str] = set()
   for file, funcs in sorted(by_file.items()):
     src = files.get(file)
@@ -348,18 +357,25 @@ def plan(
       for chain, func in funcs:
         p.unprotected[_key(file, chain, func)] = "not a test file of the task"
       continue
-    _rewrite(p, file, src, funcs, k, rng, used, others.get(file, []))
+    elsewhere = {f for f, where in foreign.items() if where - {file}}
+    _rewrite(p, file, src, funcs, k, rng, used, others.get(file, []), elsewhere)
   return p
+
+
+def _parse(src: bytes | None) -> ast.Module | None:
+  try:
+    return None if src is None else ast.parse(src)
+  except (SyntaxError, ValueError, RecursionError, MemoryError):
+    return None
 
 
 def _key(file, chain, func) -> str:
   return "::".join([file, *chain, func])
 
 
-def _rewrite(p: Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids) -> None:
-  try:
-    tree = ast.parse(src)
-  except (SyntaxError, ValueError, RecursionError, MemoryError):
+def _rewrite(p: Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids, elsewhere) -> None:
+  tree = _parse(src)
+  if tree is None:
     for chain, func in funcs:
       p.unprotected[_key(file, chain, func)] = "the file does not parse"
     return
@@ -379,6 +395,9 @@ def _rewrite(p: Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids)
     if (tuple(where), func) in done:
       new = done[(tuple(where), func)]
       p.decoy_ids += ["::".join([file, *chain, d]) for d, twin in p.decoys.items() if twin == new]
+      continue
+    if func in elsewhere:
+      p.unprotected[_key(file, chain, func)] = "also run in another file (imported or inherited)"
       continue
     if why := _why_not(tree, fn, defs):
       p.unprotected[_key(file, chain, func)] = why

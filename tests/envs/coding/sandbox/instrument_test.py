@@ -223,3 +223,20 @@ def test_decode_refuses_what_it_does_not_know():
   for bad in (["x"], [], "s", ["i", 1], ["l", "notalist"], ["d", [[["s", "k"]]]], None):
     with pytest.raises((ValueError, TypeError)):
       harness.decode(bad)
+
+
+def test_a_function_also_run_in_another_file_is_not_renamed():
+  """A test class imported into (or inherited by) another file runs there under its original
+  method names, so those methods keep them; a same-named function the other file defines
+  itself does not stop a rename."""
+  base = b"class TestBase:\n  def test_x(self):\n    assert f() == 1\n\n\ndef test_y():\n  assert f() == 2\n"
+  sub = b"from tests.test_base import TestBase\n\n\nclass TestSub(TestBase):\n  pass\n\n\ndef test_y():\n  pass\n"
+  f2p = ["tests/test_base.py::TestBase::test_x", "tests/test_base.py::test_y"]
+  ids = [*f2p, "tests/test_sub.py::TestSub::test_x", "tests/test_sub.py::test_y"]
+  files = {"tests/test_base.py": base, "tests/test_sub.py": sub}
+  p = instrument.plan(files, f2p, ids, rng=random.Random(0))
+  assert p.unprotected == {f2p[0]: "also run in another file (imported or inherited)"}
+  assert list(p.names.values()) == ["test_y"] and p.run_ids(ids)[2:4] == ids[2:4]
+  assert p.ids == {f2p[1]: f"tests/test_base.py::{next(iter(p.names))}"}
+  # Without the other file's source, its ids are taken as running the base's methods.
+  assert f2p[0] in instrument.plan({"tests/test_base.py": base}, f2p, ids).unprotected
