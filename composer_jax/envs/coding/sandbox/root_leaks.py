@@ -130,11 +130,12 @@ def _seen(table: array.array, h: int) -> bool:
   return i < len(table) and table[i] == h
 
 
-def gold_lines(patch: str) -> list[bytes]:
-  """The distinctive lines a diff adds (stripped, >= MIN_LINE bytes, not comments)."""
+def gold_lines(patch: str, prefix: str = "+") -> list[bytes]:
+  """The distinctive lines a diff adds (stripped, >= MIN_LINE bytes, not comments); with
+  prefix " ", its distinctive context lines."""
   out = []
   for line in patch.splitlines():
-    if line.startswith("+") and not line.startswith("+++"):
+    if line.startswith(prefix) and not line.startswith("+++"):
       s = line[1:].strip().encode("utf-8", "surrogateescape")
       if len(s) >= MIN_LINE and not s.startswith(b"#"):
         out.append(s)
@@ -143,10 +144,18 @@ def gold_lines(patch: str) -> list[bytes]:
 
 def leaks(patch: str) -> list[str]:
   """The gold lines of `patch` found in the sandbox's visible files when they amount to a
-  copy (at least MIN_HITS of them, or all when there are fewer); [] otherwise."""
+  copy: at least MIN_HITS of them, or all of fewer together with the code around them (the
+  patch's context lines: a line of a copy comes with its neighbours, a common line such as
+  `if isinstance(value, str):` alone does not); [] otherwise."""
   lines = gold_lines(patch)
   if not lines:
     return []
   table = index()
   hits = [ln.decode("utf-8", "replace") for ln in lines if _seen(table, _h(ln))]
-  return hits if len(hits) >= min(MIN_HITS, len(lines)) else []
+  if len(hits) >= MIN_HITS:
+    return hits
+  if len(hits) < len(lines):
+    return []
+  context = gold_lines(patch, " ")
+  around = sum(_seen(table, _h(ln)) for ln in context)
+  return hits if len(hits) + around >= min(MIN_HITS, len(lines) + len(context)) else []

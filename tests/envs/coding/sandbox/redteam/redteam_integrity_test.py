@@ -166,6 +166,18 @@ def test_a_task_whose_code_is_in_the_root_is_not_graded(shapes):
   assert "readable in the sandbox root" in g.error, g
 
 
+def test_one_line_found_in_the_root_is_a_copy_only_with_its_context():
+  """A one-line fix whose line also occurs in the root is a copy when the lines around it in
+  the patch are there too (a vendored file), not when they are the project's own."""
+  src = open(os.path.join(sysconfig.get_paths()["stdlib"], "json", "__init__.py")).read()
+  lines = [ln.strip() for ln in src.splitlines() if len(ln.strip()) >= root_leaks.MIN_LINE]
+  line, before, after = lines[10], lines[9], lines[11]
+  own = "value = project_specific_helper(pattern, 12345)"
+  patch = lambda ctx: f"@@ -1,3 +1,3 @@\n {ctx[0]}\n-old_line()\n+{line}\n {ctx[1]}\n"
+  assert root_leaks.leaks(patch((own, own + " + 1"))) == []
+  assert root_leaks.leaks(patch((before, after))) == [line]
+
+
 def test_killed_grader_leaves_no_scratch(shapes, tmp_path):
   """A grader killed from outside mid-grade: its workspace copy is removed by the next one."""
   task = shapes["hypot"]
