@@ -20,6 +20,7 @@ import argparse
 import collections
 import glob
 import json
+import os
 import random
 import sys
 import time
@@ -75,6 +76,7 @@ def main(argv=None) -> int:
         "empty": empty.reward,
         "gold_layer": None if gold.reward == 1.0 else layer(gold),
         "gold_error": gold.error[:300],
+        "gold_critical": sorted({f["kind"] for f in gold.flags if f["severity"] == "critical"}),
         "gold_s": gold.wall_s,
         "integrity": gold.integrity,
       }
@@ -86,12 +88,16 @@ def main(argv=None) -> int:
       + f" {time.monotonic() - start:.0f}s",
       flush=True,
     )
-  summary = summarize(rows)
-  print(json.dumps(summary, indent=1))
-  if args.out:
-    with open(args.out, "w") as f:
-      json.dump({"summary": summary, "rows": rows}, f, indent=1)
+    if args.out:  # after every task: a sweep stopped early keeps what it measured
+      write_json(args.out, {"summary": summarize(rows), "rows": rows})
+  print(json.dumps(summarize(rows), indent=1))
   return 0
+
+
+def write_json(path: str, obj) -> None:
+  with open(path + ".tmp", "w") as f:
+    json.dump(obj, f, indent=1)
+  os.replace(path + ".tmp", path)
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -112,6 +118,7 @@ def summarize(rows: list[dict]) -> dict:
     "methods": dict(collections.Counter(r["method"] for r in rows)),
     "gold_1": sum(r["gold"] == 1.0 for r in rows),
     "empty_0": sum(r["empty"] == 0.0 for r in rows),
+    "gold_critical": sum(bool(r["gold_critical"]) for r in rows),
     "gold_failures_by_layer": {k: f"{v}/{n} = {v / n:.1%}" for k, v in sorted(fired.items())},
     "gold_failures_detail": dict(detail),
     "rewriting": dict(funcs),
