@@ -121,7 +121,8 @@ def test_nothing_written_at_run_time_executes():
 
 def test_monitor_deadline_on_a_slow_input(shapes, monkeypatch):
   """Class 6: host-side reading of a crafted change ends at the deadline with 0 + a flag."""
-  slow = "import os\n" + "".join(f"g{i} = getattr(os, 'sys' + 'tem')\n" for i in range(6000))
+  # ~7 s of reading on an idle core (linear, 0.17 ms a line): the 1 s deadline must end it.
+  slow = "import os\n" + "".join(f"g{i} = getattr(os, 'sys' + 'tem')\n" for i in range(40000))
   start = time.monotonic()
   flags = deadline.scan_change({}, {"minipkg/slow.py": slow}, timeout_s=1.0)
   assert [f["kind"] for f in flags] == ["monitor_timeout"]
