@@ -14,7 +14,7 @@ The verdict depends on nothing the candidate's process can write: its records ar
 what decides is what it could not know or forge — the expected values of hidden sites, which
 items are decoys, the random names. Each layer fails closed on its own. What it stops (classes
 of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
-  sandbox (sandbox.py: bwrap, seccomp, quota, rlimits, wall clock, minimal read-only root)
+  sandbox (sandbox/__init__.py: bwrap, seccomp, quota, rlimits, wall clock, minimal read-only root)
     escape (chroot, mount, pivot_root, setns, unshare, ptrace, /proc of the host, leaked fds),
     resource exhaustion (disk, inodes, tmp, processes, memory, CPU, time, output volume),
     persistence across grades, information leaks (host files, the task file, network) and
@@ -23,7 +23,8 @@ of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
     writable tmpfs is noexec, so no extension or library written at run time loads (5).
   root leak scan (root_leaks.py)
     copies of task sources (7) anywhere a command inside can read: a task whose gold lines are
-    found in the root's files (zip members too) is not graded.
+    found in the root's files (zip members too; fewer than three only with the patch's context
+    lines) is not graded.
   workspace sanitising (here)
     symlinks/FIFOs/devices, added or changed runner config and conftest.py, added test files,
     start-up hooks (sitecustomize, usercustomize, *.pth), caches and bytecode, modules that
@@ -39,7 +40,8 @@ of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
     deadline: 0 and a critical flag, never a hung grader.
   guard (harness.py: PEP 578 audit hook installed before any project code, not removable)
     while code the change touched is on the stack: frames (sys._getframe, tracebacks',
-    generators' frames) other than through standard-library helpers that keep them, gc object
+    generators' frames) other than through standard-library helpers that keep them (or
+    inspect.currentframe() called by trusted code: freezegun), gc object
     walks, trace/profile hooks, replaced function code/defaults, code objects and functions
     built from parts, marshal, pickles naming functions, ctypes, new audit hooks or
     interpreters, starting programs, reading test or runner-config files, writing .py files,
@@ -60,8 +62,10 @@ of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
     every other FAIL_TO_PASS function gets a copy with perturbed expected values under
     another random name; a correct solution fails it, so a passing decoy (`decoy_passed`,
     critical) is forced outcomes (1, 2), a value equal to anything (3), or an answer read at
-    run time — the decoy's own, perturbed (4).
-  agent tools (agent_tools.py): every argument validated, a call never raises (8).
+    run time — the decoy's own, perturbed (4). Every FAIL_TO_PASS file also gets a sentinel,
+    a test that always fails: it passes only if outcomes are forced (1, 2), even where no
+    function of the file could be rewritten (or one is also run from another file).
+  agent tools (agent/tools.py): every argument validated, a call never raises (8).
   scratch directories (sandbox.tempdir/reap): a grader killed from outside leaves its
     workspace copy behind only until the next grade starts.
 """
