@@ -10,7 +10,7 @@ rounds of the round's total host wall-clock time; the ratio is new / old. Tasks:
 sample of factory tasks (--tasks GLOB), else the synthetic task of experiments/bench/sandbox.py.
 
   python -m experiments.bench.grading_overhead [--tasks GLOB --n 6] [--rounds 5] \\
-      [--baseline 993c4b5]
+      [--baseline 263a2d1]
 """
 
 import argparse
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
   p.add_argument("--n", type=int, default=6)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--rounds", type=int, default=5)
-  p.add_argument("--baseline", default="993c4b5", help="commit of the grader to compare with")
+  p.add_argument("--baseline", default="263a2d1", help="commit of the grader to compare with")
   args = p.parse_args(argv)
   with tempfile.TemporaryDirectory(prefix="cj-bench-ovh-") as tmp:
     tmp = Path(tmp)
