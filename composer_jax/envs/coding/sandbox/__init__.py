@@ -480,7 +480,7 @@ def _start_time(pid: int) -> str | None:
 
 
 def tempdir(kind: str) -> str:
-  """A new host scratch directory `cj-<kind>-<pid>-<start time>-XXXX` (see `reap`)."""
+  """A new host scratch directory `cj-<kind>-<pid>-<start time>-<random>` (see `reap`)."""
   return tempfile.mkdtemp(prefix=f"cj-{kind}-{os.getpid()}-{_start_time(os.getpid())}-")
 
 
