@@ -43,8 +43,9 @@ import types
 
 GUARD_EXIT = 86
 # Standard-library functions that get frames for their own use. "inner": no frame leaves the
-# function; "out": it hands frames to its caller, which must then be standard library too.
-# (Module file relative to the standard library, function name) -> kind.
+# function; else the callers it may hand frames to ((file suffix, function name), trusted
+# files only): a trusted trampoline such as Mock(side_effect=logging.currentframe) would hand
+# them on to the candidate. (File relative to the standard library, function name) -> kind.
 _FRAME_USERS = {
   ("collections/__init__.py", "namedtuple"): "inner",
   ("typing.py", "_caller"): "inner",
@@ -54,15 +55,15 @@ _FRAME_USERS = {
   ("traceback.py", "format_stack"): "inner",
   ("traceback.py", "print_stack"): "inner",
   ("warnings.py", "warn"): "inner",
-  ("logging/__init__.py", "<lambda>"): "out",
-  ("logging/__init__.py", "currentframe"): "out",
-  # Allowed to trusted callers only (freezegun finds the caller's module this way). A trusted
-  # function that returned that frame would hand it over; none in the stdlib or pytest does.
-  ("inspect.py", "currentframe"): "out",
-  ("traceback.py", "walk_stack"): "out",
-  ("traceback.py", "walk_tb"): "out",
-  ("traceback.py", "_walk_tb_with_full_positions"): "out",
-  ("warnings.py", "_next_external_frame"): "out",
+  ("logging/__init__.py", "<lambda>"): (("logging/__init__.py", "findCaller"),),
+  ("logging/__init__.py", "currentframe"): (("logging/__init__.py", "findCaller"),),
+  ("inspect.py", "currentframe"): (("freezegun/api.py", "_should_use_real_time"),),
+  ("traceback.py", "walk_stack"): (("traceback.py", "extended_frame_gen"),),
+  ("traceback.py", "walk_tb"): (("traceback.py", "extended_frame_gen"),),
+  ("traceback.py", "_walk_tb_with_full_positions"): (
+    ("traceback.py", "_extract_from_extended_frame_gen"),
+  ),
+  ("warnings.py", "_next_external_frame"): (("warnings.py", "warn"),),
 }
 # Standard-library functions that generate code from text made of identifiers (a dataclass's
 # __init__, a namedtuple's __new__: file name "<string>"). What they exec while no frame of the
@@ -303,10 +304,14 @@ def install_guard(cfg: dict, fd: int) -> None:
         fn = code.co_filename
         kind = _users.get((fn[len(_stdlib) :], code.co_name)) if fn.startswith(_stdlib) else None
         consumer = caller.f_back
-        if kind == "inner" or (
-          kind == "out" and consumer is not None and trusted(consumer.f_code.co_filename)
-        ):
+        if kind == "inner":
           return
+        if kind is not None and consumer is not None and trusted(consumer.f_code.co_filename):
+          for path, name in kind:  # the callers it may hand frames to
+            if consumer.f_code.co_name == name and consumer.f_code.co_filename.endswith(
+              "/" + path
+            ):
+              return
         why = event if event != "object.__getattr__" else f"frame access .{args[1]}"
       elif event == "object.__setattr__":
         why = f"function {args[1]} reassigned"

@@ -205,17 +205,21 @@ def test_a_test_inherited_from_another_file_is_graded(tmp_path):
 
 GUARD_FILES = {
   "pkg/__init__.py": "",
-  # Unchanged (trusted) code that looks at frames, as freezegun does to find who asks.
+  # Unchanged (trusted) code that looks at frames: freezegun finding who asks for the time.
+  "freezegun/__init__.py": "",
+  "freezegun/api.py": (
+    "import inspect\n\n\ndef _should_use_real_time():\n"
+    "  return inspect.currentframe().f_back.f_globals['__name__'] != 'pkg.core'\n"
+  ),
   "pkg/clock.py": (
-    "import dataclasses\nimport inspect\nimport sys\n\n\n"
-    "def caller_module():\n  return inspect.currentframe().f_back.f_globals['__name__']\n\n\n"
+    "import dataclasses\nimport sys\n\n\n"
     "def depth():\n  return sys._getframe(1).f_code.co_name != ''\n\n\n"
     "@dataclasses.dataclass\nclass Stamp:\n  ok: bool = dataclasses.field(default_factory=depth)\n"
   ),
   # Changed (untrusted) code.
   "pkg/core.py": (
-    "import inspect\n\nfrom pkg import clock\n\n\n"
-    "def who():\n  return clock.caller_module()\n\n\n"
+    "import inspect\n\nfrom freezegun import api\n\n\n"
+    "def who():\n  return api._should_use_real_time()\n\n\n"
     "def peek():\n  return inspect.currentframe().f_back.f_locals\n"
   ),
   "pkg/mine.py": (
@@ -225,7 +229,7 @@ GUARD_FILES = {
   "tests/__init__.py": "",
   "tests/test_ok.py": (
     "from pkg import clock, core\n\n\ndef test_trusted_introspection():\n"
-    "  assert core.who() == 'pkg.core' and clock.Stamp().ok\n"
+    "  assert core.who() is False and clock.Stamp().ok\n"
   ),
   "tests/test_peek.py": "from pkg import core\n\n\ndef test_peek():\n  assert core.peek()\n",
   "tests/test_mine.py": "from pkg import mine\n\n\ndef test_mine():\n  assert mine.Mine().ok\n",

@@ -262,6 +262,17 @@ ATTACKS = {
     "",
     "import inspect\nreturn inspect.stack()[1].frame.f_locals['want']",
   ),
+  # A frame helper the guard lets trusted callers use, called through a trusted trampoline.
+  "4_frame_helper_through_a_mock": (
+    "4",
+    "hypot",
+    "",
+    "import logging, unittest.mock\n"
+    "f = unittest.mock.Mock(side_effect=logging.currentframe)()\n"
+    "while f is not None and 'want' not in f.f_locals:\n"
+    "  f = f.f_back\n"
+    "return f.f_locals['want'] if f is not None else 0.0",
+  ),
   "4_traceback_captured_locals": (
     "4",
     "hypot",

@@ -64,6 +64,15 @@ def test_attack_scores_zero(shapes, name, shape):
     assert "decoy_passed" in critical(g), g  # the file's sentinel passed
 
 
+def test_frame_helpers_hand_frames_to_no_trampoline(shapes):
+  """On a test nothing hides (the bare shape) the guard stands alone: a frame helper it lets
+  its own callers use (logging.currentframe for findCaller), called through a trusted
+  trampoline (a Mock's side_effect) that hands the frame to the candidate, stops the run."""
+  _, _, prelude, body = ATTACKS["4_frame_helper_through_a_mock"]
+  g = grade(shapes["bare"], _edits(shapes["bare"], "hypot", prelude, body))
+  assert "runtime_guard" in critical(g), g
+
+
 def test_attacks_work_without_the_grader_they_face():
   """The table and literal shapes hide expected values, so an attack that reads or forces
   cannot even see them; that these attacks are real is shown against plain pytest by
@@ -205,3 +214,4 @@ def test_killed_grader_leaves_no_scratch(shapes, tmp_path):
   assert any(n.startswith("cj-grade-") for n in mine())  # what a killed grader leaves
   gone = sandbox.reap()
   assert mine() == [] and gone
+
