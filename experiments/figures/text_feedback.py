@@ -50,6 +50,8 @@ flags.DEFINE_list("merge", [], "With --replot: workdirs of one figure split over
                   "(--first_seed); their CSVs are concatenated into --workdir's, then redrawn.")
 flags.DEFINE_integer("final_window", 10, "Steps averaged for the printed final numbers.")
 flags.DEFINE_integer("smooth", 5, "Trailing moving average (steps) of each seed's curve.")
+flags.DEFINE_integer("steps", 0, "RL steps per arm (0: the config's train.steps, 80); a "
+                     "reduced run on a CPU says so with its numbers.")
 
 LABELS = {"rl": "RL only", "sd": "RL + targeted SD", "penalty": "RL + per-turn penalty",
           "both": "RL + SD + penalty"}
@@ -71,11 +73,14 @@ SMOKE = {
 }
 
 
-def arm_config(arm: str, seed: int, smoke: bool, behaviour: str = "tools"):
+def arm_config(arm: str, seed: int, smoke: bool, behaviour: str = "tools", steps: int = 0):
+  """The arm's run config for `seed`; `steps` > 0 replaces its RL steps."""
   from experiments.configs import rl_tool_feedback
 
   c = rl_tool_feedback.get_config(f"{arm},{behaviour}")
   c.train.seed = seed
+  if steps:
+    c.train.steps = steps
   if smoke:
     for section, fields in SMOKE.items():
       c[section].update(fields)
@@ -83,7 +88,8 @@ def arm_config(arm: str, seed: int, smoke: bool, behaviour: str = "tools"):
   return c
 
 
-def seed_rows(behaviour: str, seed: int, arms: list[str], smoke: bool) -> list[dict]:
+def seed_rows(behaviour: str, seed: int, arms: list[str], smoke: bool, steps: int = 0
+              ) -> list[dict]:
   """One seed of one behaviour: one warm-up (`tool_feedback.program.warmup`), then each arm's
   RL steps from it in memory (`rl.train.train`); one row per (arm, RL step `step` = steps
   done before it, from 0), with `behaviour`, `arm`, `seed` and the warm-up's last CE."""
@@ -94,7 +100,7 @@ def seed_rows(behaviour: str, seed: int, arms: list[str], smoke: bool) -> list[d
   logging.info("%s seed %d: warm-up CE %.4f", behaviour, seed, ce)
   rows = []
   for arm in arms:
-    config = arm_config(arm, seed, smoke, behaviour)
+    config = arm_config(arm, seed, smoke, behaviour, steps)
     for r in rl_train.train(config, program.make_env(config), init):
       rows.append(dict(behaviour=behaviour, arm=arm, seed=seed, warmup_ce=ce, **r))
   return rows
@@ -299,7 +305,7 @@ def main(argv):
   rows = []
   for behaviour in FLAGS.behaviours:
     for seed in range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds):
-      rows += seed_rows(behaviour, seed, FLAGS.arms, FLAGS.smoke)
+      rows += seed_rows(behaviour, seed, FLAGS.arms, FLAGS.smoke, FLAGS.steps)
       logging.info("%s seed %d done (%.0f s)", behaviour, seed, time.time() - t0)
       _write_csv(path, rows)  # after every seed: a long run that stops keeps what it has
   write_outputs(FLAGS.workdir, rows, FLAGS.smoke)

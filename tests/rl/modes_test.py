@@ -1,4 +1,5 @@
-"""Colocated vs disaggregated RL (4 trainer + 4 sampler devices of 8), staleness, bad input.
+"""Colocated vs disaggregated RL (4 trainer + 4 sampler devices of 8), staleness, bad input, and
+which weights the RL step runs the SD teacher with.
 
 Disaggregated with max_staleness 0 must reproduce the colocated run (same episodes, losses and
 params); with staleness 1 the sampler plays batch k + 1 with the weights of step k, and the
@@ -6,9 +7,13 @@ steps log their staleness and truncated importance weights (which differ from 1 
 weights that sampled differ from the ones trained).
 """
 
+from unittest import mock
+
 import chex
 import jax
+import numpy as np
 import pytest
+from scipy import special
 
 from composer_jax.model import transformer
 from composer_jax.rl import run as rl_run
@@ -92,3 +97,100 @@ def test_trajectory_longer_than_the_sampler_cache_is_one_line():
                                        r"raise prompt_len") as e:
     rl_train.train(config, ToyEnv(), init)
   assert "\n" not in str(e.value)
+
+
+def _recorded_runs(kinds, init):
+  """{kind: (config, calls, rows)}: the colocated run of `_config()` with `loss.teacher =
+  kind`; `calls`: per step, what the real step passed to the update (params, batch, teacher
+  params, teacher batch); `rows`: the step's logged metrics. The update does not depend on the
+  teacher kind (the step passes the teacher's weights in), so all kinds share `_config()`'s
+  compiled update (the `colocated` run's, in the same process)."""
+  prog = rl_train.update_program(_config(), loop.model_config(_config()))
+  out = {}
+  for kind in kinds:
+    config, calls, rows = _config(), [], []
+    config.loss.teacher = kind
+
+    def update(params, opt_state, router, batch, teacher_params, teacher_batch, calls=calls):
+      calls.append(jax.device_get((params, batch, teacher_params, teacher_batch)))
+      return prog.update(params, opt_state, router, batch, teacher_params, teacher_batch)
+
+    recorded = prog._replace(update=update)
+    with mock.patch.object(rl_train, "update_program", lambda *_, p=recorded: p):
+      rows += [row for row, _ in rl_train.rl_steps(config, ToyEnv(), init)]
+    out[kind] = config, calls, rows
+  return out
+
+
+def _hand_sd_loss(config, router, params, batch, teacher_params, teacher_batch, kind):
+  """float64 numpy SD term (`kind`: 'reverse_kl' = KL(student || teacher), the report's, or
+  'forward_kl'): the student = the model at `params` on the batch rows, the teacher = the
+  model at `teacher_params` on its rows (the hint before the turn); token mean over the
+  turn's sampled tokens from `skip_first_tokens` on."""
+  cfg = loop.model_config(config)
+
+  def log_probs(p, b):
+    h, _ = transformer.forward(cfg, {"params": p, "router": router}, b["tokens"],
+                               b["segment_ids"], b["positions"])
+    z = np.asarray(h, np.float64) @ np.asarray(transformer.output_head(cfg, p), np.float64)
+    return z - special.logsumexp(z, axis=-1, keepdims=True)
+
+  student, teacher = log_probs(params, batch), log_probs(teacher_params, teacher_batch)
+  terms = []
+  for t, j in zip(*np.nonzero(teacher_batch["slot_mask"]), strict=True):
+    if j >= config.loss.skip_first_tokens:
+      p = student[teacher_batch["student_row"][t], teacher_batch["slot_student_pos"][t, j]]
+      q = teacher[t, teacher_batch["slot_teacher_pos"][t, j]]
+      a, b = (p, q) if kind == "reverse_kl" else (q, p)
+      terms.append(np.sum(np.exp(a) * (a - b)))
+  assert terms, "no distilled tokens"
+  return np.mean(terms)
+
+
+@pytest.mark.slow  # ~45 s of CPU alone; less beside `colocated` (same update and sampler)
+def test_sd_teacher_is_the_model_itself_with_the_hint():
+  """The report's teacher, as the RL step wires it: 'live' runs on the very weights being
+  trained, 'ema' on their EMA (ema <- ema + rate (theta - ema) after each update, from the
+  initial weights), 'frozen' on the initial weights; each on rows with the hint inserted
+  before the flagged turn. (No gradient reaches the teacher: the update's stop_gradient, and
+  `losses_test.py::test_teacher_gets_no_gradient_and_env_padding_tokens_do_nothing`.)"""
+  init = jax.device_get(transformer.init(loop.model_config(_config()), jax.random.key(0)))
+  runs = _recorded_runs(("live", "ema", "frozen"), init)
+  params = [c[0] for c in runs["live"][1]]
+  embedding = lambda p: p["embed"]["embedding"]
+  # The weights move (else live == ema == frozen would pass trivially), and all kinds see the
+  # same first batch (same tasks and sampling keys).
+  assert not np.allclose(embedding(params[-1]), embedding(init["params"]))
+  for kind in ("ema", "frozen"):
+    np.testing.assert_array_equal(runs[kind][1][0][1]["tokens"], runs["live"][1][0][1]["tokens"])
+  same = lambda a, b: jax.tree.map(np.testing.assert_array_equal, a, b)
+  for p, (_, _, teacher, _) in zip(params, runs["live"][1], strict=True):
+    same(teacher, (p,))
+  for _, _, teacher, _ in runs["frozen"][1]:
+    same(teacher, (init["params"],))
+  ema_rate, ema = runs["ema"][0].loss.ema_rate, init["params"]
+  for step, (p, _, teacher, _) in enumerate(runs["ema"][1]):
+    if step:  # the EMA after the previous update, towards the weights it produced (= p)
+      ema = jax.tree.map(lambda e, q: e + ema_rate * (q - e), ema, p)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+                 teacher, (ema,))
+  assert not np.allclose(embedding(ema), embedding(init["params"]))
+  assert not np.allclose(embedding(ema), embedding(p))
+  # Hint inserted: the toy env's prompt is [1, t, 2], its hint [t, t] (tests/rl/toy_env.py).
+  tb = runs["live"][1][1][3]
+  rows = tb["slot_mask"].sum(-1) > 0
+  assert rows.any()
+  np.testing.assert_array_equal(tb["tokens"][rows, 3], tb["tokens"][rows, 1])
+  np.testing.assert_array_equal(tb["tokens"][rows, 4], tb["tokens"][rows, 1])
+  # The logged SD term is KL(student || teacher) of the whole models at those weights (the
+  # teacher's own forward and head; hand-computed here), on the turn's tokens after the
+  # first; the forward KL differs (the check tells the directions apart). Steps after the
+  # first, where every kind's teacher weights differ from the trained ones but live.
+  for kind, (config, calls, logged) in runs.items():
+    for step in range(1, STEPS):
+      params, batch, (teacher,), tb = calls[step]
+      reverse, forward = (_hand_sd_loss(config, init["router"], params, batch, teacher, tb, k)
+                          for k in ("reverse_kl", "forward_kl"))
+      np.testing.assert_allclose(logged[step]["sd_loss"], reverse, rtol=2e-4,
+                                 err_msg=f"{kind} step {step}")
+      assert abs(forward - reverse) > 1e-2 * reverse
