@@ -17,13 +17,15 @@ sampler, modes and probes in `rl`, the loss in `loss`; `env` and `warmup` are th
 runs every arm of both behaviours for several seeds. `get_config('ARM[,BEHAVIOUR][,LAYOUT]')`:
   arms       'rl'       beta = 0: RL only (GRPO/DAPO clipped policy gradient on the task reward);
              'sd'       RL + beta * SD, the self-distillation KL on the flagged turns, teacher =
-                        the warmed-up model with the hint before that turn, frozen;
+                        the policy itself with the hint before that turn, as its EMA (the
+                        report's teacher; `loss.ema_rate` 0.02);
              'penalty'  RL + a dense per-turn penalty: advantage A - c on the flagged turns'
                         tokens (`loss.turn_penalty` c = 1, about one advantage std);
              'both'     RL + SD + the penalty.
              ARM_TEACHER  the arm with that SD teacher (`composer_jax.rl.teacher_weights`):
-                        e.g. 'sd_live' (the current weights), 'sd_ema' (their EMA),
-                        'sd_frozen' (the warmed-up weights), 'both_trust_region'.
+                        e.g. 'sd_live' (the current weights), 'sd_ema' (their EMA, = 'sd'),
+                        'sd_frozen' (the warmed-up weights: the ablation),
+                        'both_trust_region'.
   behaviours 'tools'    (default) the report's scenario: tasks of 8 tool calls (capabilities
                         with repeats) with a 20-turn budget, so a call to an unavailable tool
                         costs (almost) nothing in the reward; hint = the reminder listing every
@@ -116,9 +118,10 @@ def get_config(arg=None):
   # Distill the tool token and <eot> (after 'answer': 'result' or <eot>), not the first token,
   # which the hint context always predicts.
   c.loss.skip_first_tokens = 1
-  # RL never shows the hint, so reading it fades from the live/EMA weights; the warmed-up
-  # weights keep it.
-  c.loss.teacher = teacher or "frozen"
+  # The report's teacher is the policy itself with the hint: its EMA, which a live teacher
+  # is not stable enough for here (its hint reading can decay: RESULTS.md, "teacher kinds");
+  # the frozen warmed-up model is the ablation ('sd_frozen').
+  c.loss.teacher = teacher or "ema"
   if layout:
     base.set_layout(c, layout)
   return c

@@ -7,7 +7,8 @@ tools, hint = the reminder listing the available tools; 'verbose': verbose answe
 'keep messages short') and each seed: one supervised warm-up, then every arm from the same
 warmed-up weights, with the same tasks, sampling keys and episodes per step:
   rl       RL only (beta = 0);
-  sd       RL + beta * SD on the flagged turns (the report's method; the config's teacher);
+  sd       RL + beta * SD on the flagged turns (the report's method; the config's teacher,
+           the EMA policy);
   penalty  RL + a dense per-turn penalty on the flagged turns' tokens (`loss.turn_penalty`);
   both     RL + SD + the penalty;
   ARM_TEACHER  an arm with that SD teacher (`loss.teacher`), e.g.
