@@ -100,8 +100,8 @@ def test_trajectory_longer_than_the_sampler_cache_is_one_line():
 
 
 def _recorded_runs(kinds, init):
-  """{kind: (config, calls, rows)}: the colocated run of `_config()` with `loss.teacher =
-  kind`; `calls`: per step, what the real step passed to the update (params, batch, teacher
+  """{kind: (config, calls, rows)}: 2 steps of the colocated run of `_config()` with
+  `loss.teacher = kind`; `calls`: per step, what the real step passed to the update (params, batch, teacher
   params, teacher batch); `rows`: the step's logged metrics. The update does not depend on the
   teacher kind (the step passes the teacher's weights in), so all kinds share `_config()`'s
   compiled update (the `colocated` run's, in the same process)."""
@@ -109,6 +109,7 @@ def _recorded_runs(kinds, init):
   out = {}
   for kind in kinds:
     config, calls, rows = _config(), [], []
+    config.train.steps = 2  # step 1 is the first whose ema / frozen teachers differ from live
     config.loss.teacher = kind
 
     def update(params, opt_state, router, batch, teacher_params, teacher_batch, calls=calls):
@@ -146,7 +147,7 @@ def _hand_sd_loss(config, router, params, batch, teacher_params, teacher_batch):
   return np.mean(terms)
 
 
-@pytest.mark.slow  # ~45 s of CPU alone; less beside `colocated` (same update and sampler)
+@pytest.mark.slow  # ~40 s of CPU alone; less beside `colocated` (same update and sampler)
 def test_sd_teacher_is_the_model_itself_with_the_hint():
   """The report's teacher, as the RL step wires it: 'live' runs on the very weights being
   trained, 'ema' on their EMA (ema <- ema + rate (theta - ema) after each update, from the
@@ -186,7 +187,7 @@ def test_sd_teacher_is_the_model_itself_with_the_hint():
   # first, after step 0 (where ema and frozen teachers differ from the trained weights).
   # (The direction on divergences large enough to tell it apart: losses_test.py.)
   for kind, (config, calls, logged) in runs.items():
-    for step in range(1, STEPS):
+    for step in range(1, config.train.steps):
       params, batch, (teacher,), tb = calls[step]
       np.testing.assert_allclose(
         logged[step]["sd_loss"],
