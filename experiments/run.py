@@ -25,11 +25,11 @@ import os
 import sys
 
 import jax
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from composer_jax.parallel import distributed
-from composer_jax.train import checkpointing, loop, workdir_lock
+from composer_jax.train import checkpointing, compile_cache, loop, workdir_lock
 from experiments.coding import program as coding
 from experiments.tool_feedback import program as tool_feedback
 
@@ -159,10 +159,14 @@ def main(argv):
     try:
       if config.program not in PROGRAMS:
         raise ValueError(f"program={config.program!r}; valid: {sorted(PROGRAMS)}")
+      # Before anything compiles, for every program (a program's own runs use the same one).
+      compile_cache.enable(compile_cache.cache_dir(config.train.compile_cache_dir, workdir))
       PROGRAMS[config.program](config, workdir)
     finally:
       if lock:
         workdir_lock.release(lock)
+  except loop.Preempted as e:  # checkpoint saved; the job system restarts the run
+    logging.info("%s", e)
   except (ValueError, OSError, workdir_lock.WorkdirLockedError, loop.NonFiniteLossError,
           checkpointing.NonFiniteStateError) as e:
     sys.exit(f"error: {e}")

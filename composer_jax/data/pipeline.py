@@ -25,7 +25,8 @@ READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """The data_cfg fields (see SPEC): paths '' = the stdlib's .py sources."""
+  """The run config's `data` section (`make_iterator`'s `data_cfg`): paths '' = the stdlib's
+  .py sources."""
   return ml_collections.ConfigDict(
     {
       "paths": "",  # Comma-separated string or list of files / directories.

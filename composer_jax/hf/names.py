@@ -1,7 +1,7 @@
 """HF tensor names <-> our parameter paths, with the layout change of each tensor.
 
 HF `nn.Linear` weights are `[out, in]`; ours are input-first (`y = x @ W`) with per-head
-axes split out (see the parameter-tree contract in SPEC.md):
+axes split out (the parameter tree: `model.transformer.logical_axes`, names in `model/axes.py`):
 
 | HF (per layer `model.layers.N.`)       | ours (leading [layer(, expert)] index)   |
 |----------------------------------------|------------------------------------------|

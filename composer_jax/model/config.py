@@ -1,4 +1,5 @@
-"""Model hyperparameters for the DeepSeek-V3 / Kimi-K2 family, and named presets.
+"""Model hyperparameters for the DeepSeek-V3 / Kimi-K2 family, named presets, and the run
+config's `model` section (`default_config`, read by `model_config`).
 
 `ModelConfig` is a frozen dataclass so it can be a static (hashable) jit argument and
 a field of checkpoints. Field names follow the Hugging Face `config.json` keys of
@@ -8,6 +9,8 @@ a field of checkpoints. Field names follow the Hugging Face `config.json` keys o
 from __future__ import annotations
 
 import dataclasses
+
+import ml_collections
 
 ATTENTION_KINDS = ("mla", "gqa")
 MOE_DISPATCH_KINDS = ("dropless", "capacity", "dense", "expert_parallel")
@@ -236,3 +239,17 @@ def get_preset(name: str, **overrides) -> ModelConfig:
   if name not in PRESETS:
     raise ValueError(f"Unknown model preset {name!r}; valid presets: {sorted(PRESETS)}")
   return PRESETS[name].replace(**overrides) if overrides else PRESETS[name]
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """The run config's `model` section: `preset` (a name in `PRESETS`) and `overrides`, a dict
+  of `ModelConfig` fields applied on top (from the command line, only fields the config file
+  already sets can be overridden: `--config.model.overrides.num_layers=2`)."""
+  return ml_collections.ConfigDict({"preset": "tiny", "overrides": {}})
+
+
+def model_config(section) -> ModelConfig:
+  """The `ModelConfig` of a run config's `model` section: the preset with its overrides."""
+  base = get_preset(section.preset)
+  overrides = section.overrides.to_dict()
+  return ModelConfig.from_dict({**base.to_dict(), **overrides}) if overrides else base

@@ -8,7 +8,7 @@ axis), so compile time does not grow with depth. The output head is not applied 
 
 Decoding (`decode`) runs the same modules with a `kv_cache` and explicit positions.
 
-Public API (SPEC): `Transformer`, `init`, `forward`, `decode`, `output_head`, `logical_axes`,
+Public API: `Transformer`, `init`, `forward`, `decode`, `output_head`, `logical_axes`,
 `shapes`, `param_counts`.
 """
 
@@ -170,7 +170,8 @@ def _init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
 
 
 def init(cfg: ModelConfig, key: jax.Array) -> dict[str, Any]:
-  """Fresh unboxed variables `{'params': P, 'router': R}` (tree in SPEC).
+  """Fresh unboxed variables `{'params': P, 'router': R}` (the tree of `shapes(cfg)`, each
+  leaf's logical axes in `logical_axes(cfg)`, the names in `model/axes.py`).
 
   One jitted function for every call (`cfg` static): a second init of the same config and
   key type, e.g. inside the trainer's init program after `abstract_state`, reuses the trace.

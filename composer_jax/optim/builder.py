@@ -59,10 +59,8 @@ def build_optimizer(optim_cfg, logical_axes_tree: Any,
   """Full optimizer for a parameter tree.
 
   Args:
-    optim_cfg: ConfigDict with the fields listed in SPEC.md (name, lr, adam_lr,
-      schedule, warmup_steps, total_steps, min_lr_ratio, wsd_decay_fraction,
-      weight_decay, b1, b2, eps, momentum, nesterov, ns_coeffs, ns_steps,
-      muon_scale, grad_clip; optional ns_precision, default 'float32').
+    optim_cfg: ConfigDict with the fields of `optim.config.default_config()` (total_steps
+      resolved: > 0; a run's is `train.config.optim_config`).
     logical_axes_tree: logical axes of the TRAINABLE tree, i.e.
       `transformer.logical_axes(cfg)['params']` (leaves: tuples of names).
     param_shardings: optional tree of NamedSharding like `logical_axes_tree`

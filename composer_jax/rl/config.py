@@ -1,6 +1,6 @@
-"""RL settings with defaults: `rl_config()` (sampling, batch shapes, modes) and
-`rl_loss_config()` (every choice of the RL + self-distillation loss). Both are sections of the
-one run-config schema (`experiments/configs/base.py`: `config.rl`, `config.loss`); the RL step
+"""RL settings with defaults: `default_config()` (sampling, batch shapes, modes) and
+`default_loss_config()` (every choice of the RL + self-distillation loss). Both are sections of
+the one run-config schema (`experiments/configs/base.py`: `config.rl`, `config.loss`); the RL step
 count, seed, logging, checkpoints and optimizer are the schema's `train` and `optim`."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import ml_collections
 
 
-def rl_config() -> ml_collections.ConfigDict:
-  """Defaults of `config.rl` (`rl.train`, `rl.rollout`): small enough for a CPU."""
+def default_config() -> ml_collections.ConfigDict:
+  """Defaults of `config.rl` (`rl.steps`, `rl.rollout`): small enough for a CPU."""
   c = ml_collections.ConfigDict()
   c.groups = 16  # tasks per step, each played group_size times (GRPO groups)
   c.group_size = 4
@@ -41,7 +41,7 @@ def rl_config() -> ml_collections.ConfigDict:
   return c
 
 
-def rl_loss_config() -> ml_collections.ConfigDict:
+def default_loss_config() -> ml_collections.ConfigDict:
   """Defaults: DAPO-style clipped policy gradient + reverse-KL self-distillation, EMA teacher."""
   c = ml_collections.ConfigDict()
   # Chunking: at most [token_chunk_size (or all tokens), vocab_chunk_size] float32 logits live.

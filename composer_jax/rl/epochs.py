@@ -75,8 +75,8 @@ def run_epochs(
     key: PRNG key of the shuffles (epoch e uses `fold_in(key, e)`).
 
   Returns:
-    (state after K * M updates, metrics: name -> `[K * M]` array in update order, plus `epoch`
-    and `minibatch` indices).
+    (state after K * M updates, metrics: name -> `[K * M]` device array in update order, plus
+    `epoch` and `minibatch` indices).
   """
   rows = {np.shape(v)[0] if np.ndim(v) else None for v in batch.values()}
   if len(rows) != 1 or None in rows:
@@ -84,15 +84,16 @@ def run_epochs(
     raise ValueError(f"every batch entry needs the same leading row axis; got shapes {shapes}")
   (b,) = rows
   order = minibatch_indices(key, b, epochs=epochs, minibatches=minibatches)
-  batch = {k: jnp.asarray(v) for k, v in batch.items()}
+  # Host arrays stay on the host (their minibatches are cut there, nothing waits on the device).
+  batch = {k: v if isinstance(v, jax.Array) else np.asarray(v) for k, v in batch.items()}
   history = []
   for e in range(epochs):
     for j in range(minibatches):
-      idx = jnp.asarray(order[e, j])
-      mini = {k: v[idx] for k, v in batch.items()}
+      mini = {k: v[order[e, j]] for k, v in batch.items()}
       if "staleness" in mini:
         mini["staleness"] = mini["staleness"] + e * minibatches + j
       state, metrics = update_fn(state, mini)
       history.append(dict(metrics, epoch=e, minibatch=j))
-  stacked = {k: np.stack([np.asarray(h[k]) for h in history]) for k in history[0]}
+  # Stacked on the device: nothing here waits for the updates to run.
+  stacked = {k: jnp.stack([jnp.asarray(h[k]) for h in history]) for k in history[0]}
   return state, stacked

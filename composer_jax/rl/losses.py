@@ -157,7 +157,7 @@ def token_logprob_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of an rl_loss_config()."""
+  """Raises ValueError naming the first bad field of a `default_loss_config()`."""
   choices = dict(
     rl_normalization=NORMALIZATIONS,
     sd_normalization=NORMALIZATIONS,
@@ -171,7 +171,8 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
       raise ValueError(f"{name}={cfg[name]!r}; valid: {valid}")
   if not (0 <= cfg.clip_eps_low < 1 and cfg.clip_eps_high >= 0):
     raise ValueError(
-      f"clip eps low={cfg.clip_eps_low} must be in [0, 1), high={cfg.clip_eps_high} >= 0"
+      f"clip_eps_low={cfg.clip_eps_low} must be in [0, 1) and clip_eps_high="
+      f"{cfg.clip_eps_high} >= 0"
     )
   if cfg.turn_penalty < 0:
     raise ValueError(f"turn_penalty={cfg.turn_penalty} must be >= 0 (a penalty, 0 = off)")

@@ -80,7 +80,7 @@ def probe_metrics(
   """Probe metrics (module docstring) from hidden states after the final norm.
 
   Args:
-    cfg: the run's `rl_loss_config()` (skip_first_tokens, teacher mixing, chunking).
+    cfg: the run's `default_loss_config()` (skip_first_tokens, teacher mixing, chunking).
     student_hidden: [P, L, D] current weights on `probe['batch']['tokens']`.
     hinted_hidden: [T, Lt, D] current weights on `probe['teacher_batch']['tokens']`.
     head: [D, V] current output head.

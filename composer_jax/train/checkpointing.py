@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import logging as py_logging
 import os
@@ -68,6 +69,33 @@ def check_same_model(saved: ModelConfig, current: ModelConfig, where: str,
   if diffs:
     raise ValueError(f"{where} holds a checkpoint of a different model config: "
                      f"{', '.join(diffs)}; use a fresh --workdir or the matching model config")
+
+
+def _at(tree, path: tuple[str, ...]):
+  return functools.reduce(lambda t, k: t.get(k, {}) if isinstance(t, dict) else {}, path, tree)
+
+
+def _leaves(tree, path: str) -> dict:
+  if isinstance(tree, dict):
+    return {k: v for name, sub in tree.items() for k, v in _leaves(sub, f"{path}.{name}").items()}
+  return {path: tree}
+
+
+def check_same_settings(saved_run: dict, config, paths: Sequence[tuple[str, ...]],
+                        where: str) -> None:
+  """Raises a one-line ValueError naming every setting under `paths` (paths into the run
+  config, e.g. ('loss', 'teacher') or a whole section ('env',)) whose value in `saved_run` (a
+  checkpoint's saved run config) differs from `config`'s."""
+  current = json.loads(json.dumps(config.to_dict()))  # tuples -> lists, as saved
+  diffs = []
+  for path in paths:
+    name = ".".join(path)
+    was, now = _leaves(_at(saved_run, path), name), _leaves(_at(current, path), name)
+    diffs += [f"{k}={was.get(k)!r} (this config: {now.get(k)!r})"
+              for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
+  if diffs:
+    raise ValueError(f"{where} made with {', '.join(diffs)}; use a fresh --workdir or the "
+                     "saved values")
 
 
 class CorruptCheckpointError(ValueError):

@@ -1,175 +1,118 @@
-"""JAX's persistent compilation cache, and whole compiled programs kept beside it.
+"""JAX's persistent compilation cache: one policy for every program of a run (the supervised
+steps, an RL program's warm-up, update and probes), with the checks a cache of native code needs.
 
-A second run of the same config (or a resumed one) loads its executables from disk instead
-of recompiling them (the `tiny` train step: seconds of XLA compile time). Only the first
-directory set in a process takes effect: JAX opens the cache once, at the first compile.
-`Precompiled` skips tracing and lowering too: it saves the run's programs (init, train and
-eval steps) as exported (lowered) programs in `<cache dir>/aot/`.
+A later run of the same config (a rerun, a resumed run, the next seed of a sweep) loads its
+compiled programs from the cache instead of compiling them (the `tiny` train step: tens of CPU
+seconds cold, a few warm). JAX keys every entry by the program itself — its lowered module,
+compile options, devices, jax/jaxlib and XLA versions — so an entry never stands in for a
+program it was not compiled from: a run with another step count (another LR schedule, other
+constants in the module) compiles its own.
+
+An entry is a compiled executable: loading one runs its code as this user. So:
+  * `enable` refuses (one line) a directory that this user does not own or that its group or
+    others may write: anyone who can write a cache can run code in every run that reads it;
+  * an entry that this user does not own, that others may write, or that does not decompress
+    (a write cut short: JAX writes entries in place and never replaces one that exists, so it
+    would fail on every run) is deleted with a one-line warning naming the file, and compiled
+    again.
+Sharing a cache: among one user's runs only (sweeps, seeds, resumes, notebooks), e.g.
+`--config.train.compile_cache_dir=~/.cache/composer_jax` (created 0700). Never a directory
+other users can write; a team that wants one cache runs its jobs as one user.
+
+Only the first directory set in a process takes effect: JAX opens its cache once, at the first
+compile.
 """
 
-import functools
-import hashlib
-import importlib.metadata
+from __future__ import annotations
+
 import os
-import pickle
+import stat
+import zlib
 
 import jax
 from absl import logging
 
 OFF = "none"
+_ENTRY = "-cache"  # JAX's file cache: <key>-cache, compressed (zstd if installed, else zlib)
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def cache_dir(setting: str, workdir: str) -> str | None:
   """`train.compile_cache_dir` -> a directory: '' = `<workdir>/compile_cache`, 'none' = off."""
   if setting == OFF:
     return None
-  return os.path.abspath(setting or os.path.join(workdir, "compile_cache"))
+  return os.path.abspath(os.path.expanduser(setting or os.path.join(workdir, "compile_cache")))
+
+
+def _unsafe(st: os.stat_result) -> str | None:
+  """Why a file or directory with this stat may not be trusted, or None."""
+  if st.st_uid != os.getuid():
+    return f"is owned by uid {st.st_uid}, not this user ({os.getuid()})"
+  if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    return f"is writable by its group or others (mode {stat.filemode(st.st_mode)})"
+  return None
+
+
+def _decompresses(path: str) -> bool:
+  with open(path, "rb") as f:
+    blob = f.read()
+  try:
+    if blob.startswith(_ZSTD_MAGIC):
+      import zstandard  # JAX wrote it with zstd, so it is installed
+
+      zstandard.ZstdDecompressor().decompress(blob)
+    else:
+      zlib.decompress(blob)
+  except Exception:  # noqa: BLE001 -- any decoding failure: the entry is not usable
+    return False
+  return True
+
+
+def check_entries(directory: str) -> None:
+  """Deletes, with a one-line warning naming each, the entries under `directory` that may not
+  be trusted or do not decompress (module docstring)."""
+  for root, _, files in os.walk(directory):
+    for name in files:
+      path = os.path.join(root, name)
+      st = os.lstat(path)
+      why = "is a link" if stat.S_ISLNK(st.st_mode) else _unsafe(st)
+      if why is None and name.endswith(_ENTRY) and not _decompresses(path):
+        why = "does not decompress (a write cut short?)"
+      if why:
+        logging.warning("Compilation cache entry %s %s; deleted it (compiled again)", path, why)
+        os.remove(path)
 
 
 def enable(directory: str | None) -> None:
-  """Caches every compiled program under `directory` (None: leaves the cache off)."""
+  """Caches every compiled program under `directory` (None: leaves the cache off), after the
+  checks of the module docstring.
+
+  Raises:
+    ValueError: `directory` is not a directory, is not owned by this user, or is writable by
+      its group or others.
+  """
   if directory is None:
     return
-  os.makedirs(directory, exist_ok=True)
+  current = jax.config.jax_compilation_cache_dir
+  if current and os.path.abspath(current) != directory:
+    logging.info("Compilation cache %s already set in this process; %s is not used", current,
+                 directory)
+    return
+  try:
+    if not os.path.exists(directory):
+      os.makedirs(directory, mode=0o700)
+    st = os.stat(directory)
+  except OSError as e:
+    raise ValueError(f"train.compile_cache_dir {directory}: {e.strerror}; give a directory "
+                     f"this user may write, or '{OFF}'") from None
+  why = "is not a directory" if not stat.S_ISDIR(st.st_mode) else _unsafe(st)
+  if why:
+    raise ValueError(f"train.compile_cache_dir {directory} {why}: a compiled program read "
+                     "from it runs as this user; use a directory only this user can write "
+                     f"(chmod go-w), or '{OFF}'")
+  check_entries(directory)
   jax.config.update("jax_compilation_cache_dir", directory)
   # Defaults skip programs compiled in under 1 s; the small step programs matter here too.
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   logging.info("Persistent compilation cache: %s", directory)
-
-
-@functools.cache
-def _sources_digest() -> str:
-  """The jax/jaxlib/flax/optax versions and every source file of `composer_jax`."""
-  h = hashlib.sha256()
-  for module in ("jax", "jaxlib", "flax", "optax"):
-    h.update(f"{module}={importlib.metadata.version(module)};".encode())
-  package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # composer_jax/
-  for root, dirs, files in os.walk(package):
-    dirs.sort()
-    for name in sorted(f for f in files if f.endswith(".py")):
-      path = os.path.join(root, name)
-      h.update(os.path.relpath(path, package).encode())
-      with open(path, "rb") as f:
-        h.update(hashlib.sha256(f.read()).digest())
-  return h.hexdigest()
-
-
-# jax flags that change no traced program (cache locations, logging).
-_VOLATILE_FLAGS = ("jax_compilation_cache", "jax_persistent_cache", "jax_log", "jax_explain")
-
-
-def _library_fingerprint() -> str:
-  """What a traced program depends on besides its arguments: versions, sources, flags, devices."""
-  flags = sorted((k, v) for k, v in jax.config.values.items()
-                 if isinstance(v, (bool, int, float, str, type(None)))
-                 and not k.startswith(_VOLATILE_FLAGS))
-  devices = [(d.platform, d.device_kind, d.id, d.process_index) for d in jax.devices()]
-  return repr([_sources_digest(), flags, os.environ.get("XLA_FLAGS", ""), devices,
-               jax.process_index(), jax.process_count()])
-
-
-def _sharding(x):
-  """`x`'s sharding if it is a committed array, else None (jit may place it anywhere)."""
-  return x.sharding if getattr(x, "committed", False) else None
-
-
-def _arg_spec(leaves, tree) -> str:
-  """Tree structure, avals (shape, dtype, weak type) and shardings of flattened arguments."""
-  return repr((str(tree), [(str(jax.api_util.shaped_abstractify(x)), str(_sharding(x)))
-                           for x in leaves]))
-
-
-def _abstract(x) -> jax.ShapeDtypeStruct:
-  aval = jax.api_util.shaped_abstractify(x)
-  return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=_sharding(x),
-                              weak_type=aval.weak_type)
-
-
-def _per_leaf(prefix, tree) -> list | None:
-  """`jax.jit`'s `out_shardings` (None, or a pytree prefix of the outputs with None for
-  unspecified) -> one entry per output leaf of `tree`, for the flattened exported call."""
-  if prefix is None:
-    return None
-  prefix_leaves, prefix_tree = jax.tree.flatten(prefix, is_leaf=lambda x: x is None)
-  subtrees = prefix_tree.flatten_up_to(jax.tree.unflatten(tree, range(tree.num_leaves)))
-  return [s for s, sub in zip(prefix_leaves, subtrees, strict=True) for _ in jax.tree.leaves(sub)]
-
-
-class Precompiled:
-  """A jitted function whose traced and lowered program is kept beside the compilation cache.
-
-  The persistent compilation cache skips XLA's compile but still traces and lowers the
-  program in every process (seconds for the `tiny` train step); this saves the lowered
-  program once (`jax.export`, flattened arguments) in `<cache dir>/aot/<name>-<key>` and
-  later processes call it from there, so only its (cached) compile remains. The key hashes
-  `settings` (everything of the run the program depends on), the arguments' tree, avals
-  and shardings, the jax/jaxlib/flax/optax versions, every source file of `composer_jax`,
-  jax's flags, XLA_FLAGS and the devices: a change to any of them exports a new one.
-  `fn` is jitted with `donate_argnums` and `out_shardings` (as `jax.jit`'s); the loaded
-  program returns the same `out_shardings` objects, so its outputs fed back in (a train
-  step's state) have the argument spec of the first call and reuse its program (without
-  them each output would come back with an equivalent sharding of another spelling, e.g.
-  `P()` for `P(None, None)`, and the second call would export and compile it again).
-  `directory`: the cache directory; None = jax's `jax_compilation_cache_dir` at call time
-  (set by `enable`); without one, in a multi-process run, and with several devices and an
-  uncommitted argument, it is the jitted function. Other attributes (`lower`, ...) are the
-  jitted function's. Files are pickles: load only caches this code wrote.
-  """
-
-  def __init__(self, fn, name: str, settings: str, donate_argnums: tuple[int, ...] = (),
-               out_shardings=None, directory: str | None = None):
-    self._jitted = jax.jit(fn, donate_argnums=donate_argnums, out_shardings=out_shardings)
-    self._name, self._settings, self._out_shardings = name, settings, out_shardings
-    self._donate, self._directory = donate_argnums, directory
-    self._loaded: dict[str, tuple] = {}  # arg spec -> (jitted flat call, output tree)
-
-  def __getattr__(self, attr):
-    return getattr(self._jitted, attr)
-
-  def __call__(self, *args):
-    directory = self._directory or jax.config.jax_compilation_cache_dir
-    leaves, tree = jax.tree.flatten(args)
-    # An exported program runs on the devices it was exported for; an uncommitted argument
-    # (e.g. a fresh PRNG key) names none, so with several devices the jitted function places
-    # it. Multi-process runs (each process one share of global arrays) keep the jitted one too.
-    if not directory or jax.process_count() > 1 or (
-        jax.device_count() > 1 and not all(getattr(x, "committed", False) for x in leaves)):
-      return self._jitted(*args)
-    spec = _arg_spec(leaves, tree)
-    if spec not in self._loaded:
-      key = hashlib.sha256("\n".join([self._settings, spec, _library_fingerprint()]).encode())
-      path = os.path.join(directory, "aot", f"{self._name}-{key.hexdigest()[:32]}")
-      exported, out_tree = self._load_or_export(path, args, leaves, tree)
-      offsets = [len(jax.tree.leaves(args[:i])) for i in range(len(args))]
-      donated = tuple(offsets[i] + j for i in self._donate
-                      for j in range(len(jax.tree.leaves(args[i]))))
-      self._loaded[spec] = (jax.jit(exported.call, donate_argnums=donated,
-                                    out_shardings=_per_leaf(self._out_shardings, out_tree)),
-                            out_tree)
-    call, out_tree = self._loaded[spec]
-    return jax.tree.unflatten(out_tree, call(*leaves))
-
-  def _load_or_export(self, path: str, args, leaves, tree):
-    if os.path.exists(path):
-      try:
-        with open(path, "rb") as f:
-          blob, out_tree = pickle.load(f)
-        return jax.export.deserialize(blob), out_tree
-      except Exception as e:  # noqa: BLE001 -- an entry that does not load is exported again
-        logging.warning("Saved program %s at %s does not load (%s); tracing it again",
-                        self._name, path, e)
-    out_trees = []
-
-    def flat(*flat_args):
-      out_leaves, out_tree = jax.tree.flatten(self._jitted(*jax.tree.unflatten(tree, flat_args)))
-      out_trees.append(out_tree)
-      return out_leaves
-
-    exported = jax.export.export(jax.jit(flat))(*map(_abstract, leaves))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-      pickle.dump((exported.serialize(), out_trees[0]), f)
-    os.replace(tmp, path)  # atomic: a reader sees the whole file or none
-    return exported, out_trees[0]

@@ -1,7 +1,9 @@
-"""The training driver: `drive(program, ...)`, and the supervised program `train(config, workdir)`.
+"""The training driver: `drive(program, ...)`, and the supervised program `train(config, workdir,
+data)`.
 
 `drive` runs any `Program` (supervised here, RL in `composer_jax.rl.run`) step by step with
-the same guarantees: metrics to the console, `metrics.jsonl` and TensorBoard (`metrics`);
+the same guarantees: each step's metrics fetched only after the next step is dispatched;
+metrics to the console, `metrics.jsonl` and TensorBoard (`metrics`);
 checkpoints through one `checkpointing.Checkpointer` every `ckpt_every` steps, at the end and
 on SIGTERM (or a multi-host preemption notice), after which it exits; a stop, without
 checkpointing, when the loss or the update becomes NaN/inf. Side effects live here and in the
@@ -9,8 +11,11 @@ program's own host code, nowhere else.
 
 `train` resumes from the newest checkpoint in `workdir` when there is one (bit-for-bit: params,
 optimizer state, router bias, step, PRNG key and data-iterator position are all restored),
-else starts from `train.init_from` (an HF or imported checkpoint) or a random init. The config
-schema is documented in `experiments/configs/base.py`.
+else starts from `train.init_from` (an HF or imported checkpoint) or a random init. Its `Data`
+is the text corpus of `config.data` by default, or any resumable batch iterator: an RL
+program's warm-up trains on scripted episodes (`rl.scripted`) and takes its result from
+`trained_variables`. The config schema is assembled in `experiments/configs/base.py` (the
+`train` section: `train.config.default_config`).
 """
 
 from __future__ import annotations
@@ -21,15 +26,18 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import numpy as np
 from absl import logging
 
 from composer_jax import data as data_lib
-from composer_jax.model.config import ModelConfig, get_preset
+from composer_jax.model.config import ModelConfig, model_config
+from composer_jax.optim import make_schedule
+from composer_jax.optim.builder import OPTIMIZERS
 from composer_jax.train import checkpointing, compile_cache, init_from, memory_plan, placement
+from composer_jax.train import config as train_config
 from composer_jax.train import programs as programs_lib
 from composer_jax.train.metrics import MetricsWriter, quiet_library_logs
 
@@ -38,15 +46,8 @@ class NonFiniteLossError(FloatingPointError):
   """The loss or the update became NaN/inf; the bad state was not checkpointed."""
 
 
-def model_config(config) -> ModelConfig:
-  """`config.model.preset` with `config.model.overrides` applied."""
-  base = get_preset(config.model.preset)
-  overrides = config.model.overrides.to_dict()
-  return ModelConfig.from_dict({**base.to_dict(), **overrides}) if overrides else base
-
-
 def validate(config) -> None:
-  """One-line ValueErrors for inconsistent `train` settings."""
+  """One-line ValueErrors for inconsistent `train` and `optim` settings."""
   t = config.train
   for name in ("steps", "batch_size", "seq_len", "grad_accum", "log_every", "ckpt_every",
                "keep", "eval_batches", "loss_chunk"):
@@ -57,6 +58,18 @@ def validate(config) -> None:
                      f"{t.grad_accum} x process count {jax.process_count()}")
   if t.eval_every < 0:
     raise ValueError(f"train.eval_every={t.eval_every} must be >= 0 (0 = only at the end)")
+  optim = train_config.optim_config(config)
+  if optim.name not in OPTIMIZERS:
+    raise ValueError(f"optim.name={optim.name!r}; valid: {OPTIMIZERS}")
+  try:
+    make_schedule(optim, optim.lr)
+  except ValueError as e:
+    raise ValueError(f"optim: {e} (optim.total_steps 0 = train.steps)") from None
+
+
+class Preempted(RuntimeError):
+  """A preemption signal stopped a run that others build on (`trained_variables`) after its
+  checkpoint was saved: the program stops too, and a rerun resumes."""
 
 
 class StopFlag:
@@ -80,6 +93,24 @@ def _split_micro(batch: dict, grad_accum: int) -> dict:
   return {k: np.asarray(v).reshape(grad_accum, -1, *np.shape(v)[1:]) for k, v in batch.items()}
 
 
+class Data(NamedTuple):
+  """What the supervised program trains on (default `corpus_data`: the text of `config.data`).
+
+  Attributes:
+    train: iterator of [B, L] numpy batches (tokens, targets, segment_ids, positions int32;
+      loss_mask float32) with `get_state`/`set_state`, e.g. a grain `DatasetIterator`: its
+      position is checkpointed with the state and restored on resume.
+    whole: every process's `train` yields the whole global batch (the same in each, e.g.
+      generated from one seed) instead of its own rows.
+    validation: `() -> iterable` of this process's [B, L] batches, the same at every call,
+      whose mean cross-entropy is `eval_loss`; None: no evaluation.
+  """
+
+  train: Any
+  whole: bool = False
+  validation: Callable[[], Any] | None = None
+
+
 def _make_iterator(config, split: str):
   t = config.train
   return data_lib.make_iterator(
@@ -88,17 +119,24 @@ def _make_iterator(config, split: str):
       process_count=jax.process_count())
 
 
-class _Evaluator:
-  """Mean cross-entropy over the first `eval_batches` validation batches (the same each time)."""
+def corpus_data(config) -> Data:
+  """The packed text corpus of `config.data`: its train split, shuffled, and the first
+  `train.eval_batches` batches of its validation split."""
+  return Data(train=_make_iterator(config, "train"),
+              validation=lambda: itertools.islice(_make_iterator(config, "validation"),
+                                                  config.train.eval_batches))
 
-  def __init__(self, config, progs: programs_lib.Programs):
-    self._config, self._progs = config, progs
+
+class _Evaluator:
+  """Mean cross-entropy over `validation()`'s batches (read once, the same each time)."""
+
+  def __init__(self, progs: programs_lib.Programs, validation: Callable[[], Any]):
+    self._progs, self._validation = progs, validation
     self._batches = None
 
   def __call__(self, state) -> float:
     if self._batches is None:
-      it = _make_iterator(self._config, "validation")
-      self._batches = list(itertools.islice(it, self._config.train.eval_batches))
+      self._batches = list(self._validation())
     total, count = 0.0, 0.0
     for b in self._batches:
       batch = placement.to_global(b, self._progs.eval_batch_sharding)
@@ -159,10 +197,10 @@ class Program(Protocol):
     scalars or Python floats; the driver fetches them only after the next step is dispatched,
     so the host never waits on the device before queueing it)."""
 
-  def record(self, step: int, metrics: Callable[[], dict[str, float]],
-             state: Any) -> dict | None:
-    """The metrics record after step `step` (with 'step'), or None to log nothing.
-    `metrics()` fetches this step's metrics (blocking until it ran), checked finite."""
+  def record(self, step: int, metrics: dict, state: Any) -> dict | None:
+    """The metrics record after step `step` (with 'step'), or None to log nothing. Values may
+    be device scalars (e.g. `metrics`' own): the driver fetches and writes the record after
+    the next step is dispatched."""
 
   def checkpoint(self, state: Any) -> tuple[Any, Any]:
     """(arrays pytree, data: a grain iterator or a JSON-able dict) that a checkpoint holds."""
@@ -185,18 +223,24 @@ def _check_finite(metrics: dict[str, float], step: int, ckpt) -> None:
       f"{f'{ckpt.directory}/{last}' if last is not None else 'none'}")
 
 
+def _host(value):
+  """A fetched record value: device and numpy scalars as Python floats."""
+  return float(value) if isinstance(value, (jax.Array, np.ndarray, np.generic)) else value
+
+
 class _Pending:
-  """One dispatched step's metrics, fetched (and checked finite) at most once."""
+  """One dispatched step's metrics and record, fetched (metrics checked finite) once."""
 
-  def __init__(self, step: int, device_metrics: dict, ckpt):
-    self._step, self._device, self._ckpt, self._fetched = step, device_metrics, ckpt, None
+  def __init__(self, step: int, metrics: dict, record: dict | None, ckpt):
+    self.step, self._metrics, self._record, self._ckpt = step, metrics, record, ckpt
 
-  def __call__(self) -> dict[str, float]:
-    if self._fetched is None:
-      fetched = {k: float(v) for k, v in jax.device_get(self._device).items()}
-      _check_finite(fetched, self._step, self._ckpt)
-      self._fetched = fetched
-    return self._fetched
+  def fetch(self) -> dict | None:
+    """The record with host values (None if the step logs none)."""
+    _check_finite({k: _host(v) for k, v in jax.device_get(self._metrics).items()}, self.step,
+                  self._ckpt)
+    if self._record is None:
+      return None
+    return {k: _host(v) for k, v in jax.device_get(self._record).items()}
 
 
 def drive(program: Program, state: Any, step: int, ckpt: checkpointing.Checkpointer, *,
@@ -216,21 +260,26 @@ def drive(program: Program, state: Any, step: int, ckpt: checkpointing.Checkpoin
   writer = MetricsWriter(workdir, total_steps, step) if jax.process_index() == 0 else None
   stop = StopFlag()
   records, pending = [], None
+
+  def write_pending():
+    nonlocal pending
+    record, done = pending.fetch(), pending.step
+    pending = None
+    if record is not None:
+      if writer:
+        writer.write(record, console=done % console_every == 0 or done == total_steps)
+      records.append(record)
+
   try:
     while step < total_steps:
-      state, device_metrics = program.step(state, step)
+      state, metrics = program.step(state, step)
       if pending is not None:  # The previous step's, with this one already dispatched.
-        pending()
+        write_pending()
       step += 1
-      pending = _Pending(step, device_metrics, ckpt)
-      record = program.record(step, pending, state)
-      if record is not None:
-        if writer:
-          writer.write(record, console=step % console_every == 0 or step == total_steps)
-        records.append(record)
+      pending = _Pending(step, metrics, program.record(step, metrics, state), ckpt)
       preempted = stop.event.is_set() or ckpt.reached_preemption(step)
       if step % ckpt_every == 0 or step == total_steps or preempted:
-        pending()  # Never checkpoint a non-finite state.
+        write_pending()  # Never checkpoint a non-finite state.
         ckpt.save(step, *program.checkpoint(state), model_cfg, run_config)
       if preempted:
         ckpt.wait()
@@ -245,11 +294,11 @@ def drive(program: Program, state: Any, step: int, ckpt: checkpointing.Checkpoin
 
 
 class _Supervised:
-  """The supervised `Program`: next-token loss on the config's data, periodic evaluation."""
+  """The supervised `Program`: next-token loss on `data`, periodic evaluation."""
 
-  def __init__(self, config, progs: programs_lib.Programs, train_iter, start: float):
-    self._t, self._progs, self._iter = config.train, progs, train_iter
-    self._evaluate = _Evaluator(config, progs)
+  def __init__(self, config, progs: programs_lib.Programs, data: Data, start: float):
+    self._t, self._progs, self._data = config.train, progs, data
+    self._evaluate = data.validation and _Evaluator(progs, data.validation)
     self._window = (time.perf_counter(), 0)  # tokens/s since the last record
     # `train`'s start (perf_counter) until the run's first step has run: tracing and
     # compiling, or loading compiled programs from the cache, restoring, that step. Put in
@@ -258,11 +307,11 @@ class _Supervised:
 
   def step(self, state, step):
     t = self._t
-    batch = _split_micro(next(self._iter), t.grad_accum)
+    batch = _split_micro(next(self._data.train), t.grad_accum)
     if step + 1 == t.nan_at_step:  # Testing aid: a corrupt batch, same compiled program.
       batch["loss_mask"] = batch["loss_mask"] * np.float32(np.nan)
     state, metrics = self._progs.train_step(
-        state, placement.to_global(batch, self._progs.train_batch_sharding))
+        state, placement.to_global(batch, self._progs.train_batch_sharding, self._data.whole))
     if self._start is not None:  # the run's first step: waits for it once, to time it
       jax.block_until_ready(metrics)
       self._startup, self._start = time.perf_counter() - self._start, None
@@ -274,10 +323,11 @@ class _Supervised:
     tokens_per_step = t.batch_size * t.seq_len
     if step % t.log_every == 0 or step == t.steps:
       start, steps = self._window
-      record.update(metrics(), tokens_per_s=steps * tokens_per_step / (time.perf_counter() - start))
+      jax.block_until_ready(metrics)  # the window ends when this step has run
+      record.update(metrics, tokens_per_s=steps * tokens_per_step / (time.perf_counter() - start))
       if self._startup is not None:
         record["startup_s"], self._startup = self._startup, None
-    if (t.eval_every and step % t.eval_every == 0) or step == t.steps:
+    if self._evaluate and ((t.eval_every and step % t.eval_every == 0) or step == t.steps):
       record["eval_loss"] = self._evaluate(state)
     if not record:
       return None
@@ -286,11 +336,12 @@ class _Supervised:
     return {"step": step, "tokens": step * tokens_per_step, **record}
 
   def checkpoint(self, state):
-    return state, self._iter
+    return state, self._data.train
 
 
-def train(config, workdir: str) -> list[dict]:
-  """Trains `config` in `workdir`; returns the metric records written (train and eval).
+def train(config, workdir: str, data: Data | None = None) -> list[dict]:
+  """Trains `config` in `workdir` on `data` (default `corpus_data(config)`); returns the
+  metric records written (train and eval).
 
   With `train.dry_run`, prints the per-device memory plan for `train.dry_run_devices`
   devices instead (nothing is allocated) and returns [].
@@ -305,22 +356,56 @@ def train(config, workdir: str) -> list[dict]:
   validate(config)
   quiet_library_logs()
   t = config.train
-  model_cfg = model_config(config)
+  model_cfg = model_config(config.model)
   if t.dry_run:
     plan = memory_plan.memory_plan(config, model_cfg, t.dry_run_devices)
     print(memory_plan.format_plan(plan, t.dry_run_devices))
     return []
   compile_cache.enable(compile_cache.cache_dir(t.compile_cache_dir, workdir))
-  train_iter = _make_iterator(config, "train")
+  data = data or corpus_data(config)
   progs = programs_lib.programs(config, model_cfg)
   ckpt = checkpointing.Checkpointer(workdir, keep=t.keep)
-  state = _initial_state(config, model_cfg, ckpt, progs, train_iter, workdir)
+  state = _initial_state(config, model_cfg, ckpt, progs, data.train, workdir)
   step = int(state.step)
   if step >= t.steps:
     logging.info("Checkpoint step %d >= train.steps=%d: nothing to do", step, t.steps)
     ckpt.close()
     return []
 
-  return drive(_Supervised(config, progs, train_iter, start), state, step, ckpt, workdir=workdir,
+  return drive(_Supervised(config, progs, data, start), state, step, ckpt, workdir=workdir,
                total_steps=t.steps, ckpt_every=t.ckpt_every, console_every=1,
                model_cfg=model_cfg, run_config=config.to_dict())
+
+
+def trained_variables(config, workdir: str, data: Data | None = None) -> dict:
+  """{'params', 'router'} after `train.steps` supervised steps of `config` in `workdir`
+  (e.g. an RL program's warm-up on scripted episodes): trained by `train` (resuming what is
+  there), or read from the last checkpoint when that is at `train.steps` already (its data
+  position is then not read: a run on another process count restores it too). Placed on the
+  run's mesh.
+
+  Raises:
+    Preempted: a preemption signal stopped the training (its checkpoint is saved).
+    (and what `train` raises)
+  """
+  ckpt = checkpointing.Checkpointer(workdir, keep=config.train.keep)
+  try:
+    done = (ckpt.latest_step() or 0) >= config.train.steps
+  finally:
+    ckpt.close()
+  if not done:
+    train(config, workdir, data)
+  progs = programs_lib.programs(config, model_config(config.model))
+  ckpt = checkpointing.Checkpointer(workdir, keep=config.train.keep)
+  try:
+    step = ckpt.latest_step()
+    if step is None or step < config.train.steps:  # `train` stopped at a preemption signal
+      raise Preempted(f"{workdir} stopped at step {step} of {config.train.steps} (preemption "
+                      "signal, checkpoint saved); run again to resume")
+    checkpointing.check_same_model(ckpt.saved_model_config(step), model_config(config.model),
+                                   workdir)
+    state = ckpt.restore(step, progs.target)
+  finally:
+    ckpt.close()
+  logging.info("Trained variables of %s/%d", ckpt.directory, step)
+  return {"params": state.params, "router": state.router}

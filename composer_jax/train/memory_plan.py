@@ -14,6 +14,7 @@ import numpy as np
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 from composer_jax.optim import build_optimizer
+from composer_jax.train import config as train_config
 from composer_jax.train import placement
 from composer_jax.train.state import abstract_state
 
@@ -37,7 +38,7 @@ def memory_plan(config, model_cfg: ModelConfig, device_count: int) -> dict:
     `per_device` and `total` (each {params, grads, opt_state, router, sum} in bytes).
   """
   axes = transformer.logical_axes(model_cfg)["params"]
-  optimizer = build_optimizer(config.optim, axes)
+  optimizer = build_optimizer(train_config.optim_config(config), axes)
   key = jax.ShapeDtypeStruct((2,), np.uint32)
   abstract = abstract_state(model_cfg, optimizer, key)
   dm = placement.abstract_mesh(config.mesh, device_count, model_cfg, config.train.seq_len)

@@ -9,9 +9,9 @@ Stages, each reused when its outputs exist (a stopped run continues where it was
      fits the budgets go to OUT/tasks.jsonl. RL and eval split them by project hash
      (`envs.coding.split`, `--heldout-fraction`): RL trains on the train projects only.
   2. per seed S (seeds in parallel): the supervised warm-up on the train tasks' oracle episodes
-     (`experiments.run rl_coding.py:micro,rl --config.warmup.only=True`, in OUT/seedS/warmup),
+     (`experiments.run rl_coding.py:micro,arm=rl --config.warmup.only=True`, in OUT/seedS/warmup),
      then
-     `rl_coding.py:micro,rl` (RL on the train tasks) in OUT/seedS/rl and `rl_coding.py:micro,sd`
+     `rl_coding.py:micro,arm=rl` (RL on the train tasks) in OUT/seedS/rl and `rl_coding.py:micro,arm=sd`
      (RL + targeted self-distillation, EMA teacher) in OUT/seedS/sd from that warm-up (linked
      into both workdirs).
   3. eval, after each of them: greedy pass@1 and behaviour on the held-out tasks
@@ -137,7 +137,7 @@ def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:
                  f"--config.warmup.optim.total_steps={warmup_steps}",
                  f"--config.train.steps={rl_steps}", f"--config.warmup.only={name == 'warmup'}"]
     _run([sys.executable, "-m", "experiments.run",
-          f"--config=experiments/configs/rl_coding.py:micro,{arm}", f"--workdir={workdir}",
+          f"--config=experiments/configs/rl_coding.py:micro,arm={arm}", f"--workdir={workdir}",
           *overrides], root / f"{name}.log", f"seed {seed} {name}")
     dest = root / f"eval_{name}"
     if not (dest / "eval.json").exists():

@@ -29,9 +29,10 @@ from composer_jax.envs.coding import workers as workers_lib
 from composer_jax.envs.coding.agent import env as agent_env
 from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.envs.coding.tasks import generator, make_tasks, sources, split
+from composer_jax.model.config import model_config
 from composer_jax.rl import run as rl_run
-from composer_jax.rl import train as rl_train
-from composer_jax.train import init_from, loop
+from composer_jax.rl.programs import update_program
+from composer_jax.train import init_from
 from experiments.coding import warmup
 
 
@@ -118,7 +119,7 @@ def make_env(config, workdir: str, tasks=None) -> agent_env.CodingEnv:
   `config.rl` are derived from its tasks first, and all of them checked (`fit_lengths`)."""
   e, r = config.env, config.rl
   tok = load_tokenizer(config, workdir)
-  vocab = loop.model_config(config).vocab_size
+  vocab = model_config(config.model).vocab_size
   if vocab < tok.vocab_size:
     raise ValueError(f"model vocab_size={vocab} < the tokenizer's {tok.vocab_size}")
   curriculum = None  # min_rollouts 0: off; max_active 0: every task active
@@ -179,7 +180,7 @@ def fit_lengths(config, env: agent_env.CodingEnv) -> None:
                      f"longest ({'1 + ' if r.teacher_prefix_reuse else 'rl.seq_len + '}"
                      f"env.max_hint_tokens={hint}{' + rl.max_new_tokens' * r.teacher_prefix_reuse}"
                      "): raise it or set it to 0 (derived)")
-  positions = loop.model_config(config).max_position_embeddings
+  positions = model_config(config.model).max_position_embeddings
   teacher_stream = r.seq_len + r.teacher_seq_len if r.teacher_prefix_reuse else r.teacher_seq_len
   need = max(r.prompt_len + r.max_new_tokens - 1, r.seq_len, teacher_stream)
   if need > positions:
@@ -192,11 +193,11 @@ def fit_lengths(config, env: agent_env.CodingEnv) -> None:
 
 def initial_variables(config) -> dict:
   """{'params', 'router'} of `train.init_from`, else of a random init (seed `train.seed`)."""
-  progs = rl_train.update_program(config, loop.model_config(config)).progs
+  progs = update_program(config, model_config(config.model)).progs
   variables = None
   if config.train.init_from:
     target = {"params": progs.target.params, "router": progs.target.router}
-    variables = init_from.load(config.train.init_from, loop.model_config(config), target)
+    variables = init_from.load(config.train.init_from, model_config(config.model), target)
   state = progs.init(jax.random.PRNGKey(config.train.seed), variables)
   return {"params": state.params, "router": state.router}
 

@@ -1,40 +1,79 @@
-"""The run-config schema shared by every experiment config (`get_base_config`).
+"""The run-config schema shared by every experiment config (`get_base_config`): each section is
+its package's `default_config()`, assembled here.
 
 `program` picks what `experiments.run` runs: 'lm' (supervised, `train.loop`) or 'rl' (an RL
 program, see `rl_tool_feedback.py`). Sections (all `ml_collections.ConfigDict`, every field
 overridable as `--config.a.b=v`):
 
-* `model`: `preset` (a name in `composer_jax.model.config.PRESETS`) and `overrides`, a dict
-  of `ModelConfig` fields applied on top (only fields present in the config file can be
-  overridden from the command line).
-* `optim`: `composer_jax.optim.build_optimizer` fields; `total_steps` follows `train.steps`.
-* `data`: `composer_jax.data.default_config()` fields (`paths` '' = the stdlib sources).
-* `train`: steps, global batch_size (rows of seq_len tokens per optimizer step), seq_len,
-  grad_accum (micro-batches per step), log_every, eval_every (0 = only at the end),
-  eval_batches, ckpt_every, keep (checkpoints kept), seed, router_bias_rate (gamma of the
-  aux-loss-free bias update), z_loss, loss_chunk (tokens per vocab-projection chunk),
-  init_from ('' = random init; else an import_hf output dir or an HF dir), dry_run (print
-  the per-device memory plan for dry_run_devices devices and exit), nan_at_step (testing
-  aid: that step's loss mask is multiplied by NaN, to exercise the non-finite-loss stop),
-  compile_cache_dir (JAX's persistent compilation cache: '' = `<workdir>/compile_cache`,
-  'none' = off; `composer_jax.train.compile_cache`).
+* `model`: `composer_jax.model.config.default_config()` (preset + overrides).
+* `optim`: `composer_jax.optim.config.default_config()`; `total_steps` 0 = `train.steps`.
+* `data`: `composer_jax.data.default_config()` (`paths` '' = the stdlib sources).
+* `train`: `composer_jax.train.config.default_config()` (steps, batch, logging, checkpoints,
+  init_from, dry_run, compile cache).
 * `mesh`, `rules`: the parallel layout (`composer_jax.parallel`); `layout` names it. The
   default 'single' is one device.
 * `rl`, `loss`: RL programs only (`composer_jax.rl.config`): sampling, batch shapes,
   colocated/disaggregated mode; the RL + self-distillation loss. An RL program's steps, seed,
   logging, checkpoints and optimizer are `train` and `optim` above.
+
+Every config file's `get_config(arg)` reads its argument (`--config=FILE.py:ARG`) with
+`parse_arg`, big_vision's grammar.
 """
 
 import ml_collections
 
-from composer_jax import data
+from composer_jax import data, optim
+from composer_jax.model import config as model_config
 from composer_jax.parallel.mesh import default_mesh_config
-from composer_jax.rl.config import rl_config, rl_loss_config
+from composer_jax.rl import config as rl_config
+from composer_jax.train import config as train_config
 from experiments.configs import layouts
+
+
+def _convert(name: str, text: str, default):
+  """`text` as the type of `default` (bools strictly: true/false, case-insensitive)."""
+  if isinstance(default, bool):
+    if text.lower() not in ("true", "false"):
+      raise ValueError(f"config arg {name}={text!r} must be true or false")
+    return text.lower() == "true"
+  try:
+    return type(default)(text)
+  except ValueError:
+    raise ValueError(f"config arg {name}={text!r} is not a {type(default).__name__}") from None
+
+
+def parse_arg(arg: str | None, **options) -> ml_collections.ConfigDict:
+  """The options of a config file's `get_config(arg)`, big_vision's grammar
+  (`big_vision.configs.common.parse_arg`): `FILE.py:key=value,key=value,flag`.
+
+  `options`: name -> default, in order; a given value is converted to the default's type. A
+  bare `flag` sets a bool option to True. The first option may also be given by value alone, in
+  first place: `rl_tool_feedback.py:sd,layout=fsdp_ep` is `arm=sd,layout=fsdp_ep`.
+
+  Raises:
+    ValueError: one line naming an unknown option or a value of the wrong type, and the
+      options.
+  """
+  names = list(options)
+  usage = ", ".join(f"{k}={v!r}" for k, v in options.items()) or "none"
+  given = {}
+  for i, piece in enumerate(p for p in (arg or "").split(",") if p):
+    key, eq, value = piece.partition("=")
+    if not eq and isinstance(options.get(key), bool):
+      value = "true"
+    elif not eq and i == 0 and names:
+      key, value = names[0], piece
+    if key not in options or (not eq and not isinstance(options[key], bool) and i):
+      raise ValueError(f"config arg {arg!r}: {piece!r} is not an option (key=value, the first "
+                       f"option's value alone first); options (defaults): {usage}")
+    given[key] = _convert(key, value, options[key])
+  return ml_collections.ConfigDict({**options, **given})
 
 
 def set_layout(config: ml_collections.ConfigDict, name: str) -> None:
   """Fills `config.mesh` / `config.rules` from a named layout ('single' = one device)."""
+  if name != "single" and name not in layouts.LAYOUTS:
+    raise ValueError(f"layout={name!r}; valid: {['single', *sorted(layouts.LAYOUTS)]}")
   if name == "single":
     layout = layouts.get_config()
     layout.mesh = default_mesh_config(fsdp=1, expert=1)
@@ -49,25 +88,11 @@ def get_base_config() -> ml_collections.ConfigDict:
   """Defaults for every field; experiment configs change what they need."""
   c = ml_collections.ConfigDict()
   c.program = "lm"
-  c.model = ml_collections.ConfigDict({"preset": "tiny", "overrides": {}})
-  c.train = ml_collections.ConfigDict({
-      "steps": 300, "batch_size": 16, "seq_len": 128, "grad_accum": 1,
-      "log_every": 10, "eval_every": 50, "eval_batches": 4,
-      "ckpt_every": 100, "keep": 3, "seed": 0,
-      "router_bias_rate": 1e-3, "z_loss": 1e-4, "loss_chunk": 1024,
-      "init_from": "", "dry_run": False, "dry_run_devices": 1, "nan_at_step": 0,
-      "compile_cache_dir": "",
-  })
-  c.optim = ml_collections.ConfigDict({
-      "name": "muon", "lr": 0.02, "adam_lr": 3e-3, "schedule": "cosine",
-      "warmup_steps": 20, "total_steps": c.train.get_ref("steps"), "min_lr_ratio": 0.1,
-      "wsd_decay_fraction": 0.2, "weight_decay": 0.0, "b1": 0.9, "b2": 0.95, "eps": 1e-8,
-      "momentum": 0.95, "nesterov": True, "ns_coeffs": "quintic", "ns_steps": 5,
-      "ns_precision": "float32",
-      "muon_scale": "consistent_rms", "grad_clip": 1.0,
-  })
+  c.model = model_config.default_config()
+  c.train = train_config.default_config()
+  c.optim = optim.default_config()
   c.data = data.default_config()
-  c.rl = rl_config()
-  c.loss = rl_loss_config()
+  c.rl = rl_config.default_config()
+  c.loss = rl_config.default_loss_config()
   set_layout(c, "single")
   return c

@@ -23,7 +23,7 @@ from experiments.configs import base
 
 
 def get_config(arg=None):
-  del arg
+  base.parse_arg(arg)  # no options: the layout is this config's own
   c = base.get_base_config()
   c.model.preset = "kimi_k2"
   c.train.update(dict(steps=2000, batch_size=512, seq_len=8192, grad_accum=4, log_every=10,

@@ -46,7 +46,7 @@ experiment is `python -m experiments.coding.learn`): tools `append` + `submit` (
 tiny model writes a function, not text to match), instant mode, the compact statement, 3 turns,
 a supervised warm-up (`warmup`: `experiments/coding/warmup.py`) before RL.
 
-Arms (`SETTING,ARM`): 'sd' (default) RL + targeted self-distillation on the turns the feedback
+Arms (`base.parse_arg`: `SETTING,arm=ARM`, e.g. `micro,arm=rl`): 'sd' (default) RL + targeted self-distillation on the turns the feedback
 kinds flag, teacher = the EMA policy with the hint inserted (`loss.teacher`); 'rl' RL alone
 (`loss.sd_coef` 0: turns are still flagged and counted, no teacher batch).
 """
@@ -60,11 +60,11 @@ ARMS = ("sd", "rl")  # RL + targeted self-distillation, or RL alone
 
 
 def get_config(arg=None):
-  setting, _, arm = (arg or "cpu").partition(",")
-  arm = arm or "sd"
+  arg = base.parse_arg(arg, setting="cpu", arm="sd")
+  setting, arm = arg.setting, arg.arm
   if setting not in SETTINGS or arm not in ARMS:
-    raise ValueError(f"rl_coding setting {arg!r}; valid: SETTING[,ARM] with SETTING in "
-                     f"{list(SETTINGS)}, ARM in {list(ARMS)}")
+    raise ValueError(f"rl_coding setting={setting!r}, arm={arm!r}; valid: setting in "
+                     f"{list(SETTINGS)}, arm in {list(ARMS)}")
   arg = setting
   c = base.get_base_config()
   c.program = "rl"

@@ -1,4 +1,4 @@
-"""RL with targeted text feedback on the tool-calling environment (`composer_jax.rl.train`).
+"""RL with targeted text feedback on the tool-calling environment (`composer_jax.rl.run`).
 
     python -m experiments.run --config=experiments/configs/rl_tool_feedback.py:sd
 
@@ -6,7 +6,7 @@ runs one arm in `workdir/rl_tool_feedback` (warm-up, then RL with metrics, check
 resume through the shared driver: `experiments/tool_feedback/program.py`, `composer_jax.rl.run`);
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m experiments.run \
-        --config=experiments/configs/rl_tool_feedback.py:sd,cp2_ep8
+        --config=experiments/configs/rl_tool_feedback.py:sd,layout=cp2_ep8
 
 the same arm on a named parallel layout (`layouts.py`). The config is an overlay on
 `base.py`'s schema: RL steps, seed and checkpoints in `train`, the RL optimizer in `optim`, the
@@ -14,7 +14,8 @@ sampler, modes and probes in `rl`, the loss in `loss`; `env` and `warmup` are th
 
     python -m experiments.figures.text_feedback --workdir=workdir/text_feedback
 
-runs every arm of both behaviours for several seeds. `get_config('ARM[,BEHAVIOUR][,LAYOUT]')`:
+runs every arm of both behaviours for several seeds. `get_config(arg)` (`base.parse_arg`:
+'ARM[,behaviour=BEHAVIOUR][,layout=LAYOUT]', e.g. 'sd', 'penalty,behaviour=verbose'):
   arms       'rl'       beta = 0: RL only (GRPO/DAPO clipped policy gradient on the task reward);
              'sd'       RL + beta * SD, the self-distillation KL on the flagged turns, teacher =
                         the policy itself with the hint before that turn, as its EMA (the
@@ -45,8 +46,9 @@ targeted text feedback".
 
 import ml_collections
 
+from composer_jax import optim
 from composer_jax.rl import teacher_weights
-from experiments.configs import base, layouts
+from experiments.configs import base
 
 # arm -> (sd_coef, turn_penalty)
 ARMS = {"rl": (0.0, 0.0), "sd": (1.0, 0.0), "penalty": (0.0, 1.0), "both": (1.0, 1.0)}
@@ -57,21 +59,19 @@ def split_arm(arm: str) -> tuple[str, str | None]:
   """'sd_live' -> ('sd', 'live'), 'rl' -> ('rl', None): the arm's kind and its SD teacher."""
   kind, _, teacher = arm.partition("_")
   if kind not in ARMS or (teacher and teacher not in teacher_weights.TEACHERS):
-    raise ValueError(f"arm {arm!r}; valid: {sorted(ARMS)}, optionally with _TEACHER, TEACHER "
+    raise ValueError(f"arm={arm!r}; valid: {sorted(ARMS)}, optionally with _TEACHER, TEACHER "
                      f"in {teacher_weights.TEACHERS} (e.g. 'sd_live')")
   return kind, teacher or None
 
 
 def get_config(arg=None):
-  """`arg` = 'ARM[,BEHAVIOUR][,LAYOUT]' (module docstring; LAYOUT a named layout of
-  `layouts.py`), e.g. 'sd', 'penalty,verbose', 'sd,cp2_ep8'."""
-  arm, *rest = (arg or "sd").split(",")
+  """`arg`: arm, behaviour and layout (module docstring; layout a named layout of `layouts.py`,
+  'single' = one device)."""
+  arg = base.parse_arg(arg, arm="sd", behaviour="tools", layout="single")
+  arm, behaviour = arg.arm, arg.behaviour
   kind, teacher = split_arm(arm)
-  behaviour = rest.pop(0) if rest and rest[0] in BEHAVIOURS else "tools"
-  layout = rest.pop(0) if rest else ""
-  if rest or (layout and layout not in layouts.LAYOUTS):
-    raise ValueError(f"config arg {arg!r}: after the arm, an optional behaviour {BEHAVIOURS} "
-                     f"then an optional layout {sorted(layouts.LAYOUTS)}")
+  if behaviour not in BEHAVIOURS:
+    raise ValueError(f"behaviour={behaviour!r}; valid: {list(BEHAVIOURS)}")
   c = base.get_base_config()
   c.program = "rl"
   c.arm, c.behaviour = arm, behaviour
@@ -88,10 +88,10 @@ def get_config(arg=None):
   # change: targeted, as before).
   c.warmup = ml_collections.ConfigDict(
     dict(steps=400, batch_size=32, seq_len=192 if long else 64, hint_prob=0.5, log_every=50,
-         router_bias_rate=1e-3, hint_all_tools=long, verbose_prob=0.0 if long else 0.5)
+         ckpt_every=100, router_bias_rate=1e-3, hint_all_tools=long,
+         verbose_prob=0.0 if long else 0.5)
   )
-  c.warmup.optim = base.get_base_config().optim
-  c.warmup.optim.update(dict(total_steps=c.warmup.steps, warmup_steps=20))
+  c.warmup.optim = optim.default_config()  # total_steps 0: the warm-up's steps
   # RL: 80 steps, checkpoints (`composer_jax.rl.run`) every 20 steps, at the end and on SIGTERM.
   c.train.update(dict(steps=80, log_every=10, ckpt_every=20, keep=2, seed=0))
   if long:
@@ -122,6 +122,5 @@ def get_config(arg=None):
   # is not stable enough for here (its hint reading can decay: RESULTS.md, "teacher kinds");
   # the frozen warmed-up model is the ablation ('sd_frozen').
   c.loss.teacher = teacher or "ema"
-  if layout:
-    base.set_layout(c, layout)
+  base.set_layout(c, arg.layout)
   return c

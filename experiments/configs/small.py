@@ -10,8 +10,9 @@ from experiments.configs import base
 
 
 def get_config(arg=None):
-  del arg
+  arg = base.parse_arg(arg, layout="single")
   c = base.get_base_config()
+  base.set_layout(c, arg.layout)
   c.model.preset = "small"
   c.train.update(dict(steps=20_000, batch_size=64, seq_len=2048, grad_accum=4, log_every=50,
                       eval_every=1000, eval_batches=16, ckpt_every=1000, loss_chunk=4096))

@@ -5,7 +5,11 @@
 For each behaviour of `experiments/configs/rl_tool_feedback.py` ('tools': calls to unavailable
 tools, hint = the reminder listing the available tools; 'verbose': verbose answers, hint =
 'keep messages short') and each seed: one supervised warm-up, then every arm from the same
-warmed-up weights, with the same tasks, sampling keys and episodes per step:
+warmed-up weights, with the same tasks, sampling keys and episodes per step, each a run of
+the program `python -m experiments.run --config=experiments/configs/rl_tool_feedback.py`
+runs (`tool_feedback.program.warmed_up`, `rl.run`) in `--workdir/<behaviour>/seed<k>/`
+(`warmup/` shared by the arms, one directory per arm): a figure run that stops resumes where
+it stopped, and its rows are read from each arm's metrics.jsonl:
   rl       RL only (beta = 0);
   sd       RL + beta * SD on the flagged turns (the report's method; the config's teacher,
            the EMA policy);
@@ -13,7 +17,7 @@ warmed-up weights, with the same tasks, sampling keys and episodes per step:
   both     RL + SD + the penalty;
   ARM_TEACHER  an arm with that SD teacher (`loss.teacher`), e.g.
            `--arms=rl,sd_live,sd_ema,sd_frozen`, paired by seed like the others.
-Writes to --workdir:
+Writes to --workdir, besides the runs:
   text_feedback.csv          one row per (behaviour, arm, seed, RL step): every metric;
   text_feedback_summary.csv  per (behaviour, arm, step): mean and 95% t-interval over seeds of
                              the behaviour rate, the reward and the probe KL;
@@ -68,7 +72,7 @@ RATES = {"tools": ("unavailable_rate", "calls to unavailable tools"),
          "verbose": ("verbose_rate", "verbose answers")}
 CURVES = ("rate", "reward", "probe_kl")
 SMOKE = {
-  "warmup": dict(steps=2, batch_size=4, log_every=1),
+  "warmup": dict(steps=2, batch_size=4, log_every=1, ckpt_every=1),
   "train": dict(steps=2, log_every=1),
   "rl": dict(groups=2, group_size=2, teacher_rows=4, probe_count=4),
 }
@@ -78,32 +82,40 @@ def arm_config(arm: str, seed: int, smoke: bool, behaviour: str = "tools", steps
   """The arm's run config for `seed`; `steps` > 0 replaces its RL steps."""
   from experiments.configs import rl_tool_feedback
 
-  c = rl_tool_feedback.get_config(f"{arm},{behaviour}")
+  c = rl_tool_feedback.get_config(f"{arm},behaviour={behaviour}")
   c.train.seed = seed
   if steps:
     c.train.steps = steps
   if smoke:
     for section, fields in SMOKE.items():
       c[section].update(fields)
-    c.warmup.optim.update(dict(total_steps=c.warmup.steps, warmup_steps=1))
+    c.warmup.optim.warmup_steps = 1
   return c
 
 
-def seed_rows(behaviour: str, seed: int, arms: list[str], smoke: bool, steps: int = 0
-              ) -> list[dict]:
-  """One seed of one behaviour: one warm-up (`tool_feedback.program.warmup`), then each arm's
-  RL steps from it in memory (`rl.train.train`); one row per (arm, RL step `step` = steps
-  done before it, from 0), with `behaviour`, `arm`, `seed` and the warm-up's last CE."""
-  from composer_jax.rl import train as rl_train
+def seed_rows(workdir: str, behaviour: str, seed: int, arms: list[str], smoke: bool,
+              steps: int = 0) -> list[dict]:
+  """One seed of one behaviour in `<workdir>/<behaviour>/seed<seed>/`: the warm-up
+  (`warmup/`), then each arm's RL run (`<arm>/`, `steps` > 0: that many RL steps), each resumed
+  or skipped when already there; one row per (arm, RL step `step` = steps done before it, from
+  0) of each arm's metrics.jsonl, with `behaviour`, `arm`, `seed` and the warm-up's last CE."""
+  from composer_jax.rl import run as rl_run
+  from composer_jax.train.metrics import read_metrics
   from experiments.tool_feedback import program
 
-  init, ce = program.warmup(arm_config(arms[0], seed, smoke, behaviour))
+  directory = os.path.join(workdir, behaviour, f"seed{seed}")
+  configs = {arm: arm_config(arm, seed, smoke, behaviour, steps) for arm in arms}
+  for c in configs.values():  # one compile cache for every run of the figure
+    c.train.compile_cache_dir = os.path.join(workdir, "compile_cache")
+  init = program.warmed_up(configs[arms[0]], directory)
+  ce = read_metrics(os.path.join(directory, "warmup"))[-1]["ce"]
   logging.info("%s seed %d: warm-up CE %.4f", behaviour, seed, ce)
   rows = []
-  for arm in arms:
-    config = arm_config(arm, seed, smoke, behaviour, steps)
-    for r in rl_train.train(config, program.make_env(config), init):
-      rows.append(dict(behaviour=behaviour, arm=arm, seed=seed, warmup_ce=ce, **r))
+  for arm, config in configs.items():
+    run_dir = os.path.join(directory, arm)
+    rl_run.run(config, run_dir, program.make_env(config), init)
+    rows += [dict(behaviour=behaviour, arm=arm, seed=seed, warmup_ce=ce,
+                  **{**r, "step": r["step"] - 1}) for r in read_metrics(run_dir)]
   return rows
 
 
@@ -306,7 +318,7 @@ def main(argv):
   rows = []
   for behaviour in FLAGS.behaviours:
     for seed in range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds):
-      rows += seed_rows(behaviour, seed, FLAGS.arms, FLAGS.smoke, FLAGS.steps)
+      rows += seed_rows(FLAGS.workdir, behaviour, seed, FLAGS.arms, FLAGS.smoke, FLAGS.steps)
       logging.info("%s seed %d done (%.0f s)", behaviour, seed, time.time() - t0)
       _write_csv(path, rows)  # after every seed: a long run that stops keeps what it has
   write_outputs(FLAGS.workdir, rows, FLAGS.smoke)

@@ -2,32 +2,30 @@
 
     make_env(config)        `envs.tools.ToolEnv` (the `rl.env.Env` plug-in) from `config.env`
                             and the feedback kinds of `config.rl`.
-    warmup(config)          supervised steps on scripted episodes (`envs.tools.warmup`): the
-                            tool-call format, and reading the reminder hint when it is there.
+    warmup_config(config)   the warm-up as a supervised run config: steps on scripted episodes
+                            (`envs.tools.warmup`): the tool-call format, and reading the
+                            reminder hint when it is there.
     warmed_up(config, workdir)
-                            the warm-up, computed once and saved under
-                            `<workdir>/warmup/checkpoints`.
+                            {'params', 'router'} after the warm-up: the one supervised loop
+                            (`train.loop.trained_variables`) in `<workdir>/warmup`, with its
+                            metrics, checkpoints and resume; read back when it is done.
     run(config, workdir)    warm-up (or its checkpoint), then RL steps through `rl.run`.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import operator
 import os
 
-import jax
 import ml_collections
 import numpy as np
-from absl import logging
 
 from composer_jax.envs.tools.env import ToolEnv
 from composer_jax.envs.tools.vocab import Vocab
-from composer_jax.envs.tools.warmup import warmup_batch
-from composer_jax.model.config import ModelConfig
+from composer_jax.envs.tools.warmup import warmup_batches
+from composer_jax.model.config import model_config
 from composer_jax.rl import run as rl_run
-from composer_jax.train import checkpointing, loop, placement, programs
+from composer_jax.rl import scripted
+from composer_jax.train import checkpointing, compile_cache, loop
 
 # What the warm-up depends on besides the model: a saved warm-up is reused only if they match.
 _WARMUP_KEYS = (("train", "seed"), ("env",), ("warmup",))
@@ -36,7 +34,7 @@ _WARMUP_KEYS = (("train", "seed"), ("env",), ("warmup",))
 def make_env(config) -> ToolEnv:
   """The environment of `config.env`, flagging turns with `config.rl.feedback_kinds`."""
   vocab = Vocab()
-  model_vocab = loop.model_config(config).vocab_size
+  model_vocab = model_config(config.model).vocab_size
   if model_vocab < vocab.size:
     raise ValueError(
       f"model vocab_size={model_vocab} must be >= the environment vocabulary ({vocab.size} words)"
@@ -48,75 +46,59 @@ def make_env(config) -> ToolEnv:
 
 def validate(config) -> None:
   """One-line ValueErrors for warm-up settings that cannot work."""
-  for name in ("steps", "batch_size", "seq_len", "log_every"):
+  for name in ("steps", "batch_size", "seq_len", "log_every", "ckpt_every"):
     if config.warmup[name] < 1:
       raise ValueError(f"warmup.{name}={config.warmup[name]} must be >= 1")
+  for name in ("hint_prob", "verbose_prob"):
+    if not 0.0 <= config.warmup[name] <= 1.0:
+      raise ValueError(f"warmup.{name}={config.warmup[name]} must be in [0, 1]")
+  try:
+    loop.validate(warmup_config(config))
+  except ValueError as e:
+    raise ValueError(f"the warm-up's {e}") from None
 
 
 def warmup_config(config) -> ml_collections.ConfigDict:
   """The warm-up as a supervised run config: `config` with the `warmup` section's optimizer,
-  batch shape and router-bias rate, full-vocabulary loss chunks and no z-loss."""
+  steps, batch shape, logging, checkpoints and router-bias rate, full-vocabulary loss chunks
+  and no z-loss."""
   w = config.warmup
-  c = config.copy_and_resolve_references()
-  c.optim = w.optim.copy_and_resolve_references()
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.optim = ml_collections.ConfigDict(w.optim.to_dict())
   c.train.update(dict(steps=w.steps, batch_size=w.batch_size, seq_len=w.seq_len, grad_accum=1,
-                      loss_chunk=loop.model_config(config).vocab_size, z_loss=0.0,
-                      router_bias_rate=w.router_bias_rate))
+                      loss_chunk=model_config(config.model).vocab_size, z_loss=0.0,
+                      router_bias_rate=w.router_bias_rate, log_every=w.log_every,
+                      ckpt_every=w.ckpt_every, keep=1, init_from=""))
   return c
 
 
-def warmup(config) -> tuple[dict, float]:
-  """Supervised warm-up from a random init; returns ({'params', 'router'}, last step's CE).
-
-  Runs the supervised trainer's program (`train.programs`: same layout, same compile cache,
-  shared by every seed of a sweep) on generated batches of scripted episodes.
-  """
-  model_cfg, env, w = loop.model_config(config), make_env(config), config.warmup
-  progs = programs.programs(warmup_config(config), model_cfg)
-  state = progs.init(jax.random.PRNGKey(config.train.seed), None)
-  rng = np.random.default_rng([config.train.seed, 0])
-  ce = float("nan")
-  for i in range(w.steps):
-    batch = warmup_batch(env, rng, w.batch_size, w.seq_len, w.hint_prob, w.hint_all_tools,
-                         w.verbose_prob)
-    # Every process generates the same batch (same rng) and keeps its rows.
-    state, metrics = progs.train_step(state, placement.to_global(
-        {k: v[None] for k, v in batch.items()}, progs.train_batch_sharding, whole=True))
-    if i == w.steps - 1 or (i + 1) % w.log_every == 0:
-      ce = float(metrics["ce"])
-      logging.info("warmup step %d ce %.4f", i + 1, ce)
-  return {"params": state.params, "router": state.router}, ce
-
-
-def _get(config, path: tuple[str, ...]):
-  return functools.reduce(operator.getitem, path, config)
-
-
 def warmed_up(config, workdir: str) -> dict:
-  """{'params', 'router'} after the supervised warm-up: restored from `<workdir>/warmup`
-  when there, else computed (`warmup`) and saved there (`train.checkpointing.Checkpointer`)."""
-  ckpt = checkpointing.Checkpointer(os.path.join(workdir, "warmup"), keep=1)
+  """{'params', 'router'} after the supervised warm-up in `<workdir>/warmup` (module
+  docstring); its tasks and the scripted agent's choices come from one generator seeded by
+  `train.seed`.
+
+  Raises:
+    ValueError: `<workdir>/warmup` holds a warm-up made with other env, warm-up or seed
+      settings.
+  """
+  directory = os.path.join(workdir, "warmup")
+  ckpt = checkpointing.Checkpointer(directory, keep=1)
   try:
     step = ckpt.latest_step()
-    model_cfg = loop.model_config(config)
     if step is not None:
-      saved = ckpt.saved_config(step)
-      checkpointing.check_same_model(ModelConfig.from_dict(saved["model"]), model_cfg,
-                                     f"{workdir}/warmup")
-      current = json.loads(json.dumps(config.to_dict()))  # tuples -> lists, as saved
-      changed = [".".join(k) for k in _WARMUP_KEYS
-                 if _get(saved["run"], k) != _get(current, k)]
-      if changed:
-        raise ValueError(f"{workdir}/warmup was made with other {', '.join(changed)} settings "
-                         f"than this config; use a fresh --workdir or the saved settings")
-      logging.info("Warm-up restored from %s/%d", ckpt.directory, step)
-      target = programs.programs(warmup_config(config), model_cfg).target
-      return ckpt.restore(step, {"params": target.params, "router": target.router})
-    variables, _ = warmup(config)
-    ckpt.save(config.warmup.steps, variables, {}, model_cfg, config.to_dict())
-    return variables
+      checkpointing.check_same_settings(ckpt.saved_config(step)["run"], config, _WARMUP_KEYS,
+                                        f"{directory} holds a warm-up")
   finally:
     ckpt.close()
+  w = config.warmup
+  batches = warmup_batches(make_env(config), np.random.default_rng([config.train.seed, 0]),
+                           batch_size=w.batch_size, seq_len=w.seq_len, hint_prob=w.hint_prob,
+                           hint_all_tools=w.hint_all_tools, verbose_prob=w.verbose_prob)
+  warmup = warmup_config(config)
+  # The RL run's compile cache (one directory per process: the first one set is used).
+  cache = compile_cache.cache_dir(config.train.compile_cache_dir, workdir)
+  warmup.train.compile_cache_dir = cache or compile_cache.OFF
+  return loop.trained_variables(warmup, directory, scripted.data(batches))
 
 
 def run(config, workdir: str) -> list[dict]:

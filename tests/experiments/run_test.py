@@ -55,14 +55,17 @@ _CONFIGS = "configs in experiments/configs/: default.py, kimi_k2_continued.py, "
 
 @pytest.mark.parametrize("case", ["unknown_field", "unknown_config", "bad_value", "empty_data",
                                   "other_model", "syntax_error", "missing_with_override",
-                                  "not_a_run_config", "bad_config_arg", "bad_override_value",
-                                  "workdir_is_file", "locked"])
+                                  "not_a_run_config", "bad_config_arg", "unknown_config_option",
+                                  "bad_override_value",
+                                  "workdir_is_file", "locked", "shared_compile_cache"])
 def test_bad_input_is_one_line_error(case, tmp_path):
   empty = tmp_path / "empty"
   empty.mkdir()
   (tmp_path / "syntax.py").write_text("def get_config(:\n")
   (tmp_path / "file").write_text("")
-  locked = tmp_path / "locked"
+  locked, shared = tmp_path / "locked", tmp_path / "shared"
+  shared.mkdir()
+  os.chmod(shared, 0o777)
   if case == "locked":  # The holder is this test process.
     lock = workdir_lock.acquire(str(locked))
   args, expected = {
@@ -85,8 +88,13 @@ def test_bad_input_is_one_line_error(case, tmp_path):
                            "'experiments/configs/layouts.py' is not a run config (it sets no "
                            f"`program`, one of ['lm', 'rl']); {_CONFIGS}"),
       "bad_config_arg": (["--config=experiments/configs/rl_tool_feedback.py:bad"],
-                         "'experiments/configs/rl_tool_feedback.py:bad': ValueError: arm "
+                         "'experiments/configs/rl_tool_feedback.py:bad': ValueError: arm="
                          "'bad'; valid: ['both', 'penalty', 'rl', 'sd']"),
+      "unknown_config_option": (
+          ["--config=experiments/configs/rl_tool_feedback.py:sd,fsdp_ep"],
+          "'experiments/configs/rl_tool_feedback.py:sd,fsdp_ep': ValueError: config arg "
+          "'sd,fsdp_ep': 'fsdp_ep' is not an option (key=value, the first option's value alone "
+          "first); options (defaults): arm='sd', behaviour='tools', layout='single'"),
       "bad_override_value": (["--config.train.steps=abc"],
                              "flag --config.train.steps=abc: invalid literal for int()"),
       "workdir_is_file": ([f"--workdir={tmp_path / 'file'}"],
@@ -95,6 +103,10 @@ def test_bad_input_is_one_line_error(case, tmp_path):
       "locked": ([f"--workdir={locked}"],
                  f"--workdir {locked} is in use by pid {os.getpid()} on host "
                  f"'{socket.gethostname()}'"),
+      "shared_compile_cache": (
+          [f"--config.train.compile_cache_dir={shared}"],
+          f"train.compile_cache_dir {shared} is writable by its group or others (mode "
+          "drwxrwxrwx): a compiled program read from it runs as this user"),
   }[case]
   if not any(a.startswith("--workdir") for a in args):
     args.append(f"--workdir={tmp_path / 'work'}")

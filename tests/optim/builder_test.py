@@ -15,7 +15,8 @@ from composer_jax.parallel import rules
 from composer_jax.parallel.mesh import make_meshes
 from experiments.configs import layouts
 
-# A miniature of SPEC.md's parameter tree: (shape, logical axes) per leaf.
+# A miniature of the model's parameter tree (`transformer.logical_axes`): (shape, logical axes)
+# per leaf.
 LEAVES = {
     "embed": {"embedding": ((32, 16), ("vocab", "embed"))},
     "moe_layers": {

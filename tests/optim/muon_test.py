@@ -11,7 +11,8 @@ from optax import contrib
 from composer_jax.model import axes as axes_lib
 from composer_jax.optim import muon, newton_schulz
 
-# One leaf per parameter kind of SPEC.md's tree (small dims), with its logical axes.
+# One leaf per parameter kind of the model's tree (`transformer.logical_axes`; small dims),
+# with its logical axes.
 KINDS = {
     "q_b": ((16, 4, 12), ("q_lora", "heads", "head_dim")),  # MLA, per head
     "kv_a": ((24, 20), ("embed", "kv_lora")),

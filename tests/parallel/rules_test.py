@@ -12,7 +12,8 @@ from composer_jax.parallel.mesh import default_mesh_config, make_meshes
 from composer_jax.parallel.rules import activation_sharding, default_rules, param_shardings
 from experiments.configs import layouts
 
-# A slice of the SPEC parameter tree (tiny-model dims): logical names and shapes.
+# A slice of the model's parameter tree (`transformer.logical_axes`, tiny-model dims): logical
+# names and shapes.
 _AXES = {
     "embed": ("vocab", "embed"),
     "gate": ("layers", "embed", "mlp"),

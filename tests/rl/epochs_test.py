@@ -12,7 +12,7 @@ from scipy import special
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 from composer_jax.rl import epochs, losses
-from composer_jax.rl.config import rl_loss_config
+from composer_jax.rl.config import default_loss_config
 from tests.model.random_variables import random_variables
 
 _CFG = ModelConfig(num_layers=1, first_k_dense_replace=1, vocab_size=64)
@@ -42,7 +42,7 @@ def _setup():
     group_index=np.repeat(np.arange(2), B // 2).astype(np.int32),
     staleness=np.ones(B, np.int32),
   )
-  cfg = rl_loss_config()
+  cfg = default_loss_config()
   cfg.update(clip_eps_low=EPS_LO, clip_eps_high=EPS_HI, tis_cap=CAP, vocab_chunk_size=64)
   return variables, batch, cfg
 

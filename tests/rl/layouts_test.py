@@ -1,6 +1,6 @@
 """The RL update under every named layout on 8 fake devices == the single-device update.
 
-The RL update (`rl.train.update_program`: policy forward on the trajectories, teacher forward
+The RL update (`rl.programs.update_program`: policy forward on the trajectories, teacher forward
 on the teacher rows, RL + SD loss, optimizer) is built from the supervised trainer's programs,
 so each layout runs what the trainer does there: sharded Muon, expert-parallel MoE dispatch,
 context-parallel attention (`cp2_ep8`: rows in zig-zag order, slot positions remapped). The
@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 
 from composer_jax.model import transformer
+from composer_jax.model.config import model_config
 from composer_jax.optim import param_labels
 from composer_jax.parallel import rules as rules_lib
 from composer_jax.rl import mesh as rl_mesh
-from composer_jax.rl import train as rl_train
+from composer_jax.rl.programs import update_program
+from composer_jax.rl.state import initial_state
 from composer_jax.rl.teacher import DistillTarget, build_teacher_batch
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
-from composer_jax.train import loop
 from experiments.configs import base, layouts, rl_tool_feedback
 from tests.compile_options import FAST_COMPILE
 
@@ -71,9 +72,9 @@ def _batches(reuse_prefix=False):
 def _update(layout, init, optim="muon"):
   """(metrics, new params, new opt_state, program) of one RL update under `layout`."""
   config = _config(layout, optim)
-  model_cfg = loop.model_config(config)
-  prog = rl_train.update_program(config, model_cfg)
-  state = rl_train.initial_state(config, init)
+  model_cfg = model_config(config.model)
+  prog = update_program(config, model_cfg)
+  state = initial_state(config, init)
   batch, teacher = _batches()
   batch_g = rl_mesh.place_batch(batch, prog.per_token)
   teacher_g = rl_mesh.place_batch(teacher, prog.per_token, student_length=L)
@@ -88,7 +89,7 @@ def _update(layout, init, optim="muon"):
 
 @pytest.fixture(scope="module")
 def init():
-  return jax.device_get(transformer.init(loop.model_config(_config("single")), jax.random.key(0)))
+  return jax.device_get(transformer.init(model_config(_config("single").model), jax.random.key(0)))
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +110,7 @@ def test_rl_update_matches_single_device(init, reference, layout, optim):
   chex.assert_trees_all_close(jax.device_get(params), want_params, atol=TOL, rtol=TOL)
   chex.assert_trees_all_close(jax.device_get(opt_state), want_opt, atol=TOL, rtol=TOL)
   config = _config(layout, optim)
-  axes = transformer.logical_axes(loop.model_config(config))["params"]
+  axes = transformer.logical_axes(model_config(config.model))["params"]
   # Muon weights: this step's change agrees to 1e-4 of its size (see tests/train/layouts_test).
   for (path, new), ref, old, label in zip(
       jax.tree_util.tree_leaves_with_path(jax.device_get(params)), jax.tree.leaves(want_params),

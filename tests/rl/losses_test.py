@@ -9,7 +9,7 @@ import pytest
 from scipy import special
 
 from composer_jax.rl import losses
-from composer_jax.rl.config import rl_loss_config
+from composer_jax.rl.config import default_loss_config
 from composer_jax.rl.teacher import DistillTarget, build_teacher_batch
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
 
@@ -149,7 +149,7 @@ CASES = {
 
 @functools.cache
 def _loss_fn(case):
-  cfg = rl_loss_config()
+  cfg = default_loss_config()
   cfg.update(dict(vocab_chunk_size=5, teacher="live", tis_cap=2.0) | CASES[case])
   return cfg, losses.make_loss_fn(cfg)
 
@@ -228,7 +228,7 @@ def test_teacher_gets_no_gradient_and_env_padding_tokens_do_nothing():
 
 def test_chunking_does_not_change_loss_or_grads():
   batch, tb, m = _data()
-  cfg = rl_loss_config()
+  cfg = default_loss_config()
   cfg.update(teacher="live", vocab_chunk_size=4, token_chunk_size=7, support="topk", top_k=3)
   chunked = losses.make_loss_fn(cfg)
   cfg.update(vocab_chunk_size=V, token_chunk_size=0)
@@ -321,12 +321,12 @@ def test_normalize(kind):
     ("rl_normalization", "mean", "rl_normalization='mean'"),
     ("support", "all", "support='all'"),
     ("jsd_beta", 1.0, "jsd_beta=1.0"),
-    ("clip_eps_low", 1.0, "clip eps low=1.0"),
+    ("clip_eps_low", 1.0, "clip_eps_low=1.0"),
     ("ref_kl_estimator", "k4", "ref_kl_estimator='k4'"),
   ],
 )
 def test_bad_config(field, value, match):
-  cfg = rl_loss_config()
+  cfg = default_loss_config()
   cfg[field] = value
   with pytest.raises(ValueError, match=match):
     losses.make_loss_fn(cfg)

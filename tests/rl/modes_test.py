@@ -16,9 +16,9 @@ import pytest
 from scipy import special
 
 from composer_jax.model import transformer
+from composer_jax.model.config import model_config
 from composer_jax.rl import run as rl_run
-from composer_jax.rl import train as rl_train
-from composer_jax.train import loop
+from composer_jax.train import load_checkpoint
 from experiments.configs import rl_tool_feedback
 from tests.rl.toy_env import ToyEnv
 
@@ -27,7 +27,7 @@ TRAINER = 4  # devices 0-3 (layout fsdp, mesh.fsdp=4); the sampler's are 4-7 whe
 
 
 def _config(mode="colocated", staleness=0):
-  c = rl_tool_feedback.get_config("sd,fsdp")
+  c = rl_tool_feedback.get_config("sd,layout=fsdp")
   c.mesh.fsdp = TRAINER
   c.train.steps = STEPS
   c.optim.lr = c.optim.adam_lr = 1e-2  # large steps: stale weights sample differently
@@ -37,32 +37,32 @@ def _config(mode="colocated", staleness=0):
   return c
 
 
-def _run(config):
-  """(per-step rows without wall-clock times, final params) of RL from a random init."""
-  init = jax.device_get(transformer.init(loop.model_config(config), jax.random.key(0)))
-  rows, states = [], []
-  for row, state in rl_train.rl_steps(config, ToyEnv(), init):
-    rows.append({k: v for k, v in row.items() if "seconds" not in k and "bytes" not in k})
-    states.append(state)
-  return rows, jax.device_get(states[-1].params)
+def _run(config, workdir):
+  """(per-step records without wall-clock times, final params) of an RL run from a random
+  init."""
+  init = jax.device_get(transformer.init(model_config(config.model), jax.random.key(0)))
+  records = rl_run.run(config, str(workdir), ToyEnv(), init)
+  rows = [{k: v for k, v in r.items() if "seconds" not in k and "bytes" not in k}
+          for r in records]
+  return rows, load_checkpoint.load(str(workdir))[1]["params"]
 
 
 @pytest.fixture(scope="module")
-def colocated():
-  return _run(_config())
+def colocated(tmp_path_factory):
+  return _run(_config(), tmp_path_factory.mktemp("colocated"))
 
 
 @pytest.mark.slow
-def test_disaggregated_with_staleness_0_equals_colocated(colocated):
-  rows, params = _run(_config("disaggregated", 0))
+def test_disaggregated_with_staleness_0_equals_colocated(colocated, tmp_path):
+  rows, params = _run(_config("disaggregated", 0), tmp_path)
   assert [r["staleness"] for r in rows] == [0.0] * STEPS
   assert rows == colocated[0]  # same episodes, rewards, losses and metrics: float equality
   chex.assert_trees_all_equal(params, colocated[1])
 
 
 @pytest.mark.slow
-def test_staleness_1_samples_with_the_previous_weights(colocated):
-  rows, _ = _run(_config("disaggregated", 1))
+def test_staleness_1_samples_with_the_previous_weights(colocated, tmp_path):
+  rows, _ = _run(_config("disaggregated", 1), tmp_path)
   # Batch 0 waits for the initial weights; batch k >= 1 was sampled with step k - 1's.
   assert [r["staleness"] for r in rows] == [0.0, 1.0, 1.0]
   assert rows[0] == colocated[0][0]
@@ -88,14 +88,14 @@ def test_bad_mode_settings_are_one_line(change, message):
   assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_trajectory_longer_than_the_sampler_cache_is_one_line():
+def test_trajectory_longer_than_the_sampler_cache_is_one_line(tmp_path):
   config = _config()
   config.mesh.fsdp = 1
   config.rl.prompt_len = 2  # the first turn has 3 tokens
-  init = jax.device_get(transformer.init(loop.model_config(config), jax.random.key(0)))
+  init = jax.device_get(transformer.init(model_config(config.model), jax.random.key(0)))
   with pytest.raises(ValueError, match=r"an episode history has \d+ tokens > prompt_len 2; "
                                        r"raise prompt_len") as e:
-    rl_train.train(config, ToyEnv(), init)
+    rl_run.run(config, str(tmp_path), ToyEnv(), init)
   assert "\n" not in str(e.value)
 
 

@@ -15,10 +15,11 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from composer_jax.model import transformer
+from composer_jax.model.config import model_config
 from composer_jax.parallel import distributed
 from composer_jax.rl import mesh as rl_mesh
-from composer_jax.rl import train as rl_train
-from composer_jax.train import loop
+from composer_jax.rl.programs import update_program
+from composer_jax.rl.state import initial_state
 from tests.rl import layouts_test
 
 
@@ -39,10 +40,10 @@ def main(layout, coordinator, num_processes, process_id, init_path, out):
   distributed.initialize(distributed.Settings(
     coordinator=coordinator, num_processes=int(num_processes), process_id=int(process_id)))
   config = layouts_test._config(layout)
-  model_cfg = loop.model_config(config)
+  model_cfg = model_config(config.model)
   init = load_init(model_cfg, init_path)
-  prog = rl_train.update_program(config, model_cfg)
-  state = rl_train.initial_state(config, init)
+  prog = update_program(config, model_cfg)
+  state = initial_state(config, init)
   batch, teacher = layouts_test._batches()
   shardings = jax.tree.map(lambda t: t.sharding, prog.progs.target.params)
   args = (state.params, state.opt_state, jax.device_put(init["router"], prog.replicated),

@@ -12,12 +12,12 @@ from scipy import special
 
 from composer_jax.envs.tools import probe_contexts
 from composer_jax.model import transformer
+from composer_jax.model.config import model_config
 from composer_jax.rl import sd_probes
-from composer_jax.rl import train as rl_train
-from composer_jax.rl.config import rl_loss_config
+from composer_jax.rl.config import default_loss_config
 from composer_jax.rl.teacher import DistillTarget
 from composer_jax.rl.trajectory import Trajectory, Turn
-from composer_jax.train import loop
+from composer_jax.rl.update import make_update
 from experiments.configs import rl_tool_feedback
 from experiments.tool_feedback import program
 
@@ -39,7 +39,7 @@ def _probe_data():
 @pytest.mark.parametrize("teacher_kind", ["frozen", "trust_region"])
 def test_probe_metrics_match_numpy(teacher_kind):
   ps = _probe_data()
-  cfg = rl_loss_config()
+  cfg = default_loss_config()
   cfg.update(vocab_chunk_size=4, skip_first_tokens=1, teacher=teacher_kind,
              trust_region_alpha=0.3, divergence="jsd", support="sampled")  # probes ignore these
   rng = np.random.default_rng(0)
@@ -96,7 +96,7 @@ def test_sd_term_alone_closes_the_probe_gap():
   SD batch, a frozen teacher (another init, so the gap starts large): each update of the real
   RL step must lower the probe KL."""
   config = rl_tool_feedback.get_config("sd")
-  model_cfg, env = loop.model_config(config), program.make_env(config)
+  model_cfg, env = model_config(config.model), program.make_env(config)
   variables = transformer.init(model_cfg, jax.random.key(0))
   r = config.rl
   ps = probe_contexts.probe_set(env, np.random.default_rng(123), 8, seq_len=r.seq_len,
@@ -105,7 +105,7 @@ def test_sd_term_alone_closes_the_probe_gap():
   tb = {k: v for k, v in ps["teacher_batch"].items() if k not in ("probe_slot", "good_id")}
   loss_cfg = ml_collections.FrozenConfigDict(config.loss)
   tx = optax.adam(1e-3)
-  update = jax.jit(rl_train.make_update(model_cfg, loss_cfg, tx)[0])
+  update = jax.jit(make_update(model_cfg, loss_cfg, tx)[0])
   probe = jax.jit(sd_probes.make_probe_fn(model_cfg, loss_cfg))
   params, router = variables["params"], variables["router"]
   initial = (transformer.init(model_cfg, jax.random.key(1))["params"],)

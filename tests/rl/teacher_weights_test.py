@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from composer_jax.rl import teacher_weights as tw
-from composer_jax.rl.config import rl_loss_config
+from composer_jax.rl.config import default_loss_config
 
 
 def test_ema_update_matches_formula():
@@ -30,7 +30,7 @@ def test_ema_update_matches_formula():
   ],
 )
 def test_teacher_variables(teacher, expected, weights):
-  cfg = rl_loss_config()
+  cfg = default_loss_config()
   cfg.teacher, cfg.trust_region_alpha = teacher, 0.3
   got = tw.teacher_variables(cfg, "cur", ema=tw.EmaState("ema"), initial="init")
   assert got == expected
@@ -38,7 +38,7 @@ def test_teacher_variables(teacher, expected, weights):
 
 
 def test_errors():
-  cfg = rl_loss_config()
+  cfg = default_loss_config()
   cfg.teacher = "frozen"
   with pytest.raises(ValueError, match="needs `initial=`"):
     tw.teacher_variables(cfg, "cur")

@@ -7,11 +7,11 @@ import pytest
 
 from composer_jax.envs.tools.env import EpisodeState, ToolTask
 from composer_jax.model import transformer
+from composer_jax.model.config import model_config
 from composer_jax.rl import losses, rollout
-from composer_jax.rl.config import rl_loss_config
+from composer_jax.rl.config import default_loss_config
 from composer_jax.rl.episodes import Episode, run_episodes
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
-from composer_jax.train import loop
 from experiments.configs import rl_tool_feedback
 from experiments.tool_feedback import program
 from tests.rl import episode_checks
@@ -19,7 +19,7 @@ from tests.rl import episode_checks
 
 def test_sampled_episodes_are_deterministic_given_a_seed():
   config = rl_tool_feedback.get_config("sd")
-  model_cfg, env = loop.model_config(config), program.make_env(config)
+  model_cfg, env = model_config(config.model), program.make_env(config)
   variables = transformer.init(model_cfg, jax.random.key(0))
   policy = rollout.make_policy(model_cfg, config.rl, env.stop_ids, env.pad_id)
 
@@ -46,7 +46,7 @@ def test_sampled_episodes_are_deterministic_given_a_seed():
 
 
 def test_empty_teacher_batch_adds_nothing():
-  cfg = rl_loss_config()
+  cfg = default_loss_config()
   cfg.vocab_chunk_size = 16
   loss_fn = losses.make_loss_fn(ml_collections.FrozenConfigDict(cfg))
   turns = [Turn([1, 2, 3]), Turn([4, 5], [-1.0, -2.0]), Turn([6])]
@@ -90,5 +90,5 @@ def test_model_vocab_must_hold_the_env_words():
   config.model.overrides["vocab_size"] = 16
   with pytest.raises(ValueError, match="vocab_size=16 must be >= the environment vocabulary"):
     program.make_env(config)
-  with pytest.raises(ValueError, match="arm 'beta'"):
+  with pytest.raises(ValueError, match="arm='beta'"):
     rl_tool_feedback.get_config("beta")

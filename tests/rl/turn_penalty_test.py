@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from composer_jax.rl import losses
-from composer_jax.rl.config import rl_loss_config
+from composer_jax.rl.config import default_loss_config
 from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch, turn_token_mask
 
 D, V = 4, 9
@@ -32,7 +32,7 @@ def test_turn_penalty_value_and_gradient_by_hand():
   d loss / d h_t = (c m_t / 7) W (onehot(y_t) - softmax(h_t W))."""
   batch = _batch()
   batch["flagged_mask"] = turn_token_mask(batch, [(0, 3)])
-  cfg = rl_loss_config()
+  cfg = default_loss_config()
   cfg.update(turn_penalty=0.5, tis_cap=0.0, vocab_chunk_size=4)
   fn = losses.make_loss_fn(ml_collections.FrozenConfigDict(cfg))
   rng = np.random.default_rng(0)
@@ -51,7 +51,7 @@ def test_turn_penalty_value_and_gradient_by_hand():
 
 
 def test_turn_penalty_needs_the_mask_and_a_sign():
-  cfg = rl_loss_config()
+  cfg = default_loss_config()
   cfg.turn_penalty = 1.0
   fn = losses.make_loss_fn(ml_collections.FrozenConfigDict(cfg))
   with pytest.raises(ValueError, match="flagged_mask"):

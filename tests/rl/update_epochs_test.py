@@ -1,5 +1,5 @@
 """The RL step's K minibatch epochs (`rl.epochs`, `rl.minibatches`) and teacher prefix reuse
-(`rl.teacher_prefix_reuse`) as the run config wires them (`rl.train.epoch_updates`,
+(`rl.teacher_prefix_reuse`) as the run config wires them (`rl.steps.epoch_updates`,
 `update_program`), against a float64 numpy clipped objective and the full teacher recompute."""
 
 import functools
@@ -11,11 +11,13 @@ import pytest
 from scipy import special
 
 from composer_jax.model import transformer
+from composer_jax.model.config import model_config
 from composer_jax.parallel import rules as rules_lib
 from composer_jax.rl import epochs, run
 from composer_jax.rl import mesh as rl_mesh
-from composer_jax.rl import train as rl_train
-from composer_jax.train import loop
+from composer_jax.rl.programs import update_program
+from composer_jax.rl.state import initial_state
+from composer_jax.rl.steps import epoch_updates
 from tests.rl import layouts_test
 
 K, M, STALE, CAP = 4, 2, 3, 1.5
@@ -36,10 +38,10 @@ _log_softmax = functools.partial(special.log_softmax, axis=-1)
 @functools.cache
 def _setup(layout="single", lr=0.03):
   config = _config(layout=layout, lr=lr)
-  model_cfg = loop.model_config(config)
+  model_cfg = model_config(config.model)
   init = jax.device_get(transformer.init(model_cfg, jax.random.key(0)))
-  prog = rl_train.update_program(config, model_cfg)
-  state = rl_train.initial_state(config, init)
+  prog = update_program(config, model_cfg)
+  state = initial_state(config, init)
   batch, _ = layouts_test._batches()
   # Behaviour log-probs around the random model's (~ -log 64): pi_old / pi_sampler in
   # (0.6, 2.2), truncated at CAP = 1.5 on part of the tokens.
@@ -57,7 +59,7 @@ _KEY = 5
 def _epochs(layout="single", lr=0.03):
   """(params, opt_state, history) of K epochs of M minibatch updates under `layout`."""
   _, _, _, prog, state, batch, router = _setup(layout, lr)
-  return rl_train.epoch_updates(
+  return epoch_updates(
     prog, state.params, state.opt_state, router, rl_mesh.place_batch(batch, prog.per_token),
     None, None, epochs=K, minibatches=M, key=jax.random.key(_KEY), staleness=STALE)
 
@@ -158,10 +160,10 @@ def test_teacher_prefix_reuse_equals_full_recompute_in_the_update():
   config = _config("sd")
   config.rl.update(dict(epochs=1, minibatches=1))
   config.optim.update(dict(lr=1e-4, adam_lr=1e-4))  # as tests/rl/layouts_test.py (AdamW, 1e-5)
-  model_cfg = loop.model_config(config)
+  model_cfg = model_config(config.model)
   _, _, init, _, _, _, _ = _setup()
-  prog = rl_train.update_program(config, model_cfg)
-  state = rl_train.initial_state(config, init)
+  prog = update_program(config, model_cfg)
+  state = initial_state(config, init)
   router = jax.device_put(init["router"], prog.replicated)
   batch, full = layouts_test._batches()
   _, reuse = layouts_test._batches(reuse_prefix=True)

@@ -1,71 +1,90 @@
-"""Precompiled programs: saved once, loaded (not traced) by a new instance, keyed safely."""
+"""The persistent compilation cache's checks: an untrusted directory is refused in one line;
+a foreign, world-writable, linked or truncated entry is deleted with a warning naming it, and
+the program is compiled again; every program (LM and RL runs) uses the run's cache setting."""
 
 import os
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from composer_jax.rl import run as rl_run
 from composer_jax.train import compile_cache
+from experiments.configs import rl_tool_feedback
 
 
-def _step(traces):
-  """A new step function (jax's in-memory caches never know it) that counts its traces."""
-
-  def step(state, x):
-    traces.append(1)
-    return {"w": state["w"] - 0.1 * x.sum(0)}, jnp.tanh(state["w"]) @ x.T
-
-  return step
-
-
-def _args(rows=3):
-  """Committed to one device, as the trainer's state and batches are (placed arrays)."""
-  rng = np.random.default_rng(0)
-  return jax.device_put(({"w": rng.standard_normal(4).astype(np.float32)},
-                         rng.standard_normal((rows, 4)).astype(np.float32)), jax.devices()[0])
-
-
-def _reference(state, x):  # numpy, by hand
-  w = np.asarray(state["w"])
-  return {"w": w - 0.1 * np.asarray(x).sum(0)}, np.tanh(w) @ np.asarray(x).T
+def test_untrusted_directory_is_one_line(tmp_path):
+  shared = tmp_path / "shared"
+  shared.mkdir(mode=0o777)
+  os.chmod(shared, 0o777)  # (mkdir's mode goes through the umask)
+  with pytest.raises(ValueError) as e:
+    compile_cache.enable(str(shared))
+  assert str(e.value).startswith(f"train.compile_cache_dir {shared} is writable by its group or "
+                                 "others (mode drwxrwxrwx): a compiled program read from it ")
+  (tmp_path / "file").write_text("")
+  with pytest.raises(ValueError, match="is not a directory"):
+    compile_cache.enable(str(tmp_path / "file"))
+  if os.getuid() == 0:  # root can make a directory another user owns
+    other = tmp_path / "other"
+    other.mkdir(mode=0o755)
+    os.chown(other, 1000, 1000)
+    with pytest.raises(ValueError, match=r"is owned by uid 1000, not this user \(0\)"):
+      compile_cache.enable(str(other))
 
 
-def _precompiled(traces, directory, settings="s"):
-  return compile_cache.Precompiled(_step(traces), "step", settings,
-                                   donate_argnums=(0,), directory=str(directory))
+def _compiled_entry(directory) -> str:
+  """A real cache entry: a function compiled with the cache on `directory`, then the cache
+  pointed back where it was (JAX opens its cache once per process: read its file here)."""
+  from jax._src import compilation_cache as cc
+
+  cc.reset_cache()
+  saved = jax.config.jax_compilation_cache_dir
+  jax.config.update("jax_compilation_cache_dir", str(directory))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  try:
+    np.testing.assert_allclose(jax.jit(lambda x: jnp.tanh(x) * 3.0)(np.ones(3, np.float32)),
+                                np.tanh(np.ones(3)) * 3.0, rtol=1e-6)
+  finally:
+    cc.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", saved)
+  (name,) = [f for f in os.listdir(directory) if f.endswith("-cache")]
+  return name
 
 
-def _files(directory):
-  return sorted(os.listdir(os.path.join(directory, "aot")))
+def test_bad_entries_are_deleted_with_a_warning_naming_them(tmp_path, caplog):
+  good = _compiled_entry(tmp_path)
+  blob = (tmp_path / good).read_bytes()
+  (tmp_path / "truncated-cache").write_bytes(blob[: len(blob) // 2])  # a write cut short
+  (tmp_path / "writable-cache").write_bytes(blob)
+  os.chmod(tmp_path / "writable-cache", 0o666)
+  os.symlink(tmp_path / good, tmp_path / "link-cache")
+  bad = {"truncated-cache": "does not decompress", "writable-cache": "is writable by its group",
+         "link-cache": "is a link"}
+  if os.getuid() == 0:
+    (tmp_path / "foreign-cache").write_bytes(blob)
+    os.chown(tmp_path / "foreign-cache", 1000, 1000)
+    bad["foreign-cache"] = "is owned by uid 1000"
+  with caplog.at_level("WARNING"):
+    compile_cache.check_entries(str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == [good]  # the entry JAX wrote is kept
+  lines = [r.getMessage() for r in caplog.records]
+  for name, why in bad.items():
+    (line,) = [m for m in lines if f"{tmp_path}/{name} " in m]
+    assert why in line and line.endswith("; deleted it (compiled again)") and "\n" not in line
 
 
-def test_saved_then_loaded_without_tracing(tmp_path):
-  traces = []
-  want = _reference(*_args())
-  chex.assert_trees_all_close(_precompiled(traces, tmp_path)(*_args()), want, rtol=1e-6)
-  assert len(traces) == 1 and len(_files(tmp_path)) == 1
-  # A new instance (as in a new process) loads the executable: no trace, same result.
-  chex.assert_trees_all_close(_precompiled(traces, tmp_path)(*_args()), want, rtol=1e-6)
-  assert len(traces) == 1
+@pytest.mark.parametrize("setting", ["", "none", "cache"])
+def test_rl_runs_use_the_run_cache_setting(setting, tmp_path, monkeypatch):
+  """RL runs enable the cache as supervised runs do (before any compile)."""
+  config = rl_tool_feedback.get_config("sd")
+  config.train.compile_cache_dir = str(tmp_path / setting) if setting == "cache" else setting
 
+  def enable(directory):
+    raise StopIteration(directory)
 
-def test_other_settings_or_shapes_compile_anew(tmp_path):
-  traces = []
-  _precompiled(traces, tmp_path)(*_args())
-  _precompiled(traces, tmp_path, settings="other")(*_args())
-  got = _precompiled(traces, tmp_path)(*_args(rows=5))
-  chex.assert_trees_all_close(got, _reference(*_args(rows=5)), rtol=1e-6)
-  assert len(traces) == 3 and len(_files(tmp_path)) == 3
-
-
-def test_unreadable_entry_is_recompiled(tmp_path):
-  traces = []
-  _precompiled(traces, tmp_path)(*_args())
-  (path,) = _files(tmp_path)
-  with open(os.path.join(tmp_path, "aot", path), "wb") as f:
-    f.write(b"truncated")
-  got = _precompiled(traces, tmp_path)(*_args())
-  chex.assert_trees_all_close(got, _reference(*_args()), rtol=1e-6)
-  assert len(traces) == 2
+  monkeypatch.setattr(compile_cache, "enable", enable)
+  with pytest.raises(StopIteration) as e:
+    rl_run.run(config, str(tmp_path / "w"), env=None, init=None)
+  want = {"": str(tmp_path / "w" / "compile_cache"), "none": None, "cache": str(tmp_path / "cache")}
+  assert e.value.value == want[setting]

@@ -22,9 +22,10 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from composer_jax.model import transformer
+from composer_jax.model.config import model_config
 from composer_jax.optim import param_labels
 from composer_jax.parallel import rules as rules_lib
-from composer_jax.train import loop, placement, programs
+from composer_jax.train import placement, programs
 from experiments.configs import base, layouts
 from tests.compile_options import FAST_COMPILE
 from tests.train.conftest import tiny_config
@@ -93,7 +94,7 @@ def _batch(vocab):
 def _step(layout, state0, dispatch="dropless"):
   """(state before, state after, metrics, programs, remat log lines) of one train step."""
   config = _config(layout, dispatch)
-  model_cfg = loop.model_config(config)
+  model_cfg = model_config(config.model)
   progs = programs.programs(config, model_cfg)
   state = jax.device_put(state0, jax.tree.map(lambda t: t.sharding, progs.target))
   batch = placement.to_global(_batch(model_cfg.vocab_size), progs.train_batch_sharding)
@@ -106,7 +107,7 @@ def _step(layout, state0, dispatch="dropless"):
 @pytest.fixture(scope="module")
 def reference():
   config = _config("single")
-  progs = programs.programs(config, loop.model_config(config))
+  progs = programs.programs(config, model_config(config.model))
   state0 = jax.device_get(progs.init(jax.random.PRNGKey(0), None))
   _, new_state, metrics, _, _ = _step("single", state0)
   return state0, jax.device_get(new_state), metrics
@@ -136,7 +137,7 @@ def test_train_step_matches_single_device(reference, layout, dispatch):
     np.testing.assert_allclose(metrics[k], want_metrics[k], rtol=TOL, err_msg=k)
   chex.assert_trees_all_close(jax.device_get(got), want, atol=TOL, rtol=TOL)
   config = _config(layout, dispatch)
-  axes = transformer.logical_axes(loop.model_config(config))["params"]
+  axes = transformer.logical_axes(model_config(config.model))["params"]
   # Per Muon weight, this step's change (orthogonalized direction x LR) agrees to 1e-4 of its
   # size: Newton-Schulz multiplies the gradients' float32 summation-order differences on small
   # singular values by up to a^steps (3.4445^5), e.g. ~1.1e-5 of the update for an expert

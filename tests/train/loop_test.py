@@ -12,6 +12,7 @@ import pytest
 from composer_jax import data
 from composer_jax.hf import checkpoint as hf_checkpoint
 from composer_jax.model import transformer
+from composer_jax.model.config import model_config
 from composer_jax.train import checkpointing, loop, programs
 from experiments.configs import base
 from tests.train.conftest import TOTAL_STEPS, tiny_config
@@ -60,7 +61,7 @@ def test_checkpoints_hold_full_state(full_run):
   ckpt = checkpointing.Checkpointer(workdir, keep=3)
   assert ckpt.all_steps() == [3, 6]
   config = tiny_config()
-  progs = programs.programs(config, loop.model_config(config))
+  progs = programs.programs(config, model_config(config.model))
   restored_it = data.make_iterator(config.data, seq_len=32, batch_size=4, seed=config.train.seed)
   state = ckpt.restore(6, progs.target, restored_it)
   ckpt.close()
@@ -92,7 +93,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
   ckpt = checkpointing.Checkpointer(workdir, keep=3)
   assert ckpt.all_steps() == [3]
   good = tiny_config()
-  state = ckpt.restore(3, programs.programs(good, loop.model_config(good)).target)
+  state = ckpt.restore(3, programs.programs(good, model_config(good.model)).target)
   ckpt.close()
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(jax.device_get(state.params)))
 
@@ -121,7 +122,7 @@ def test_init_from_imported_checkpoint(full_run, tmp_path):
   """Starting from an import_hf-format checkpoint of the seed-0 init reproduces the
   random-init run exactly; a checkpoint of another architecture is refused."""
   config = tiny_config()
-  model_cfg = loop.model_config(config)
+  model_cfg = model_config(config.model)
   init_key, _ = jax.random.split(jax.random.PRNGKey(config.train.seed))  # as state.init_state
   imported = str(tmp_path / "imported")
   hf_checkpoint.save(imported, model_cfg, jax.device_get(transformer.init(model_cfg, init_key)))
@@ -134,3 +135,45 @@ def test_init_from_imported_checkpoint(full_run, tmp_path):
   with pytest.raises(ValueError, match=r"init_from=.*different model config: num_heads "
                                        r"\(checkpoint 2, config 4\)"):
     loop.train(tiny_config(init_from=other), str(tmp_path / "run2"))
+
+
+class _CountingProgram:
+  """A Program whose step k's metrics are a device scalar; logs when each step is dispatched."""
+
+  def __init__(self, events):
+    self.events = events
+
+  def step(self, state, step):
+    self.events.append(("step", step + 1))
+    return state + 1, {"loss": jax.numpy.asarray(float(step + 1))}
+
+  def record(self, step, metrics, state):
+    return {"step": step, **metrics}  # unfetched: the driver fetches it later
+
+  def checkpoint(self, state):
+    return {"x": np.zeros(2, np.float32)}, {"n": int(state)}
+
+
+def test_drive_fetches_each_steps_metrics_after_the_next_step_is_dispatched(tmp_path,
+                                                                            monkeypatch):
+  """LM and RL programs alike: the host never waits for step k's metrics before step k + 1 is
+  queued (except to save a checkpoint: a non-finite state is never saved)."""
+  events = []
+  get = jax.device_get
+
+  def device_get(tree):
+    events.append(("fetch", float(jax.tree.leaves(tree)[0])))
+    return get(tree)
+
+  monkeypatch.setattr(jax, "device_get", device_get)
+  ckpt = checkpointing.Checkpointer(str(tmp_path), keep=1)
+  records = loop.drive(_CountingProgram(events), 0, 0, ckpt, workdir=str(tmp_path),
+                       total_steps=4, ckpt_every=2, console_every=1,
+                       model_cfg=model_config(base.get_base_config().model), run_config={})
+  assert [r["step"] for r in records] == [1, 2, 3, 4] and records[2]["loss"] == 3.0
+  fetched = [e for e in events if e[0] == "fetch" and e[1] in (1.0, 2.0, 3.0, 4.0)]
+  order = [e for e in events if e[0] == "step" or e in fetched]
+  # Step 1's metrics (and record) after step 2 is queued; step 2's before its checkpoint.
+  assert order[:5] == [("step", 1), ("step", 2), ("fetch", 1.0), ("fetch", 1.0),
+                       ("fetch", 2.0)], order
+  assert order.index(("step", 4)) < order.index(("fetch", 3.0))

@@ -9,9 +9,10 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from composer_jax.model import transformer
+from composer_jax.model.config import model_config
 from composer_jax.optim import build_optimizer
 from composer_jax.parallel import rules as rules_lib
-from composer_jax.train import loop, memory_plan, placement
+from composer_jax.train import memory_plan, placement
 from composer_jax.train.state import abstract_state, init_state
 from experiments.configs import base, default
 
@@ -20,7 +21,7 @@ def _setup(layout, optim="muon"):
   config = default.get_config()
   base.set_layout(config, layout)
   config.optim.name = optim
-  model_cfg = loop.model_config(config)
+  model_cfg = model_config(config.model)
   axes = transformer.logical_axes(model_cfg)["params"]
   optimizer = build_optimizer(config.optim, axes)
   abstract = abstract_state(model_cfg, optimizer, jax.ShapeDtypeStruct((2,), np.uint32))

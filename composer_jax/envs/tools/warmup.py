@@ -1,4 +1,5 @@
-"""Generated supervised warm-up data: scripted episodes that teach the tool-call format.
+"""Generated supervised warm-up data: scripted episodes that teach the tool-call format
+(`warmup_batches`: an `rl.scripted.EpisodeBatches` for the supervised loop).
 
 The scripted agent calls the required capabilities in task order and then answers. Before each
 first attempt at a capability, with probability `hint_prob`, the reminder hint for it
@@ -25,7 +26,8 @@ import numpy as np
 from composer_jax.envs.tools import feedback as feedback_lib
 from composer_jax.envs.tools import vocab as vocab_lib
 from composer_jax.envs.tools.env import ToolEnv, ToolTask
-from composer_jax.rl.trajectory import Trajectory, Turn, pack_batch
+from composer_jax.rl import scripted
+from composer_jax.rl.trajectory import Trajectory, Turn
 
 
 def scripted_turns(env: ToolEnv, task: ToolTask, rng: np.random.Generator, hint_prob: float,
@@ -61,19 +63,19 @@ def scripted_turns(env: ToolEnv, task: ToolTask, rng: np.random.Generator, hint_
   return turns
 
 
-def warmup_batch(
-  env: ToolEnv, rng: np.random.Generator, batch_size: int, seq_len: int, hint_prob: float,
-  hint_all_tools: bool = False, verbose_prob: float = 0.0,
-) -> dict[str, np.ndarray]:
-  """[batch, seq_len] tokens/targets/segment_ids/positions and loss_mask (= model tokens)."""
+def warmup_batches(env: ToolEnv, rng: np.random.Generator, *, batch_size: int, seq_len: int,
+                   hint_prob: float, hint_all_tools: bool = False, verbose_prob: float = 0.0
+                   ) -> scripted.EpisodeBatches:
+  """[batch_size, seq_len] batches of scripted episodes (tokens/targets/segment_ids/positions,
+  loss_mask = model tokens), the tasks and the agent's choices drawn from `rng`."""
   for name, value in (("hint_prob", hint_prob), ("verbose_prob", verbose_prob)):
     if not 0.0 <= value <= 1.0:
       raise ValueError(f"{name}={value} must be in [0, 1]")
-  trajs = [
-    Trajectory.from_turns(scripted_turns(env, env.sample_task(rng), rng, hint_prob,
-                                         hint_all_tools, verbose_prob), 0.0, 0)
-    for _ in range(batch_size)
-  ]
-  packed = pack_batch(trajs, [seq_len], pad_id=env.vocab.pad_id)
-  keys = ("tokens", "targets", "segment_ids", "positions")
-  return {k: packed[k] for k in keys} | {"loss_mask": packed["model_mask"]}
+
+  def episode(rng):
+    turns = scripted_turns(env, env.sample_task(rng), rng, hint_prob, hint_all_tools,
+                           verbose_prob)
+    return Trajectory.from_turns(turns, 0.0, 0)
+
+  return scripted.EpisodeBatches(episode, rng, batch_size=batch_size, seq_len=seq_len,
+                                 pad_id=env.vocab.pad_id)

@@ -5,7 +5,7 @@ import pytest
 
 from composer_jax.envs.tools.env import ToolEnv
 from composer_jax.envs.tools.vocab import TOOLS, Vocab
-from composer_jax.envs.tools.warmup import scripted_turns, warmup_batch
+from composer_jax.envs.tools.warmup import scripted_turns, warmup_batches
 
 VOCAB = Vocab()
 ENV = ToolEnv(VOCAB)
@@ -37,11 +37,12 @@ def test_hinted_calls_use_offered_tools_and_episodes_succeed_within_budget():
 
 
 def test_batch_loss_mask_is_model_tokens():
-  batch = warmup_batch(ENV, np.random.default_rng(1), 8, 64, hint_prob=0.3)
+  batch = next(warmup_batches(ENV, np.random.default_rng(1), batch_size=8, seq_len=64,
+                              hint_prob=0.3))
   assert batch["tokens"].shape == (8, 64)
   words = np.array(VOCAB.words)[batch["targets"]]
   mask = batch["loss_mask"] > 0
   assert set(words[mask]) <= {"call", "answer", "<eot>", *TOOLS}
   assert not set(words[mask]) & {"result", "error", "tools:", "reminder:"}
   with pytest.raises(ValueError, match="hint_prob=1.5"):
-    warmup_batch(ENV, np.random.default_rng(1), 2, 64, hint_prob=1.5)
+    warmup_batches(ENV, np.random.default_rng(1), batch_size=2, seq_len=64, hint_prob=1.5)

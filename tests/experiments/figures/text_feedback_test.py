@@ -1,7 +1,9 @@
-"""Smoke test of the text-feedback figure: the whole pipeline at toy size, outputs checked."""
+"""Smoke test of the text-feedback figure: the whole pipeline at toy size, outputs checked, and
+a figure run that stopped resumes where it stopped."""
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 
@@ -19,15 +21,19 @@ def _rows(path):
     return list(csv.DictReader(f))
 
 
-@pytest.mark.slow
-def test_smoke_runs_end_to_end(tmp_path):
-  out = subprocess.run(
-    [sys.executable, "-m", "experiments.figures.text_feedback", f"--workdir={tmp_path}",
+def _figure(workdir):
+  return subprocess.run(
+    [sys.executable, "-m", "experiments.figures.text_feedback", f"--workdir={workdir}",
      "--smoke", "--seeds=2", "--arms=sd_live,penalty", "--behaviours=verbose"],
     check=True, cwd=ROOT, timeout=900, capture_output=True, text=True,
     # What is checked is the pipeline and its outputs' shapes, not numbers: compile cheaply.
     env=dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {CHEAP_XLA_FLAGS}"),
-  ).stdout
+  )
+
+
+@pytest.mark.slow
+def test_smoke_runs_end_to_end_and_resumes(tmp_path):
+  out = _figure(tmp_path).stdout
   assert (tmp_path / "text_feedback.png").stat().st_size > 10_000
   rows = _rows(tmp_path / "text_feedback.csv")
   # 2 arms x 2 seeds x 2 RL steps (CI: the short-episode behaviour; the notebook test runs the
@@ -56,6 +62,19 @@ def test_smoke_runs_end_to_end(tmp_path):
   assert out.count("verbose sd_live:") == 2
   assert out.count("verbose probe_kl sd_live - penalty") == 2
   assert "mean of all 2 steps" in out
+
+  # Each arm is a run of its own (rl.run in <workdir>/<behaviour>/seed<k>/<arm>): one that
+  # stopped after step 1 (its step-2 checkpoint and record gone) runs step 2 again, the same.
+  arm = tmp_path / "verbose" / "seed1" / "penalty"
+  assert sorted(os.listdir(tmp_path / "verbose" / "seed1")) == ["penalty", "sd_live", "warmup"]
+  shutil.rmtree(arm / "checkpoints" / "2")
+  lines = (arm / "metrics.jsonl").read_text().splitlines(keepends=True)
+  (arm / "metrics.jsonl").write_text(lines[0])
+  log = _figure(tmp_path).stderr
+  assert log.count("nothing to do") == 3 and "Resuming from" in log  # 3 runs were complete
+  again = _rows(tmp_path / "text_feedback.csv")
+  timing = lambda r: {k: v for k, v in r.items() if "seconds" not in k}
+  assert [timing(r) for r in again] == [timing(r) for r in rows]
 
 
 def test_interval_smoothing_and_final_numbers_by_hand():
@@ -95,11 +114,11 @@ def test_teacher_arms_are_configs_compared_by_seed():
   from experiments.figures import text_feedback as fig
 
   live, both = rl_tool_feedback.get_config("sd_live"), rl_tool_feedback.get_config(
-    "both_frozen,verbose")
+    "both_frozen,behaviour=verbose")
   assert (live.loss.teacher, live.loss.sd_coef, live.loss.turn_penalty) == ("live", 1.0, 0.0)
   assert (both.loss.teacher, both.loss.turn_penalty, both.behaviour) == ("frozen", 1.0, "verbose")
   assert fig.arm_label("sd_ema") == "RL + targeted SD (ema teacher)"
-  with pytest.raises(ValueError, match=r"arm 'sd_old'.*'live', 'ema', 'frozen'"):
+  with pytest.raises(ValueError, match=r"arm='sd_old'.*'live', 'ema', 'frozen'"):
     rl_tool_feedback.get_config("sd_old")
   final = {("tools", arm): {c: {0: r, 1: r + s} for c in fig.CURVES} for arm, r, s in
            [("rl", 0.5, 0.1), ("sd_frozen", 0.25, 0.0), ("sd_live", 0.75, 0.2)]}
@@ -108,45 +127,6 @@ def test_teacher_arms_are_configs_compared_by_seed():
   # seed 0 0.75 - 0.25, seed 1 0.95 - 0.25).
   assert sorted(diffs) == ["sd_frozen - rl", "sd_live - rl", "sd_live - sd_frozen"]
   assert diffs["sd_live - sd_frozen"] == pytest.approx(fig.interval([0.5, 0.7]))
-
-
-# The figure's --smoke sizes as command-line overrides of `rl_tool_feedback.py:sd`.
-_SMOKE_OVERRIDES = {
-  "warmup.steps": 2, "warmup.batch_size": 4, "warmup.log_every": 1,
-  "warmup.optim.total_steps": 2, "warmup.optim.warmup_steps": 1,
-  "train.steps": 2, "train.log_every": 1,
-  "rl.groups": 2, "rl.group_size": 2, "rl.teacher_rows": 4, "rl.probe_count": 4,
-}
-
-
-@pytest.mark.slow  # ~65 s of CPU: one warm-up and two RL steps compiled once, run twice
-def test_figure_arm_equals_the_cli_run(tmp_path):
-  """The figure's rows of arm sd (seed 0, smoke sizes) == the metrics.jsonl records of
-  `python -m experiments.run --config=experiments/configs/rl_tool_feedback.py:sd` with the
-  same sizes as overrides (its program, in process): every shared logged value, bit-exact."""
-  from composer_jax.train.metrics import read_metrics
-  from experiments.configs import rl_tool_feedback
-  from experiments.figures import text_feedback as fig
-  from experiments.tool_feedback import program
-
-  config = rl_tool_feedback.get_config("sd")
-  for key, value in _SMOKE_OVERRIDES.items():
-    *path, field = key.split(".")
-    section = config
-    for name in path:
-      section = section[name]
-    section[field] = value
-  assert config.to_dict() == fig.arm_config("sd", 0, True).to_dict()
-  program.run(config, str(tmp_path))
-  cli = read_metrics(str(tmp_path))
-  rows = fig.seed_rows("tools", 0, ["sd"], smoke=True)
-  # The figure counts steps done before a row (from 0), the driver steps done after it.
-  assert [r["step"] + 1 for r in rows] == [r["step"] for r in cli] == [1, 2]
-  timing = lambda k: "seconds" in k or k in ("startup_s", "step")
-  for row, record in zip(rows, cli):
-    shared = sorted(k for k in set(row) & set(record) if not timing(k))
-    assert len(shared) > 30 and {"reward", "loss", "sd_loss", "probe_kl"} <= set(shared)
-    assert {k: row[k] for k in shared} == {k: record[k] for k in shared}
 
 
 def test_merge_concatenates_split_runs_and_rejects_overlaps(tmp_path):
