@@ -1,20 +1,31 @@
 """Evaluates a checkpoint on coding tasks: pass@k on a held-out split and behaviour metrics.
 
-  python -m experiments.eval --tasks F.jsonl --checkpoint DIR --k K [--out DIR]
+  python -m experiments.eval --tasks F.jsonl --checkpoint DIR --k K [--out DIR] \
+      [--config.rl.temperature=0.7 --config.env.max_turns=10 ...]
 
 `--checkpoint`: an imported checkpoint (`composer_jax.tools.import_hf`), a Hugging Face
 directory, or a training / RL workdir (newest checkpoint) — `train.load_checkpoint`.
 `--tokenizer`: a tiktoken file with Kimi's special tokens (or a directory holding
 `tiktoken.model`); default: the checkpoint's own `tiktoken.model` (an RL workdir keeps its
 tokenizer there).
-Tasks are split by project (`envs.coding.tasks.split`, `--heldout-fraction`, `--split-seed`); the
-held-out split is evaluated unless `--split all`. For an RL workdir, the flags left unset
-default to its run's settings: the split (env.heldout_fraction, env.split_seed), the tools
-(env.tools), turns (env.max_turns) and token budgets (rl.seq_len, rl.max_new_tokens), so the
-policy is evaluated as it was trained; otherwise to 0.2, 0, every tool, 30 turns, a
-1024-token turn and the episode budget the model's positions allow (at most 32768). Budgets
-are checked against the model and every task's first prompt before any episode, one line. Writes `eval.json`, `episodes.csv` and
-`eval.png` under `--out` (default `<checkpoint>/eval`) and prints the summary.
+The episodes are played with the run config's settings (`settings`): for a training or RL
+workdir its own saved run config (`train.load_checkpoint.run_config`), so the policy is
+evaluated as it was trained; `--config.SECTION.FIELD=VALUE` overrides any of them, named as
+in the run config (`experiments/configs/base.py`):
+  env.heldout_fraction, env.split_seed  the split by project (`envs.coding.tasks.split`); the
+                                        held-out split is evaluated unless `--split all`
+  env.tools, env.max_turns              the tools offered, the turns of an episode
+  rl.seq_len, rl.max_new_tokens         the episode's and a turn's token budgets (seq_len 0:
+                                        what the model's positions allow, at most 32768)
+  env.thinking, env.system,             K2.5's thinking or instant pre-fill, the system message
+  env.statement                         ('' = the agent's), 'full' or 'compact' statement
+  rl.temperature, rl.top_p              sampling
+A checkpoint without a run config (imported, Hugging Face) is played with 0.2, 0, every tool,
+30 turns, thinking mode, the agent's system message, the full statement, 0 and 1024 tokens,
+temperature and top-p 1. Budgets are checked against the model
+and every task's first prompt before any episode, one line. Writes `eval.json`,
+`episodes.csv` and `eval.png` under `--out` (default `<checkpoint>/eval`) and prints the
+summary.
 
 Every input is checked before any episode is played; bad input exits 1 with one line: a
 task file that is not JSONL or has a malformed record (a field of the wrong type, a
@@ -32,6 +43,7 @@ import os
 import sys
 
 import matplotlib
+import ml_collections
 
 from composer_jax.data import tokenizer as tok_lib
 from composer_jax.envs.coding import sandbox
@@ -95,58 +107,75 @@ def _args(argv):
   p.add_argument("--tokenizer", default="", help="tiktoken file or directory")
   p.add_argument("--out", default="", help="output directory (default <checkpoint>/eval)")
   p.add_argument("--split", choices=("heldout", "train", "all"), default="heldout")
-  p.add_argument("--heldout-fraction", type=float, default=None, help="(run's, else 0.2)")
-  p.add_argument("--split-seed", type=int, default=None, help="(run's, else 0)")
-  p.add_argument("--temperature", type=float, default=1.0)
-  p.add_argument("--top-p", type=float, default=1.0)
-  p.add_argument("--max-turns", type=int, default=None, help="(run's, else 30)")
-  p.add_argument("--max-tokens", type=int, default=None,
-                 help="episode token budget (run's rl.seq_len, else what the model allows)")
-  p.add_argument("--max-turn-tokens", type=int, default=None,
-                 help="(run's rl.max_new_tokens, else 1024)")
-  p.add_argument("--tools", default=None,
-                 help="comma-separated tools offered (run's env.tools, else all)")
   p.add_argument("--batch", type=int, default=8, help="episodes per policy call")
   p.add_argument("--workers", type=int, default=1, help="processes running tools and grading")
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--mode", choices=("thinking", "instant"), default=None,
-                 help="K2.5's <think> or <think></think> pre-fill (run's env.thinking, else "
-                      "thinking)")
-  p.add_argument("--system", default=None, help="system message (run's env.system, else the "
-                                                 "agent's)")
-  p.add_argument("--statement", choices=("full", "compact"), default=None,
-                 help="user message: the problem statement or its code block (run's, else full)")
-  return p.parse_args(argv)
+  args, rest = p.parse_known_args(argv)
+  unknown = [a for a in rest if not a.startswith("--config.")]
+  if unknown:
+    p.error(f"unrecognized arguments: {' '.join(unknown)}")
+  args.overrides = rest
+  return args
 
 
-def _run_defaults(args, run: dict) -> None:
-  """Fills the flags left unset from the run config `run` ({} for none), else the defaults."""
-  env, rl = run.get("env", {}), run.get("rl", {})
-  for name, value in (("heldout_fraction", env.get("heldout_fraction", 0.2)),
-                      ("split_seed", env.get("split_seed", 0)),
-                      ("max_turns", env.get("max_turns", 30)),
-                      ("max_turn_tokens", rl.get("max_new_tokens", 1024)),
-                      ("max_tokens", rl.get("seq_len")),
-                      ("tools", ",".join(env.get("tools", agent_tools.TOOL_NAMES))),
-                      ("mode", "thinking" if env.get("thinking", True) else "instant"),
-                      ("system", env.get("system", "")),
-                      ("statement", env.get("statement", "full"))):
-    if getattr(args, name) is None:
-      setattr(args, name, value)
+def defaults() -> ml_collections.ConfigDict:
+  """The run-config fields eval reads, with its values for a checkpoint that has none."""
+  return ml_collections.ConfigDict({
+      "env": {"heldout_fraction": 0.2, "split_seed": 0, "tools": tuple(agent_tools.TOOL_NAMES),
+              "max_turns": 30, "thinking": True, "system": "", "statement": "full"},
+      "rl": {"seq_len": 0, "max_new_tokens": 1024, "temperature": 1.0, "top_p": 1.0}})
 
 
-def _tasks(args) -> list:
+def _value(text: str, current):
+  """`--config.` override text as the type of the field's current value."""
+  if isinstance(current, (tuple, list)):
+    return tuple(t.strip().strip("'\"") for t in text.strip("()[]").split(",") if t.strip())
+  if isinstance(current, bool):
+    if text.lower() not in ("true", "false"):
+      raise ValueError(f"{text!r} is not true or false")
+    return text.lower() == "true"
+  return type(current)(text)
+
+
+def settings(run: dict, overrides: list[str]) -> ml_collections.ConfigDict:
+  """`defaults()`, each field replaced by the checkpoint's run config `run` where it has it
+  ({} for none), then by the `--config.SECTION.FIELD=VALUE` `overrides`.
+
+  Raises:
+    ValueError: an override names no field of `defaults()` or gives a value of another type.
+  """
+  c = defaults()
+  for section, fields in c.items():
+    for name in fields:
+      if name in run.get(section, {}):
+        value = run[section][name]
+        fields[name] = tuple(value) if isinstance(fields[name], tuple) else value
+  known = [f"{s}.{n}" for s, fields in c.items() for n in fields]
+  for flag in overrides:
+    path, eq, text = flag.removeprefix("--config.").partition("=")
+    if path not in known or not eq:
+      raise ValueError(f"{flag}: eval reads --config.FIELD=VALUE for the fields {known}")
+    section, name = path.split(".")
+    try:
+      c[section][name] = _value(text, c[section][name])
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"{flag}: {e}") from None
+  return c
+
+
+def _tasks(args, env) -> list:
   tasks = task_lib.load_jsonl(args.tasks)
   if not tasks:
     raise ValueError(f"{args.tasks} holds no tasks (one task JSON object per line expected)")
   if args.split == "all":
     return tasks
-  train, held = split.split_by_project(tasks, args.heldout_fraction, args.split_seed)
+  train, held = split.split_by_project(tasks, env.heldout_fraction, env.split_seed)
   chosen = held if args.split == "heldout" else train
   if not chosen:
     raise ValueError(f"the {args.split} split of {args.tasks} is empty (projects: "
-                     f"{sorted({split.project_of(t) for t in tasks})}, --heldout-fraction "
-                     f"{args.heldout_fraction}); change the fraction or use --split all")
+                     f"{sorted({split.project_of(t) for t in tasks})}, env.heldout_fraction "
+                     f"{env.heldout_fraction}); change it (--config.env.heldout_fraction=F) "
+                     "or use --split all")
   return chosen
 
 
@@ -167,28 +196,29 @@ def main(argv=None) -> int:
     out = outputs.check(args.out or f"{args.checkpoint}/eval",
                         inputs=[args.checkpoint, args.tasks], inside_inputs=True,
                         replaceable=REPORT_FILES.values())
-    _run_defaults(args, load_checkpoint.run_config(args.checkpoint))
-    tasks = _tasks(args)
-    tools = tuple(t for t in args.tools.split(",") if t)
-    agent_tools.Session.check_tools(tools)
+    run = settings(load_checkpoint.run_config(args.checkpoint), args.overrides)
+    env, rl = run.env, run.rl
+    tasks = _tasks(args, env)
+    agent_tools.Session.check_tools(tuple(env.tools))
     tokenizer = _tokenizer(args)
     model_cfg, variables = load_checkpoint.load(args.checkpoint)
-    if args.max_tokens is None:  # what the sampler can hold, at most 32768
-      args.max_tokens = min(32768, model_cfg.max_position_embeddings - args.max_turn_tokens + 1)
+    if not rl.seq_len:  # what the sampler can hold, at most 32768
+      rl.seq_len = min(32768, model_cfg.max_position_embeddings - rl.max_new_tokens + 1)
     if tokenizer.vocab_size > model_cfg.vocab_size:
       raise ValueError(f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} ids, more than "
                        f"the checkpoint's vocab_size {model_cfg.vocab_size}")
     cfg = evaluate.EvalConfig(
-      k=args.k, samples=args.samples, temperature=args.temperature, top_p=args.top_p,
-      max_turn_tokens=args.max_turn_tokens, batch=args.batch, seed=args.seed,
-      tools=tools, thinking=args.mode == "thinking", system=args.system,
-      statement=args.statement,
-      budget=agent_tools.Budget(max_turns=args.max_turns, max_tokens=args.max_tokens))
+      k=args.k, samples=args.samples, temperature=rl.temperature, top_p=rl.top_p,
+      max_turn_tokens=rl.max_new_tokens, batch=args.batch, seed=args.seed,
+      tools=tuple(env.tools), thinking=env.thinking, system=env.system,
+      statement=env.statement,
+      budget=agent_tools.Budget(max_turns=env.max_turns, max_tokens=rl.seq_len))
     report = evaluate.evaluate(tasks, model_cfg, variables, tokenizer, cfg, args.workers)
   except (OSError, ValueError, sandbox.SandboxUnavailable) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
-  meta = {**vars(args), "split_projects": sorted({split.project_of(t) for t in tasks})}
+  meta = {**vars(args), "settings": run.to_dict(),
+          "split_projects": sorted({split.project_of(t) for t in tasks})}
   try:
     with outputs.staged(out) as tmp:
       write_report(report, tmp, meta)

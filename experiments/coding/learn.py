@@ -9,11 +9,10 @@ Stages, each reused when its outputs exist (a stopped run continues where it was
      fits the budgets go to OUT/tasks.jsonl. RL and eval split them by project hash
      (`envs.coding.split`, `--heldout-fraction`): RL trains on the train projects only.
   2. per seed S (seeds in parallel): the supervised warm-up on the train tasks' oracle episodes
-     (`experiments.run rl_coding.py:micro,arm=rl --config.warmup.only=True`, in OUT/seedS/warmup),
-     then
-     `rl_coding.py:micro,arm=rl` (RL on the train tasks) in OUT/seedS/rl and `rl_coding.py:micro,arm=sd`
-     (RL + targeted self-distillation, EMA teacher) in OUT/seedS/sd from that warm-up (linked
-     into both workdirs).
+     (`experiments.run rl_coding.py:micro,arm=rl --config.warmup.only=True`, in
+     OUT/seedS/warmup), then `rl_coding.py:micro,arm=rl` (RL on the train tasks) in
+     OUT/seedS/rl and `rl_coding.py:micro,arm=sd` (RL + targeted self-distillation, EMA
+     teacher) in OUT/seedS/sd from that warm-up (linked into both workdirs).
   3. eval, after each of them: greedy pass@1 and behaviour on the held-out tasks
      (`experiments.eval`) in OUT/seedS/eval_{warmup,rl,sd}.
   4. figure: `experiments.figures.coding_agent` over OUT (PNG + CSV; 95% t-intervals over
@@ -109,14 +108,15 @@ def eval_args(config, tasks_file: Path, checkpoint: Path, tokenizer: Path, out: 
   """`experiments.eval` of a policy on the held-out projects, the way it was trained (tools,
   mode, budgets), greedy."""
   e, r = config.env, config.rl
+  settings = {"env.heldout_fraction": e.heldout_fraction, "env.split_seed": e.split_seed,
+              "env.tools": ",".join(e.tools), "env.system": e.system,
+              "env.statement": e.statement, "env.max_turns": e.max_turns,
+              "env.thinking": e.thinking, "rl.seq_len": r.seq_len,
+              "rl.max_new_tokens": r.max_new_tokens, "rl.temperature": 0.0}
   return [sys.executable, "-m", "experiments.eval", "--tasks", str(tasks_file), "--split",
-          "heldout", "--heldout-fraction", str(e.heldout_fraction), "--split-seed",
-          str(e.split_seed),
-          "--checkpoint", str(checkpoint), "--tokenizer", str(tokenizer), "--k", "1",
-          "--samples", "1", "--temperature", "0", "--tools", ",".join(e.tools), "--system",
-          e.system, "--statement", e.statement, "--max-turns", str(e.max_turns),
-          "--max-tokens", str(r.seq_len), "--max-turn-tokens", str(r.max_new_tokens),
-          "--mode", "thinking" if e.thinking else "instant", "--out", str(out)]
+          "heldout", "--checkpoint", str(checkpoint), "--tokenizer", str(tokenizer), "--k", "1",
+          "--samples", "1", "--out", str(out),
+          *(f"--config.{k}={v}" for k, v in settings.items())]
 
 
 def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:

@@ -46,9 +46,10 @@ experiment is `python -m experiments.coding.learn`): tools `append` + `submit` (
 tiny model writes a function, not text to match), instant mode, the compact statement, 3 turns,
 a supervised warm-up (`warmup`: `experiments/coding/warmup.py`) before RL.
 
-Arms (`base.parse_arg`: `SETTING,arm=ARM`, e.g. `micro,arm=rl`): 'sd' (default) RL + targeted self-distillation on the turns the feedback
-kinds flag, teacher = the EMA policy with the hint inserted (`loss.teacher`); 'rl' RL alone
-(`loss.sd_coef` 0: turns are still flagged and counted, no teacher batch).
+Arms (`base.parse_arg`: `SETTING,arm=ARM`, e.g. `micro,arm=rl`): 'sd' (default) RL + targeted
+self-distillation on the turns the feedback kinds flag, teacher = the EMA policy with the hint
+inserted (`loss.teacher`); 'rl' RL alone (`loss.sd_coef` 0: turns are still flagged and counted,
+no teacher batch).
 """
 
 import ml_collections

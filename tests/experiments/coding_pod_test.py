@@ -62,7 +62,7 @@ def test_pod_imports_warms_up_trains_and_evaluates(tmp_path):
   assert not np.array_equal(jax.tree.leaves(warm["params"])[0],
                             jax.tree.leaves(variables["params"])[0])
   rc = eval_cli.main(["--tasks", str(tasks_file), "--checkpoint", str(workdir), "--split", "all",
-                      "--k", "1", "--temperature", "0", "--out", str(tmp_path / "eval")])
+                      "--k", "1", "--config.rl.temperature=0", "--out", str(tmp_path / "eval")])
   assert rc == 0
   summary = json.loads((tmp_path / "eval" / "eval.json").read_text())["summary"]
   assert summary["episodes"] == 2 and summary["pass@1"] == 0.0

@@ -53,8 +53,9 @@ def test_eval_cli_writes_json_csv_png(mini_gen, random_checkpoint, tmp_path, cap
   task_lib.write_jsonl(tasks_file, mini_gen[1])
   out = tmp_path / "out"
   rc = eval_cli.main(["--tasks", str(tasks_file), "--checkpoint", str(random_checkpoint),
-                      "--k", "2", "--samples", "3", "--heldout-fraction", "1", "--max-turns",
-                      "2", "--max-tokens", "2600", "--max-turn-tokens", "16", "--out", str(out)])
+                      "--k", "2", "--samples", "3", "--config.env.heldout_fraction=1",
+                      "--config.env.max_turns=2", "--config.rl.seq_len=2600",
+                      "--config.rl.max_new_tokens=16", "--out", str(out)])
   assert rc == 0, capsys.readouterr().err
   report = json.loads((out / "eval.json").read_text())
   assert (out / "eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -123,13 +124,16 @@ def _escaping_blob() -> str:
   ("not_a_checkpoint", "is none of"),
   ("empty_split", "heldout split of"),
   ("unknown_tool", "shell"),
+  ("unknown_setting", "--config.rl.temprature=0.5: eval reads --config.FIELD=VALUE for the "
+                      "fields ['env.heldout_fraction', "),
+  ("setting_of_another_type", "--config.env.max_turns=many: invalid literal for int()"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
   tasks_file, ckpt = tmp_path / "tasks.jsonl", tmp_path / "ckpt"
   ckpt.mkdir()
   task_lib.write_jsonl(tasks_file, [_fake_task("a", "proj")])
   write_byte_ranks(str(ckpt / "tiktoken.model"))
-  args = ["--tasks", str(tasks_file), "--checkpoint", str(ckpt), "--heldout-fraction", "1"]
+  args = ["--tasks", str(tasks_file), "--checkpoint", str(ckpt), "--config.env.heldout_fraction=1"]
   if case == "empty_tasks":
     tasks_file.write_text("")
   elif case == "not_jsonl":
@@ -169,9 +173,13 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
   elif case == "byte_tokenizer":
     args += ["--tokenizer", "byte"]
   elif case == "empty_split":
-    args += ["--heldout-fraction", "0"]
+    args += ["--config.env.heldout_fraction=0"]
   elif case == "unknown_tool":
-    args += ["--tools", "read_file,shell"]
+    args += ["--config.env.tools=read_file,shell"]
+  elif case == "unknown_setting":
+    args += ["--config.rl.temprature=0.5"]
+  elif case == "setting_of_another_type":
+    args += ["--config.env.max_turns=many"]
   assert eval_cli.main(args) == 1
   assert expected in _one_line_error(capsys)
 
@@ -191,7 +199,7 @@ def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(tmp_pat
   monkeypatch.setattr(eval_cli.load_checkpoint, "load",
                       lambda _: (model_config.get_preset("tiny"), {}))
   monkeypatch.setattr(evaluate, "evaluate", lambda *a: evaluate.summarize([row], 1))
-  args = ["--tasks", str(tasks_file), "--checkpoint", str(ckpt), "--heldout-fraction", "1"]
+  args = ["--tasks", str(tasks_file), "--checkpoint", str(ckpt), "--config.env.heldout_fraction=1"]
   assert eval_cli.main(args) == 1  # a foreign file in the eval directory: refused first
   assert "is not empty (it holds 'stale.csv')" in _one_line_error(capsys)
   (out / "stale.csv").unlink()
@@ -267,21 +275,21 @@ def test_scripted_policies_are_counted_right(hypot_task, tmp_path):
   assert report["summary"]["style_violations_per_edit"] == pytest.approx(1 / (len(gold) + 1))
 
 
-def test_flags_default_to_the_runs_settings():
-  """An RL workdir's run config fills the flags left unset; flags given win; without a run
-  config the defaults are eval's own (the episode budget then comes from the model)."""
+def test_settings_are_the_runs_own_with_overrides():
+  """An RL workdir's run config gives the settings; `--config.` overrides win; without a run
+  config they are eval's defaults (the episode budget 0 then comes from the model)."""
   run = {"env": {"heldout_fraction": 0.3, "split_seed": 2, "max_turns": 3,
-                 "tools": ["edit", "submit"]}, "rl": {"seq_len": 2900, "max_new_tokens": 512}}
-  args = eval_cli._args(["--tasks", "t", "--checkpoint", "c", "--max-turns", "5"])
-  eval_cli._run_defaults(args, run)
-  assert (args.heldout_fraction, args.split_seed, args.max_turns, args.tools) == (
-    0.3, 2, 5, "edit,submit")
-  assert (args.max_tokens, args.max_turn_tokens) == (2900, 512)
-  args = eval_cli._args(["--tasks", "t", "--checkpoint", "c"])
-  eval_cli._run_defaults(args, {})
-  assert (args.heldout_fraction, args.split_seed, args.max_turns, args.max_turn_tokens) == (
-    0.2, 0, 30, 1024)
-  assert args.max_tokens is None and args.tools.split(",") == list(agent_tools.TOOL_NAMES)
+                 "tools": ["edit", "submit"], "tasks": "t.jsonl"},
+         "rl": {"seq_len": 2900, "max_new_tokens": 512, "temperature": 0.9, "groups": 4}}
+  c = eval_cli.settings(run, ["--config.env.max_turns=5", "--config.rl.top_p=0.5"])
+  assert c.env.to_dict() == dict(heldout_fraction=0.3, split_seed=2, max_turns=5,
+                                 tools=("edit", "submit"))
+  assert c.rl.to_dict() == dict(seq_len=2900, max_new_tokens=512, temperature=0.9, top_p=0.5)
+  c = eval_cli.settings({}, ["--config.env.tools=read_file,submit"])
+  assert (c.env.heldout_fraction, c.env.split_seed, c.env.max_turns, c.rl.max_new_tokens,
+          c.rl.seq_len) == (0.2, 0, 30, 1024, 0)
+  assert c.env.tools == ("read_file", "submit")
+  assert eval_cli.defaults().env.tools == tuple(agent_tools.TOOL_NAMES)
 
 
 def test_a_budget_beyond_the_models_positions_is_one_line(tmp_path, capsys):
@@ -292,6 +300,6 @@ def test_a_budget_beyond_the_models_positions_is_one_line(tmp_path, capsys):
   tasks_file = tmp_path / "tasks.jsonl"
   task_lib.write_jsonl(tasks_file, [_fake_task("a", "proj")])
   args = ["--tasks", str(tasks_file), "--checkpoint", str(tmp_path), "--split", "all",
-          "--max-tokens", "8000"]
+          "--config.rl.seq_len=8000"]
   assert eval_cli.main(args) == 1
   assert "exceeds the model's max_position_embeddings=4096" in _one_line_error(capsys)
