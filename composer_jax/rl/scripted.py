@@ -7,9 +7,11 @@ one supervised loop (`train.loop.train(config, workdir, data=scripted.data(...))
         (`rl.trajectory.pack_batch`), the loss on the model's tokens (`loss_mask` =
         `model_mask`). Its state is the generator's, checkpointed with the run's (grain's
         orbax handler), so a resumed warm-up trains on the batches it would have.
-    data(batches) -> train.loop.Data
+    data(batches, evaluate=None) -> train.loop.Data
         the supervised loop's data: every process draws the same whole batch (one generator,
-        one seed) and keeps its rows; no evaluation.
+        one seed) and keeps its rows; `evaluate(state)`: metrics of the policy, if any.
+    warmup_config(config) -> run config
+        an RL config's `warmup` section as a supervised run config of its own.
 
 Any environment plugs in through `episode`: the tool environment's scripted agent
 (`envs.tools.warmup`), or scripted coding episodes rendered to tokens.
@@ -20,8 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import grain
+import ml_collections
 import numpy as np
 
+from composer_jax.model.config import model_config
 from composer_jax.rl.trajectory import Trajectory, pack_batch
 from composer_jax.train import loop
 
@@ -49,6 +53,23 @@ class EpisodeBatches(grain.DatasetIterator):
     self._rng.bit_generator.state = state
 
 
-def data(batches: EpisodeBatches) -> loop.Data:
+def data(batches: EpisodeBatches, evaluate=None) -> loop.Data:
   """`batches` as the supervised loop's data (module docstring)."""
-  return loop.Data(train=batches, whole=True, validation=None)
+  return loop.Data(train=batches, whole=True, evaluate=evaluate)
+
+
+def warmup_config(config) -> ml_collections.ConfigDict:
+  """The supervised warm-up of an RL config as a run config of its own: `config` with the
+  `warmup` section's optimizer (`warmup.optim`), steps, batch size, sequence length, logging,
+  checkpoints (`ckpt_every`, `keep`: 1 if absent), evaluation (`check_every`: 0 if absent, only
+  at the end) and router-bias rate; one micro-batch, full-vocabulary loss chunks, no z-loss.
+  `train.init_from` and `train.seed` are the RL run's."""
+  w = config.warmup
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.optim = ml_collections.ConfigDict(w.optim.to_dict())
+  c.train.update(dict(steps=w.steps, batch_size=w.batch_size, seq_len=w.seq_len, grad_accum=1,
+                      loss_chunk=model_config(config.model).vocab_size, z_loss=0.0,
+                      router_bias_rate=w.router_bias_rate, log_every=w.log_every,
+                      ckpt_every=w.ckpt_every, keep=w.get("keep", 1),
+                      eval_every=w.get("check_every", 0)))
+  return c

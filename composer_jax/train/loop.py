@@ -103,12 +103,16 @@ class Data(NamedTuple):
     whole: every process's `train` yields the whole global batch (the same in each, e.g.
       generated from one seed) instead of its own rows.
     validation: `() -> iterable` of this process's [B, L] batches, the same at every call,
-      whose mean cross-entropy is `eval_loss`; None: no evaluation.
+      whose mean cross-entropy is `eval_loss`; None: none.
+    evaluate: `state -> {name: float}`, more metrics of the state (e.g. a warm-up's greedy
+      check of what the policy writes); None: none.
+  Both run every `train.eval_every` steps and at the end.
   """
 
   train: Any
   whole: bool = False
   validation: Callable[[], Any] | None = None
+  evaluate: Callable[[Any], dict] | None = None
 
 
 def _make_iterator(config, split: str):
@@ -298,7 +302,7 @@ class _Supervised:
 
   def __init__(self, config, progs: programs_lib.Programs, data: Data, start: float):
     self._t, self._progs, self._data = config.train, progs, data
-    self._evaluate = data.validation and _Evaluator(progs, data.validation)
+    self._eval_loss = data.validation and _Evaluator(progs, data.validation)
     self._window = (time.perf_counter(), 0)  # tokens/s since the last record
     # `train`'s start (perf_counter) until the run's first step has run: tracing and
     # compiling, or loading compiled programs from the cache, restoring, that step. Put in
@@ -327,8 +331,11 @@ class _Supervised:
       record.update(metrics, tokens_per_s=steps * tokens_per_step / (time.perf_counter() - start))
       if self._startup is not None:
         record["startup_s"], self._startup = self._startup, None
-    if self._evaluate and ((t.eval_every and step % t.eval_every == 0) or step == t.steps):
-      record["eval_loss"] = self._evaluate(state)
+    if (t.eval_every and step % t.eval_every == 0) or step == t.steps:
+      if self._eval_loss:
+        record["eval_loss"] = self._eval_loss(state)
+      if self._data.evaluate:
+        record.update(self._data.evaluate(state))
     if not record:
       return None
     # Eval and logging time stays out of the next tokens/s window.

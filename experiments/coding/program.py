@@ -209,10 +209,10 @@ def run(config, workdir: str) -> list[dict]:
   env = make_env(config, workdir)  # derives the token lengths left at 0 from the tasks
   rl_run.validate(config)
   with env:
-    init = initial_variables(config) if config.train.init_from or not config.warmup.steps \
-        else None
-    if config.warmup.steps:
-      init = warmup.warmup(config, workdir, env, list(env.tasks.values()), init)
+    if config.warmup.steps:  # from train.init_from or a random init
+      init = warmup.warmup(config, workdir, env, list(env.tasks.values()))
       if config.warmup.only:
         return []
+    else:
+      init = initial_variables(config)
     return rl_run.run(config, workdir, env, init)

@@ -2,13 +2,13 @@
 
     make_env(config)        `envs.tools.ToolEnv` (the `rl.env.Env` plug-in) from `config.env`
                             and the feedback kinds of `config.rl`.
-    warmup_config(config)   the warm-up as a supervised run config: steps on scripted episodes
-                            (`envs.tools.warmup`): the tool-call format, and reading the
-                            reminder hint when it is there.
     warmed_up(config, workdir)
-                            {'params', 'router'} after the warm-up: the one supervised loop
-                            (`train.loop.trained_variables`) in `<workdir>/warmup`, with its
-                            metrics, checkpoints and resume; read back when it is done.
+                            {'params', 'router'} after the warm-up on scripted episodes
+                            (`envs.tools.warmup`: the tool-call format, and reading the
+                            reminder hint when it is there): the one supervised loop
+                            (`train.loop.trained_variables`, `rl.scripted.warmup_config`) in
+                            `<workdir>/warmup`, with its metrics, checkpoints and resume; read
+                            back when it is done.
     run(config, workdir)    warm-up (or its checkpoint), then RL steps through `rl.run`.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 
-import ml_collections
 import numpy as np
 
 from composer_jax.envs.tools.env import ToolEnv
@@ -53,23 +52,9 @@ def validate(config) -> None:
     if not 0.0 <= config.warmup[name] <= 1.0:
       raise ValueError(f"warmup.{name}={config.warmup[name]} must be in [0, 1]")
   try:
-    loop.validate(warmup_config(config))
+    loop.validate(scripted.warmup_config(config))
   except ValueError as e:
     raise ValueError(f"the warm-up's {e}") from None
-
-
-def warmup_config(config) -> ml_collections.ConfigDict:
-  """The warm-up as a supervised run config: `config` with the `warmup` section's optimizer,
-  steps, batch shape, logging, checkpoints and router-bias rate, full-vocabulary loss chunks
-  and no z-loss."""
-  w = config.warmup
-  c = ml_collections.ConfigDict(config.to_dict())
-  c.optim = ml_collections.ConfigDict(w.optim.to_dict())
-  c.train.update(dict(steps=w.steps, batch_size=w.batch_size, seq_len=w.seq_len, grad_accum=1,
-                      loss_chunk=model_config(config.model).vocab_size, z_loss=0.0,
-                      router_bias_rate=w.router_bias_rate, log_every=w.log_every,
-                      ckpt_every=w.ckpt_every, keep=1, init_from=""))
-  return c
 
 
 def warmed_up(config, workdir: str) -> dict:
@@ -94,7 +79,7 @@ def warmed_up(config, workdir: str) -> dict:
   batches = warmup_batches(make_env(config), np.random.default_rng([config.train.seed, 0]),
                            batch_size=w.batch_size, seq_len=w.seq_len, hint_prob=w.hint_prob,
                            hint_all_tools=w.hint_all_tools, verbose_prob=w.verbose_prob)
-  warmup = warmup_config(config)
+  warmup = scripted.warmup_config(config)
   # The RL run's compile cache (one directory per process: the first one set is used).
   cache = compile_cache.cache_dir(config.train.compile_cache_dir, workdir)
   warmup.train.compile_cache_dir = cache or compile_cache.OFF

@@ -1,4 +1,4 @@
-"""The coding agent's supervised warm-up through the training driver (`experiments/coding/
+"""The coding agent's supervised warm-up through the one supervised loop (`experiments/coding/
 warmup.py`): loss on the assistant's tokens, metrics with the greedy well-formedness check, and
 a bit-for-bit resume."""
 
@@ -38,11 +38,12 @@ def test_warmup_metrics_and_bit_for_bit_resume(tmp_path):
   assert records[-1]["check/malformed"] == 1.0 and records[-1]["check/exact"] == 0.0
   # Every loss token is the policy's (the batch's loss mask is the trajectory's model mask).
   examples = [agent_scripts.oracle_trajectory(env, t) for t in tasks]
-  data = warmup.batch(examples, config, 0, env.pad_id)
+  data = next(warmup.batches(examples, config, env.pad_id))
   written = env.tokenizer.decode(data["targets"][0][data["loss_mask"][0] > 0])
   assert "functions.append:0" in written and "# function b" not in written
-  assert data["loss_mask"].sum() == sum(
-    examples[i].model_mask.sum() for i in np.random.default_rng([0, 0]).integers(2, size=2))
+  rng = np.random.default_rng([0, 0])  # the batch's examples, drawn one after the other
+  assert data["loss_mask"].sum() == sum(examples[rng.integers(2)].model_mask.sum()
+                                        for _ in range(2))
   # Stopped after step 1 (a 1-step run with the same schedule), then run again: it resumes
   # to the same weights, bit for bit.
   short = _config()
