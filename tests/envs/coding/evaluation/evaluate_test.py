@@ -281,9 +281,11 @@ def test_settings_are_the_runs_own_with_overrides():
   run = {"env": {"heldout_fraction": 0.3, "split_seed": 2, "max_turns": 3,
                  "tools": ["edit", "submit"], "tasks": "t.jsonl"},
          "rl": {"seq_len": 2900, "max_new_tokens": 512, "temperature": 0.9, "groups": 4}}
-  c = eval_cli.settings(run, ["--config.env.max_turns=5", "--config.rl.top_p=0.5"])
+  c = eval_cli.settings(run, ["--config.env.max_turns=5", "--config.rl.top_p=0.5",
+                              "--config.env.thinking=false"])
   assert c.env.to_dict() == dict(heldout_fraction=0.3, split_seed=2, max_turns=5,
-                                 tools=("edit", "submit"))
+                                 tools=("edit", "submit"), thinking=False, system="",
+                                 statement="full")
   assert c.rl.to_dict() == dict(seq_len=2900, max_new_tokens=512, temperature=0.9, top_p=0.5)
   c = eval_cli.settings({}, ["--config.env.tools=read_file,submit"])
   assert (c.env.heldout_fraction, c.env.split_seed, c.env.max_turns, c.rl.max_new_tokens,
