@@ -203,7 +203,7 @@ class _Diverging:
     return {"params": {"w": w}, "step": jnp.int32(step + 1)}, {"loss": 1.0, "grad_norm": 0.5}
 
   def record(self, step, metrics, state):
-    return {**metrics(), "step": step}
+    return {**metrics, "step": step}
 
   def checkpoint(self, state):
     return state, {}
