@@ -54,6 +54,7 @@ no teacher batch).
 
 import ml_collections
 
+from composer_jax import optim
 from experiments.configs import base
 
 SETTINGS = ("cpu", "pod", "micro")
@@ -97,7 +98,7 @@ def get_config(arg=None):
   c.warmup = ml_collections.ConfigDict(
     dict(steps=0, batch_size=8, seq_len=2048, log_every=10, ckpt_every=50, check_every=50,
          check_tasks=4, keep=1, router_bias_rate=1e-3, only=False))  # only: no RL after it
-  c.warmup.optim = base.get_base_config().optim
+  c.warmup.optim = optim.default_config()  # total_steps 0: the warm-up's steps
   c.warmup.optim.update(dict(name="adamw", adam_lr=3e-3, schedule="cosine", warmup_steps=10))
   c.model.overrides = {"vocab_size": 512, "max_position_embeddings": 4096}
   c.train.update(dict(steps=20, log_every=1, ckpt_every=5, keep=2, seed=0))
@@ -149,7 +150,6 @@ def get_config(arg=None):
     c.optim.adam_lr = 1e-4
     c.warmup.update(dict(steps=300, batch_size=8, seq_len=1024, log_every=10, ckpt_every=50,
                          check_every=100, check_tasks=8))
-  c.warmup.optim.total_steps = c.warmup.steps
   if arm == "rl":  # the turns are still flagged (and counted), no teacher batch is built
     c.loss.sd_coef = 0.0
   return c
