@@ -21,6 +21,7 @@ from absl import app, flags
 from composer_jax.model import config as model_config
 from composer_jax.model import transformer
 from composer_jax.optim import build_optimizer
+from composer_jax.train import config as train_config
 from experiments.configs import base
 
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "small"], "Model presets to time.")
@@ -44,7 +45,7 @@ def _time_update(tx, params, grads, iters: int) -> float:
 
 def main(argv):
   del argv
-  optim_cfg = base.get_base_config().optim
+  optim_cfg = train_config.optim_config(base.get_base_config())  # total_steps resolved
   print(f"device: {jax.devices()[0].device_kind}")
   for preset in _PRESETS.value:
     cfg = model_config.get_preset(preset)

@@ -12,6 +12,7 @@ from composer_jax.model import transformer
 from composer_jax.model.config import model_config
 from composer_jax.optim import build_optimizer
 from composer_jax.parallel import rules as rules_lib
+from composer_jax.train import config as train_config
 from composer_jax.train import memory_plan, placement
 from composer_jax.train.state import abstract_state, init_state
 from experiments.configs import base, default
@@ -23,7 +24,7 @@ def _setup(layout, optim="muon"):
   config.optim.name = optim
   model_cfg = model_config(config.model)
   axes = transformer.logical_axes(model_cfg)["params"]
-  optimizer = build_optimizer(config.optim, axes)
+  optimizer = build_optimizer(train_config.optim_config(config), axes)
   abstract = abstract_state(model_cfg, optimizer, jax.ShapeDtypeStruct((2,), np.uint32))
   return config, model_cfg, axes, abstract, optimizer
 
