@@ -85,18 +85,14 @@ def check_entries(directory: str) -> None:
 
 def enable(directory: str | None) -> None:
   """Caches every compiled program under `directory` (None: leaves the cache off), after the
-  checks of the module docstring.
+  checks of the module docstring. The directory is checked even when another one is already set
+  in this process (and stays in use).
 
   Raises:
     ValueError: `directory` is not a directory, is not owned by this user, or is writable by
       its group or others.
   """
   if directory is None:
-    return
-  current = jax.config.jax_compilation_cache_dir
-  if current and os.path.abspath(current) != directory:
-    logging.info("Compilation cache %s already set in this process; %s is not used", current,
-                 directory)
     return
   try:
     if not os.path.exists(directory):
@@ -110,6 +106,11 @@ def enable(directory: str | None) -> None:
     raise ValueError(f"train.compile_cache_dir {directory} {why}: a compiled program read "
                      "from it runs as this user; use a directory only this user can write "
                      f"(chmod go-w), or '{OFF}'")
+  current = jax.config.jax_compilation_cache_dir
+  if current and os.path.abspath(current) != directory:
+    logging.info("Compilation cache %s already set in this process; %s is not used", current,
+                 directory)
+    return
   check_entries(directory)
   jax.config.update("jax_compilation_cache_dir", directory)
   # Defaults skip programs compiled in under 1 s; the small step programs matter here too.
