@@ -18,6 +18,8 @@ from scipy import special
 from composer_jax.model import transformer
 from composer_jax.model.config import model_config
 from composer_jax.rl import run as rl_run
+from composer_jax.rl import steps as rl_steps
+from composer_jax.rl.programs import update_program
 from composer_jax.train import load_checkpoint
 from experiments.configs import rl_tool_feedback
 from tests.rl.toy_env import ToyEnv
@@ -99,13 +101,13 @@ def test_trajectory_longer_than_the_sampler_cache_is_one_line(tmp_path):
   assert "\n" not in str(e.value)
 
 
-def _recorded_runs(kinds, init):
+def _recorded_runs(kinds, init, workdir):
   """{kind: (config, calls, rows)}: 2 steps of the colocated run of `_config()` with
   `loss.teacher = kind`; `calls`: per step, what the real step passed to the update (params, batch, teacher
   params, teacher batch); `rows`: the step's logged metrics. The update does not depend on the
   teacher kind (the step passes the teacher's weights in), so all kinds share `_config()`'s
   compiled update (the `colocated` run's, in the same process)."""
-  prog = rl_train.update_program(_config(), loop.model_config(_config()))
+  prog = update_program(_config(), model_config(_config().model))
   out = {}
   for kind in kinds:
     config, calls, rows = _config(), [], []
@@ -117,8 +119,8 @@ def _recorded_runs(kinds, init):
       return prog.update(params, opt_state, router, batch, teacher_params, teacher_batch)
 
     recorded = prog._replace(update=update)
-    with mock.patch.object(rl_train, "update_program", lambda *_, p=recorded: p):
-      rows += [row for row, _ in rl_train.rl_steps(config, ToyEnv(), init)]
+    with mock.patch.object(rl_steps, "update_program", lambda *_, p=recorded: p):
+      rows += rl_run.run(config, str(workdir / kind), ToyEnv(), init)
     out[kind] = config, calls, rows
   return out
 
@@ -128,7 +130,7 @@ def _hand_sd_loss(config, router, params, batch, teacher_params, teacher_batch):
   the model at `params` on the batch rows, the teacher = the model at `teacher_params` on its
   rows (the hint before the turn); token mean over the turn's sampled tokens from
   `skip_first_tokens` on."""
-  cfg = loop.model_config(config)
+  cfg = model_config(config.model)
 
   def log_probs(p, b):
     h, _ = transformer.forward(cfg, {"params": p, "router": router}, b["tokens"],
@@ -148,14 +150,14 @@ def _hand_sd_loss(config, router, params, batch, teacher_params, teacher_batch):
 
 
 @pytest.mark.slow  # ~40 s of CPU alone; less beside `colocated` (same update and sampler)
-def test_sd_teacher_is_the_model_itself_with_the_hint():
+def test_sd_teacher_is_the_model_itself_with_the_hint(tmp_path):
   """The report's teacher, as the RL step wires it: 'live' runs on the very weights being
   trained, 'ema' on their EMA (ema <- ema + rate (theta - ema) after each update, from the
   initial weights), 'frozen' on the initial weights; each on rows with the hint inserted
   before the flagged turn. (No gradient reaches the teacher: the update's stop_gradient, and
   `losses_test.py::test_teacher_gets_no_gradient_and_env_padding_tokens_do_nothing`.)"""
-  init = jax.device_get(transformer.init(loop.model_config(_config()), jax.random.key(0)))
-  runs = _recorded_runs(("live", "ema", "frozen"), init)
+  init = jax.device_get(transformer.init(model_config(_config().model), jax.random.key(0)))
+  runs = _recorded_runs(("live", "ema", "frozen"), init, tmp_path)
   params = [c[0] for c in runs["live"][1]]
   embedding = lambda p: p["embed"]["embedding"]
   # The weights move (else live == ema == frozen would pass trivially), and all kinds see the
