@@ -62,6 +62,21 @@ def test_disaggregated_with_staleness_0_equals_colocated(colocated, tmp_path):
   chex.assert_trees_all_equal(params, colocated[1])
 
 
+@pytest.mark.slow  # a few CPU seconds beside `colocated` (same compiled update and sampler)
+def test_a_stopped_run_resumes_bit_exact(colocated, tmp_path):
+  """Stopped after step 1 of 3 (its schedule still 3 steps long) and run again in the same
+  workdir: the same episodes, losses and final params as the uninterrupted run, whose weights
+  move (unlike tests/rl/run_test's, whose 3-step warm-up earns no reward: its updates are 0)."""
+  first_config = _config()
+  first_config.optim.total_steps, first_config.train.steps = STEPS, 1
+  first, _ = _run(first_config, tmp_path)
+  rest, params = _run(_config(), tmp_path)
+  assert [r["step"] for r in first] == [1] and [r["step"] for r in rest] == [2, 3]
+  assert first + rest == colocated[0]
+  assert any(r["grad_norm"] > 0 for r in colocated[0])
+  chex.assert_trees_all_equal(params, colocated[1])
+
+
 @pytest.mark.slow
 def test_staleness_1_samples_with_the_previous_weights(colocated, tmp_path):
   rows, _ = _run(_config("disaggregated", 1), tmp_path)
