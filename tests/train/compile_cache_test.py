@@ -6,6 +6,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -88,3 +89,34 @@ def test_rl_runs_use_the_run_cache_setting(setting, tmp_path, monkeypatch):
     rl_run.run(config, str(tmp_path / "w"), env=None, init=None)
   want = {"": str(tmp_path / "w" / "compile_cache"), "none": None, "cache": str(tmp_path / "cache")}
   assert e.value.value == want[setting]
+
+
+def test_an_entry_never_serves_another_step_count(tmp_path):
+  """The LR schedule's length is a constant of the compiled step, so JAX's key (the module)
+  tells a 10-step run's program from a 20-step run's: two entries, and a warm process gets its
+  own schedule back (the removed settings-keyed layer could serve one run another's, #23)."""
+  from jax._src import compilation_cache as cc
+
+  from composer_jax.optim import default_config, make_schedule
+  from composer_jax.train import config as train_config
+
+  def lr_at_5(steps):
+    c = ml_collections.ConfigDict({"train": {"steps": steps}, "optim": default_config()})
+    c.optim.warmup_steps = 2
+    optim = train_config.optim_config(c)
+    return jax.jit(lambda s: make_schedule(optim, optim.lr)(s))(5)
+
+  saved = jax.config.jax_compilation_cache_dir
+  cc.reset_cache()
+  jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  try:
+    cold = {steps: float(lr_at_5(steps)) for steps in (10, 20)}
+    assert len([f for f in os.listdir(tmp_path) if f.endswith("-cache")]) == 2
+    cc.reset_cache()  # as a new process: the entries are read from the directory
+    warm = {steps: float(lr_at_5(steps)) for steps in (20, 10)}
+  finally:
+    cc.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", saved)
+  assert len([f for f in os.listdir(tmp_path) if f.endswith("-cache")]) == 2
+  assert warm == cold and cold[10] != cold[20]
