@@ -7,6 +7,7 @@ a gold grade that is not 1.0 is charged to the layer that caused it:
   decoy         a decoy test passed                         lying   a value equal to a sentinel
   sites         a reported pass overturned by a hidden expected value
   root leak     the task's code is readable in the sandbox root
+  unprotected   a FAIL_TO_PASS test the rewriting cannot protect: the task is not graded
   unsound       the run itself (collected ids, exit status, channel), or anything else.
 It also counts what the rewriting did with each FAIL_TO_PASS function (hidden / decoys /
 left as it was, with reasons). The corpus is data, never committed; rebuild it with the
@@ -43,6 +44,8 @@ def layer(g: grader.Grade) -> str:
     return "monitor: " + ",".join(sorted(set(kinds)))
   if "readable in the sandbox root" in g.error:
     return "root leak"
+  if g.error.startswith("task not gradable"):
+    return "unprotected"
   if info.get("overturned"):
     return "sites"
   if g.error:

@@ -1,14 +1,15 @@
 """Grading a candidate patch; fails closed (any doubt, any error scores 0 with a reason).
 
-Steps: the patch (size-capped) is applied with `git apply` to a fresh copy of the visible
-workspace; the final change (before/after of every touched file) goes to the monitor, in a
-worker with a deadline; the tree is sanitised and its tests and runner config reset; the
-FAIL_TO_PASS test files are rewritten for this grade (instrument.py: renamed tests, hidden
-expected values, decoys); FAIL_TO_PASS + PASS_TO_PASS run once through the harness, whose guard
-watches the candidate's code from inside. Reward 1.0 iff nothing critical was flagged (monitor,
-guard, decoys, lying values), the run is sound, and every listed test passed — a test with
-hidden sites only if every value it sent equals the expected one, which never entered the
-sandbox. partial = task.direct_partial on the same outcomes.
+Steps: a task with a FAIL_TO_PASS test that no layer below could judge is refused before
+anything runs (`unprotected`). The patch (size-capped) is applied with `git apply` to a fresh
+copy of the visible workspace; the final change (before/after of every touched file) goes to
+the monitor, in a worker with a deadline; the tree is sanitised and its tests and runner
+config reset; the FAIL_TO_PASS test files are rewritten for this grade (instrument.py: renamed
+tests, hidden expected values, decoys); FAIL_TO_PASS + PASS_TO_PASS run once through the
+harness, whose guard watches the candidate's code from inside. Reward 1.0 iff nothing critical
+was flagged (monitor, guard, decoys, lying values), the run is sound, and every listed test
+passed — a test with hidden sites only if every value it sent equals the expected one, which
+never entered the sandbox. partial = task.direct_partial on the same outcomes.
 
 The verdict depends on nothing the candidate's process can write: its records are data, and
 what decides is what it could not know or forge — the expected values of hidden sites, which
@@ -49,9 +50,14 @@ of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
     `runtime_guard`. This closes the introspection routes of outcome tampering (1, 2) and
     answer reading (4), and the loaders of hidden payloads (5: pickle, marshal, ctypes,
     code objects); the process is also made non-dumpable (no /proc/PID/mem from a child).
+  protected tests only (instrument.py, grader.unprotected; the factory applies it too)
+    a task with a FAIL_TO_PASS test whose pass would be the process's word alone (defined in
+    another file, a generator, a kept name without a hidden value, ...) is not graded (0, the
+    reason, nothing runs) and never emitted: no lying value (3), answer read at run time (4)
+    or payload (5) can pass a test no layer below judges.
   renamed tests (instrument.py)
     the names the problem statement lists do not exist in the run: tampering aimed at them
-    (1, 2) misses.
+    (1, 2) misses. A name the file uses again is kept; its test is judged by hidden sites.
   hidden sites (instrument.py + harness.encode_site_value)
     for `assert x == <literal>`-shaped checks the expected value never enters the sandbox;
     the actual value comes back as plain data (builtins read through their C slots, other
@@ -233,9 +239,38 @@ def _critical(kind: str, reason: str) -> dict:
   return {"kind": kind, "severity": "critical", "reason": reason, "path": None, "line": None}
 
 
+def plan_for(task: Task) -> instrument.Plan:
+  """A fresh rewriting (instrument.py) of `task`'s test files for one grade. They are the
+  task's originals whatever a patch does (`prepare` resets them)."""
+  originals = {**_members(task.workspace), **_members(task.hidden_files)}
+  wanted = sorted(set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS))
+  # The files to rewrite (FAIL_TO_PASS) and every file whose ids run: where a test runs.
+  files = {
+    rel: originals[rel]
+    for rel in sorted({tid.split("::", 1)[0] for tid in wanted})
+    if rel in originals and runner.controlled(rel)
+  }
+  return instrument.plan(files, task.FAIL_TO_PASS, wanted)
+
+
+def unprotected(plan: instrument.Plan) -> str:
+  """'' if every FAIL_TO_PASS function of `plan` is protected (hidden expected values, or
+  renamed with decoys), else why the task cannot be graded: a pass of an unprotected test
+  would be the candidate's process's word alone."""
+  if not plan.unprotected:
+    return ""
+  why = "; ".join(f"{k} ({v})" for k, v in sorted(plan.unprotected.items())[:3])
+  return f"unprotected FAIL_TO_PASS tests ({len(plan.unprotected)}): {why}"
+
+
 def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
   if hits := root_leaks.leaks(task.gold_patch):
     return _zero(f"the task's code is readable in the sandbox root: {hits[:2]}")
+  plan = plan_for(task)
+  if why := unprotected(plan):  # nothing runs: the task is not gradable
+    g = _zero(f"task not gradable: {why}")
+    g.integrity = {"unprotected": plan.unprotected}
+    return g
   with sandbox.scratch("grade") as tmp:
     ws = Path(tmp) / "ws"
     err, flags, touched = prepare(task, patch, ws)
@@ -245,12 +280,6 @@ def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
     if err:
       return _zero(err, flags)
     wanted = sorted(set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS))
-    files = {}
-    # The files to rewrite (FAIL_TO_PASS) and every file whose ids run: where a test runs.
-    for rel in sorted({tid.split("::", 1)[0] for tid in wanted}):
-      if (ws / rel).is_file() and runner.controlled(rel):
-        files[rel] = (ws / rel).read_bytes()
-    plan = instrument.plan(files, task.FAIL_TO_PASS, wanted)
     for rel, data in plan.files.items():
       (ws / rel).write_bytes(data)
     run = runner.run_suite(ws, wanted, limits=limits, plan=plan, untrusted=touched)
@@ -297,8 +326,7 @@ def _site_check(plan: instrument.Plan, test: str, records: list) -> str:
   """'' if the hidden sites of `test` hold (every value sent equals its expected value and
   every required site was reached), 'liar' if a value claimed equality with a sentinel,
   else why not."""
-  func = instrument.split_id(plan.ids.get(test, test))[1]
-  required = set(plan.required.get(func, ()))
+  required = set(plan.required.get(plan.owner.get(test), ()))
   reached = set()
   for rec in records:
     site = plan.sites.get(rec.get("site")) if isinstance(rec.get("site"), int) else None

@@ -2,12 +2,14 @@
 process reports decides a grade on its own (host side; the sandbox half is in harness.py).
 
 Every FAIL_TO_PASS test function the grader can locate (module level or a method of a
-module-level class of its file, not a generator or coroutine, its name used nowhere else in
-the file) is rewritten in the graded copy of its file, fresh for every grade:
+module-level class of its file, defined once, not a generator or coroutine) is rewritten in
+the graded copy of its file, fresh for every grade:
 
 - **renamed**: a random token goes inside its name (`test_hypot` -> `test_k3q9_hypot`;
   prefix and suffix patterns such as `test*` / `*_test` still match), so the names the
-  problem statement lists exist nowhere in the run. Collected ids are mapped back here.
+  problem statement lists exist nowhere in the run. Collected ids are mapped back here. A
+  name the file uses again, or that ids of another file run (a class imported or inherited
+  there), is kept: such a function is protected by hidden sites alone.
 - **hidden sites**: each `assert A == <literal>` (either side; `unittest`'s assertEqual
   family; `pytest.approx(<literal>, rel=..., abs=...)`) that is not inside try/with or a
   nested scope becomes `S(id, A)`: the harness sends A as plain data and the host compares it
@@ -23,8 +25,13 @@ the file) is rewritten in the graded copy of its file, fresh for every grade:
 
 Line numbers of the original code do not move: renames and sites are spliced in place (sites
 pad with newlines inside their parentheses) and decoys are appended at the end of the file;
-the harness orders each decoy's items next to its twin's. Functions that cannot be located or
-rewritten keep their pytest outcome alone and are listed in `Plan.unprotected`.
+the harness orders each decoy's items next to its twin's.
+
+A function is protected when its pass is judged by what the process cannot know: required
+hidden sites, or a rename plus decoys. Every other FAIL_TO_PASS function (not located, defined
+twice, a generator, a kept name without a hidden value, no decoy) is listed in
+`Plan.unprotected` with why; the grader refuses to grade such a task and the factory never
+emits one (grader.unprotected), since its pass would be the candidate's process's word alone.
 """
 
 import ast
@@ -73,13 +80,14 @@ class Plan:
   decoys: dict[str, str]  # decoy function -> its twin (the renamed real function)
   before: dict[str, bool]  # decoy ordered before its twin's items (else after)
   sites: dict[int, Site]
-  required: dict[str, tuple[int, ...]]  # renamed real function -> its required site ids
+  required: dict[str, tuple[int, ...]]  # function (file::chain::name) -> its required sites
   helper: str  # module name the harness registers the site/decoy helpers under
   unprotected: dict[str, str]  # F2P function (file::chain) -> why it was left as it is
   ids: dict[str, str] = dataclasses.field(default_factory=dict)  # test id -> id as renamed
   decoy_ids: list[str] = dataclasses.field(default_factory=list)  # decoy functions' ids
   back: dict[str, str] = dataclasses.field(default_factory=dict)  # renamed table row -> id
   tokens: dict[str, tuple] = dataclasses.field(default_factory=dict)  # token -> (ids, value)
+  owner: dict[str, str] = dataclasses.field(default_factory=dict)  # test id -> its function
 
   def harness_config(self) -> dict:
     return {"helper": self.helper, "decoys": self.decoys, "before": self.before}
@@ -207,14 +215,19 @@ def _find(tree: ast.Module, chain: list[str], func: str):
   return found
 
 
-def _why_not(tree: ast.Module, fn, defs) -> str:
-  """'' if `fn` can be renamed and rewritten, else why not."""
+def _why_not(fn, defs) -> str:
+  """'' if `fn` can be rewritten, else why not."""
   if len(defs) != 1:
     return "defined more than once"
   if isinstance(fn, ast.AsyncFunctionDef):
     return "a coroutine"
   if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _nested_scopes(fn)):
     return "a generator"
+  return ""
+
+
+def _name_uses(tree: ast.Module, fn) -> int:
+  """How many times the file uses `fn`'s name other than in its own def."""
   uses = 0
   for n in ast.walk(tree):
     if isinstance(n, ast.Name) and n.id == fn.name:
@@ -225,7 +238,14 @@ def _why_not(tree: ast.Module, fn, defs) -> str:
       uses += 1
     elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not fn:
       uses += n.name == fn.name
-  return f"its name is used {uses} more times in the file" if uses else ""
+  return uses
+
+
+def _owner(tree: ast.Module, file: str, tid: str) -> str | None:
+  """The key (file::defining chain::name) of the function test id `tid` of `file` runs."""
+  _, chain, func = _parts(tid)
+  found = _find(tree, list(chain), func)
+  return None if found is None else _key(file, found[0], func)
 
 
 def _comparison(stmt):
@@ -396,26 +416,35 @@ def _rewrite(p: Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids,
       new = done[(tuple(where), func)]
       p.decoy_ids += ["::".join([file, *chain, d]) for d, twin in p.decoys.items() if twin == new]
       continue
-    if func in elsewhere:
-      p.unprotected[_key(file, chain, func)] = "also run in another file (imported or inherited)"
-      continue
-    if why := _why_not(tree, fn, defs):
+    if why := _why_not(fn, defs):
       p.unprotected[_key(file, chain, func)] = why
       continue
-    new = _fresh(func, rng, used)
-    done[(tuple(where), func)] = new
-    p.names[new] = func
-    a = sp.offset(fn.lineno, fn.col_offset)
-    line_end = sp.starts[fn.lineno] if fn.lineno < len(sp.starts) else len(src)
-    m = re.compile(rb"(async\s+)?def\s+" + re.escape(func.encode()) + rb"\b").search(
-      src, a, line_end
+    # A name the file uses again, or that ids of another file run (a class imported or
+    # inherited there), is kept: renaming would break those references. Such a function is
+    # protected only by hidden expected values (decoys need the real test renamed).
+    uses = _name_uses(tree, fn)
+    kept = (
+      "also run in another file (imported or inherited)"
+      if func in elsewhere
+      else f"its name is used {uses} more times in the file"
+      if uses
+      else ""
     )
-    if m is None:
-      del p.names[new]
-      p.unprotected[_key(file, chain, func)] = "def line not found"
-      continue
-    name_at = m.end() - len(func.encode())
-    sp.replace(name_at, m.end(), new.encode())
+    new = func if kept else _fresh(func, rng, used)
+    fkey = _key(file, where, func)
+    owned = [t for t in ids if _owner(tree, file, t) == fkey]
+    if not kept:
+      a = sp.offset(fn.lineno, fn.col_offset)
+      line_end = sp.starts[fn.lineno] if fn.lineno < len(sp.starts) else len(src)
+      m = re.compile(rb"(async\s+)?def\s+" + re.escape(func.encode()) + rb"\b").search(
+        src, a, line_end
+      )
+      if m is None:
+        p.unprotected[_key(file, chain, func)] = "def line not found"
+        continue
+      p.names[new] = func
+      sp.replace(m.end() - len(func.encode()), m.end(), new.encode())
+    done[(tuple(where), func)] = new
     required = []
     for stmt, _, sure in _statements(fn.body):
       cmp = _comparison(stmt)
@@ -431,10 +460,14 @@ def _rewrite(p: Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids,
       body = sp.text(actual)
       pad = b"\n" * (stmt.end_lineno - stmt.lineno - body.count(b"\n"))
       sp.replace(a0, b0, f"{S}({sid}, (".encode() + body + pad + b"))")
-    if not required:
-      required = _hide_table(p, fn, tree, sp, file, new, S, rng, ids)
+    if not required and func not in elsewhere:  # another file's ids would lose their rows
+      required = _hide_table(p, fn, tree, sp, file, new, S, rng, owned)
     if required:
-      p.required[new] = tuple(required)
+      p.required[fkey] = tuple(required)
+      continue
+    if kept:
+      p.unprotected[_key(file, chain, func)] = f"{kept}; no expected value to hide"
+      del done[(tuple(where), func)]
       continue
     tables = []
     for i in range(k + 1):
@@ -466,12 +499,14 @@ def _rewrite(p: Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids,
   p.decoys[name] = twin
   p.before[name] = rng.random() < 0.5
   p.decoy_ids.append(f"{file}::{name}")
-  for tid in ids:  # every id whose function was renamed (inherited methods too)
+  for tid in ids:  # every id whose function was rewritten (inherited methods too)
     _, chain, func = _parts(tid)
     found = _find(tree, list(chain), func)
-    if found and (tuple(found[0]), func) in done and tid not in p.ids:
-      head, _, params = split_id(tid)
-      p.ids[tid] = head + done[(tuple(found[0]), func)] + params
+    if found and (tuple(found[0]), func) in done:
+      p.owner[tid] = _key(file, found[0], func)
+      if tid not in p.ids:
+        head, _, params = split_id(tid)
+        p.ids[tid] = head + done[(tuple(found[0]), func)] + params
   tail = [
     "",
     f"import {p.helper} as {P}_h",
@@ -514,8 +549,8 @@ def _param_ids(argnames, rows, ids) -> list[str] | None:
 
 
 def _hide_table(p: Plan, fn, tree, sp: _Splices, file: str, new: str, S: str, rng, ids):
-  """Hides a parametrized expected value of `fn` (module docstring): returns the required
-  site ids, or [] when the test's shape does not allow it."""
+  """Hides a parametrized expected value of `fn` (module docstring), whose test ids are `ids`:
+  returns the required site ids, or [] when the test's shape does not allow it."""
   params = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
   decs = [(d, _parametrize(d)) for d in fn.decorator_list]
   decs = [(d, pz) for d, pz in decs if pz is not None]
@@ -586,7 +621,7 @@ def _hide_table(p: Plan, fn, tree, sp: _Splices, file: str, new: str, S: str, rn
     newids = _param_ids(argnames, swapped, ids_list)
     if orig is None or newids is None:
       continue
-    mine = [t for t in ids if split_id(t)[1] == fn.name]
+    mine = list(ids)
     by_param = {}
     for t in mine:
       by_param.setdefault(split_id(t)[2][1:-1], []).append(t)

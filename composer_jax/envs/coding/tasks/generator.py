@@ -12,8 +12,10 @@ Validation of a change (N = validation_runs re-runs of the whole suite on fresh 
   code; the others are collateral: they fail through an import of a deleted name, or ran the
   code where coverage does not see it, in a subprocess), every FAIL_TO_PASS test of a deletion
   is explained (direct, or its file names a deleted symbol), FAIL_TO_PASS is at most
-  max_f2p_fraction of the suite, the visible workspace passes the leak scan, and (verify)
-  the gold patch grades 1.0 and the empty patch 0.0. Everything is deterministic given the seed.
+  max_f2p_fraction of the suite, the visible workspace passes the leak scan, every
+  FAIL_TO_PASS test is one the grader can protect (grader.unprotected: hidden expected values,
+  or renamed with decoys; else it refuses to grade the task), and (verify) the gold patch
+  grades 1.0 and the empty patch 0.0. Everything is deterministic given the seed.
 The baseline and coverage map are computed once per project and, with `cache`, reused across
 runs (keyed by the sdist and dependency hashes and the generator version).
 """
@@ -422,6 +424,8 @@ class Generator:
     if hits:
       return None, f"leak scan after git: {hits[:3]}"
     task = self._record(change, tag, visible, head, f2p, p2p, direct, statement(f2p, runs))
+    if why := grader.unprotected(grader.plan_for(task)):
+      return None, why  # the grader would refuse it (grader.unprotected)
     if self.cfg.verify:
       gold = grader.grade(task, task.gold_patch, limits=self.cfg.limits)
       empty = grader.grade(task, "", limits=self.cfg.limits)

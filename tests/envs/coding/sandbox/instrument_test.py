@@ -113,8 +113,8 @@ def test_rewritten_file(plan):
 def test_sites_and_tables(plan):
   sites = collections.Counter((s.table, s.approx is not None) for s in plan.sites.values())
   # test_literal's dict and approx, the unittest assertEqual, test_loop's (not required),
-  # test_table's hidden column.
-  assert sites == {(False, False): 3, (False, True): 1, (True, False): 1}
+  # test_called_elsewhere's (kept name), test_table's hidden column.
+  assert sites == {(False, False): 4, (False, True): 1, (True, False): 1}
   assert {tuple(v[0]): v[1] for v in plan.tokens.values()} == {
     ("tests/test_m.py::test_table[1-a]",): "a",
     ("tests/test_m.py::test_table[2-bb]",): "bb",
@@ -124,6 +124,15 @@ def test_sites_and_tables(plan):
     new = plan.ids[ids[0]]
     assert tok in new and plan.split(new) == ("real", ids[0], instrument.split_id(new)[1])
   assert all(plan.required.values())
+  # Required sites belong to functions (file::chain::name) and every id names its own.
+  assert set(plan.required) == {
+    "tests/test_m.py::test_table",
+    "tests/test_m.py::test_literal",
+    "tests/test_m.py::TestCase::test_method",
+    "tests/test_m.py::test_called_elsewhere",
+  }
+  assert plan.owner["tests/test_m.py::test_table[2-bb]"] == "tests/test_m.py::test_table"
+  assert "tests/test_m.py::test_user" not in plan.owner  # not rewritten
 
 
 def _sentinels(source: str) -> set:
@@ -154,7 +163,22 @@ def test_decoys(plan):
   # The loop's assertion is a site that may not run: its decoy compares with another value.
   assert "'loop\\u2063cj" in new
   assert len(plan.decoy_ids) == 5 and all(plan.split(i)[0] == "decoy" for i in plan.decoy_ids)
-  assert plan.unprotected == {"tests/test_m.py::test_called_elsewhere": "its name is used 1 more times in the file"}
+  # A function whose name the file uses again keeps it, and is protected by its hidden site.
+  assert plan.unprotected == {}
+  assert "test_called_elsewhere" not in plan.names.values()
+
+
+def test_a_kept_name_without_hidden_values_is_unprotected():
+  """Decoys of a test that keeps its name would not tell tampering aimed at that name: such
+  a function is protected only by hidden expected values, else listed as unprotected."""
+  src = (
+    b"import pytest\n\n\ndef test_x():\n  with pytest.raises(ValueError):\n    f()\n\n\n"
+    b"NAMES = ['test_x']\n\n\ndef test_y():\n  assert f() == 2\n\n\nALSO = ['test_y']\n"
+  )
+  f2p = ["tests/test_k.py::test_x", "tests/test_k.py::test_y"]
+  p = instrument.plan({"tests/test_k.py": src}, f2p, f2p, rng=random.Random(0))
+  assert p.unprotected == {f2p[0]: "its name is used 1 more times in the file; no expected value to hide"}
+  assert p.names == {} and set(p.required) == {f2p[1]} and p.owner == {f2p[1]: f2p[1]}
 
 
 def test_perturbed_values_differ():
@@ -227,16 +251,26 @@ def test_decode_refuses_what_it_does_not_know():
 
 def test_a_function_also_run_in_another_file_is_not_renamed():
   """A test class imported into (or inherited by) another file runs there under its original
-  method names, so those methods keep them; a same-named function the other file defines
-  itself does not stop a rename."""
-  base = b"class TestBase:\n  def test_x(self):\n    assert f() == 1\n\n\ndef test_y():\n  assert f() == 2\n"
+  method names, so those methods keep them (protected by hidden sites only); a same-named
+  function the other file defines itself does not stop a rename."""
+  base = (
+    b"import pytest\n\n\nclass TestBase:\n  def test_x(self):\n    assert f() == 1\n\n"
+    b"  def test_z(self):\n    with pytest.raises(KeyError):\n      f()\n\n\n"
+    b"def test_y():\n  assert f() == 2\n"
+  )
   sub = b"from tests.test_base import TestBase\n\n\nclass TestSub(TestBase):\n  pass\n\n\ndef test_y():\n  pass\n"
-  f2p = ["tests/test_base.py::TestBase::test_x", "tests/test_base.py::test_y"]
-  ids = [*f2p, "tests/test_sub.py::TestSub::test_x", "tests/test_sub.py::test_y"]
+  f2p = [
+    "tests/test_base.py::TestBase::test_x",
+    "tests/test_base.py::TestBase::test_z",
+    "tests/test_base.py::test_y",
+  ]
+  ids = [*f2p, *(f"tests/test_sub.py::TestSub::{n}" for n in ("test_x", "test_z")), "tests/test_sub.py::test_y"]
   files = {"tests/test_base.py": base, "tests/test_sub.py": sub}
   p = instrument.plan(files, f2p, ids, rng=random.Random(0))
-  assert p.unprotected == {f2p[0]: "also run in another file (imported or inherited)"}
-  assert list(p.names.values()) == ["test_y"] and p.run_ids(ids)[2:4] == ids[2:4]
-  assert p.ids == {f2p[1]: f"tests/test_base.py::{next(iter(p.names))}"}
+  elsewhere = "also run in another file (imported or inherited)"
+  assert p.unprotected == {f2p[1]: f"{elsewhere}; no expected value to hide"}
+  assert set(p.required) == {f2p[0], f2p[2]}
+  assert list(p.names.values()) == ["test_y"] and p.run_ids(ids)[3:6] == ids[3:6]
+  assert p.ids[f2p[0]] == f2p[0] and p.ids[f2p[2]] == f"tests/test_base.py::{next(iter(p.names))}"
   # Without the other file's source, its ids are taken as running the base's methods.
-  assert f2p[0] in instrument.plan({"tests/test_base.py": base}, f2p, ids).unprotected
+  assert f2p[1] in instrument.plan({"tests/test_base.py": base}, f2p, ids).unprotected

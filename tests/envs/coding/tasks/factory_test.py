@@ -237,6 +237,8 @@ def test_grader_partial_counts_direct_tests_only(tmp_path, monkeypatch):
   outcomes = {"t::a": "passed", "t::b": "failed", "t::d": "passed"}
   run = runner.SuiteRun(outcomes, [], [], 0, True, "", 0.0, {}, "")
   monkeypatch.setattr(runner, "run_suite", lambda *a, **k: run)
+  # The ids name no test file, which the grader would refuse to grade (nothing protects them).
+  monkeypatch.setattr(grader, "unprotected", lambda plan: "")
   g = grader.grade(t, "")
   assert (g.reward, g.partial, g.error) == (0.0, 1.0, "")
   outcomes["t::a"] = "failed"  # the direct test fails: nothing for the collateral one

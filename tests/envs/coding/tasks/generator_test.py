@@ -225,3 +225,32 @@ def test_in_package_tests_importing_by_name_make_deletions(tmp_path):
   project.unpack(tasks[0].workspace, tmp_path / "ws")
   assert name not in (tmp_path / "ws/tpkg/tests/test_itertoolz.py").read_text()
   assert name in (tmp_path / "ws/setup.cfg").read_text()  # a common word, left alone
+
+
+IMPORTED_TEST = {
+  # halve's test is defined in a helper file and imported into the test module that runs it:
+  # the grader cannot rewrite it (instrument.py), so a task deleting halve is never emitted.
+  "ipkg/__init__.py": "",
+  "ipkg/core.py": "def double(x):\n  return 2 * x\n\n\ndef halve(x):\n  return x // 2\n",
+  "setup.cfg": "[metadata]\nname = ipkg\n",
+  "tests/test_core.py": (
+    "from checks_shared import test_halve  # noqa: F401\nfrom ipkg import core\n\n\n"
+    "def test_double():\n  assert core.double(2) == 4\n"
+  ),
+  "tests/checks_shared.py": "from ipkg import core\n\n\ndef test_halve():\n  assert core.halve(4) == 2\n",
+}
+
+
+@requires_sandbox
+def test_tasks_with_unprotected_tests_are_not_emitted(tmp_path):
+  src = sources.resolve(str(write_project(tmp_path / "ipkg-1.0", IMPORTED_TEST)), tmp_path / "w")
+  cfg = generator.Config(max_tasks=2, kinds=("function",), baseline_runs=0, validation_runs=1,
+                         limits=FAST)
+  gen = generator.Generator(src, tmp_path / "w", cfg)
+  tasks = gen.generate()
+  assert [t.features[0]["qualname"] for t in tasks] == ["double"], gen.log
+  refused = [ln for ln in gen.log if ln.startswith("ipkg/core.py::halve: ")]
+  assert refused == [
+    "ipkg/core.py::halve: unprotected FAIL_TO_PASS tests (1): tests/test_core.py::test_halve "
+    "(definition not found in the file)"
+  ], gen.log

@@ -4,8 +4,10 @@
 differently: `greet` (the hidden test compares with a literal: a hidden site), `hypot` (a
 parametrized expected value: a hidden table), `decoy` (the hypot task with its table shared
 by another test, so the values stay in the process and decoys guard the test), `bare` (the
-hypot task whose test's name also appears elsewhere in its file, so it is not rewritten at
-all: only the file's sentinel guards it).
+hypot task whose test's name also appears elsewhere in its file, so it keeps its name: its
+table is hidden, and decoys could not guard it), `imported` (the hypot task whose test is
+defined in another file and imported into its test module: nothing can be rewritten, so the
+grader refuses to grade it and the factory never emits it).
 """
 
 import dataclasses
@@ -58,4 +60,27 @@ def shapes(mini_gen, tmp_path_factory):
   with open(root / "tests/test_core.py", "a") as f:
     f.write('\n\nNAMES = ["test_hypot"]\n')
   bare = dataclasses.replace(hypot, hidden_files=project.pack(root, names))
-  return {"greet": by_name["Greeter.greet"], "hypot": hypot, "decoy": decoy, "bare": bare}
+  return {
+    "greet": by_name["Greeter.greet"],
+    "hypot": hypot,
+    "decoy": decoy,
+    "bare": bare,
+    "imported": imported_shape(hypot, tmp_path_factory.mktemp("imported-shape")),
+  }
+
+
+def imported_shape(hypot, root):
+  """The hypot task with test_hypot (and its table) moved to tests/hypot_testdata.py, a helper
+  file pytest does not collect, and imported into tests/test_core.py, which runs it under the
+  same ids."""
+  names = project.unpack(hypot.hidden_files, root)
+  test = root / "tests/test_core.py"
+  src = test.read_text()
+  table = src[src.index("NORMS = ") : src.index("\n", src.index("NORMS = ")) + 1]
+  hypot_def = src[src.index("@pytest.mark.parametrize") : src.index("class TestGreeter")]
+  helper = "import pytest\n\nfrom minipkg import core\n\n" + table + "\n\n" + hypot_def
+  (root / "tests/hypot_testdata.py").write_text(helper)
+  rest = src.replace(table, "").replace(hypot_def, "")
+  test.write_text(rest + "\n\nfrom hypot_testdata import test_hypot  # noqa: E402\n")
+  files = [*names, "tests/hypot_testdata.py"]
+  return dataclasses.replace(hypot, hidden_files=project.pack(root, files))
