@@ -12,7 +12,7 @@ config; stdin is then at EOF. Before any project code runs it:
      frame) comes first — the guard stops the run (record `guard`, exit status GUARD_EXIT) on:
      getting frames (sys._getframe, tracebacks', generators' and coroutines' frames) except
      through standard-library functions that use them internally (logging, typing,
-     namedtuple, ...), gc's object walks, trace/profile hooks, new audit hooks or
+     namedtuple, ...) or hand them to callers known by code-object identity, gc's object walks, trace/profile hooks, new audit hooks or
      interpreters, code objects and functions built from parts, reassigned function
      code/defaults, ctypes, marshal, pickles that name functions, starting programs, reading
      test or runner-config files, writing any .py under /ws, /proc/*/mem, and code compiled or
@@ -31,9 +31,11 @@ Standard library + pytest only; the host imports this file for GUARD_EXIT and `d
 """
 
 import base64
+import dataclasses
 import decimal
 import fractions
 import json
+import keyword
 import math
 import os
 import random
@@ -43,9 +45,11 @@ import types
 
 GUARD_EXIT = 86
 # Standard-library functions that get frames for their own use. "inner": no frame leaves the
-# function; else the callers it may hand frames to ((file suffix, function name), trusted
-# files only): a trusted trampoline such as Mock(side_effect=logging.currentframe) would hand
-# them on to the candidate. (File relative to the standard library, function name) -> kind.
+# function; else the callers it may hand frames to ((file, function name): a trusted
+# trampoline such as Mock(side_effect=logging.currentframe) would hand them on to the
+# candidate). (File relative to the standard library, function name) -> kind. A caller is
+# known by its code object's identity, captured before any project code runs (standard
+# library) or when its module's code, checked against its file's source, runs (freezegun).
 _FRAME_USERS = {
   ("collections/__init__.py", "namedtuple"): "inner",
   ("typing.py", "_caller"): "inner",
@@ -67,11 +71,17 @@ _FRAME_USERS = {
 }
 # Standard-library functions that generate code from text made of identifiers (a dataclass's
 # __init__, a namedtuple's __new__: file name "<string>"). What they exec while no frame of the
-# candidate's is on the stack is trusted like its maker; the candidate's own dataclasses stay
-# untrusted (a field name is any string there, so its generated code is the candidate's).
+# candidate's is on the stack is trusted like its maker, if the text is made of identifiers
+# only: namedtuple checks its names itself; dataclasses' _create_fn only when called by
+# _process_class on fields whose names are identifiers (read through the slot, not the
+# object), so no text reaches it from a trampoline (a pytest cleanup calling _create_fn with
+# the candidate's arguments) or from annotations. The candidate's own dataclasses stay
+# untrusted.
 _CODE_MAKERS = frozenset(
   {("dataclasses.py", "_create_fn"), ("collections/__init__.py", "namedtuple")}
 )
+_CONSUMER_MODULES = ("logging", "traceback", "warnings")  # imported before the guard
+_KEYWORDS = frozenset(keyword.kwlist)
 _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _FUNC_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _ALWAYS = frozenset(
@@ -180,6 +190,63 @@ def _same_code(a, b) -> bool:
   return _same_const(a.co_consts, b.co_consts)
 
 
+def _codes(objs):
+  """Every code object of functions among `objs` (classes' methods, nested code too)."""
+  todo, out = [], []
+  for obj in objs:
+    for v in vars(obj).values() if isinstance(obj, type) else (obj,):
+      code = getattr(getattr(v, "__func__", v), "__code__", None)
+      if isinstance(code, types.CodeType):
+        todo.append(code)
+  while todo:
+    code = todo.pop()
+    out.append(code)
+    todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+  return out
+
+
+def _consumers(stdlib: str) -> tuple[dict, frozenset]:
+  """(id -> (code, (file, name))) of the frame users' allowed callers in the standard library,
+  and the (file, name) of those elsewhere, captured when their module runs."""
+  import importlib
+
+  wanted = {pair for kind in _FRAME_USERS.values() if kind != "inner" for pair in kind}
+  found = {}
+  for name in _CONSUMER_MODULES:
+    mod = importlib.import_module(name)
+    for code in _codes(list(vars(mod).values())):
+      fn = code.co_filename
+      pair = (fn[len(stdlib) :], code.co_name)
+      if fn.startswith(stdlib) and pair in wanted:
+        found[id(code)] = (code, pair)
+  later = frozenset(p for p in wanted if p[0].split("/")[0] not in _CONSUMER_MODULES)
+  return found, later
+
+
+def _dataclass_fields_ok(frame, process, field_type, name_of, type_dict, name_slot) -> bool:
+  """Whether dataclasses' _create_fn (frame) was called by _process_class (within 3 frames of
+  dataclasses' own code) on fields of exact type Field whose names, read through the slot
+  captured before any project code ran, are identifiers."""
+  for _ in range(4):
+    frame = frame.f_back
+    if frame is None or frame.f_code.co_filename != process.co_filename:
+      return False
+    if frame.f_code is process:
+      break
+  else:
+    return False
+  fields = frame.f_locals.get("fields")
+  if type(fields) is not dict or type_dict(field_type).get("name") is not name_slot:
+    return False
+  for f in dict.values(fields):
+    if type(f) is not field_type:
+      return False
+    name = name_of(f)
+    if type(name) is not str or not str.isidentifier(name) or name in _KEYWORDS:
+      return False
+  return True
+
+
 def install_guard(cfg: dict, fd: int) -> None:
   """Installs the audit hook (module docstring) for the workspace described by `cfg`:
   trusted = files of the workspace the change did not touch, protected = test and runner
@@ -193,6 +260,9 @@ def install_guard(cfg: dict, fd: int) -> None:
   protected = frozenset(cfg.get("protected", ()))
   enforce = cfg.get("guard", "enforce") == "enforce"
   main_thread = threading.get_ident()
+  allowed, later = _consumers(stdlib)
+  process = dataclasses._process_class.__code__
+  name_slot = dataclasses.Field.__dict__["name"]
 
   # Everything the hook uses is a default argument: the candidate can reach neither the hook
   # (no gc, no frames) nor its defaults, and replacing `__defaults__` is an audited event. Its
@@ -230,7 +300,15 @@ def install_guard(cfg: dict, fd: int) -> None:
     _fd=fd,
     _code=GUARD_EXIT,
     _users=_FRAME_USERS,
+    _allowed=allowed,
+    _later=later,
     _makers=_CODE_MAKERS,
+    _fields_ok=_dataclass_fields_ok,
+    _process=process,
+    _field_type=dataclasses.Field,
+    _name_of=name_slot.__get__,
+    _type_dict=type.__dict__["__dict__"].__get__,
+    _name_slot=name_slot,
     _made={},  # noqa: B006 (id -> code object made by trusted work, kept alive)
     _frame_attrs=_FRAME_ATTRS,
     _func_attrs=_FUNC_ATTRS,
@@ -263,6 +341,32 @@ def install_guard(cfg: dict, fd: int) -> None:
           )
         return ok
 
+      def reference(name):  # (source, code compiled from it) of a trusted file
+        ref = _refs.get(name)
+        if ref is None:
+          with _open(name, "rb") as fh:
+            src = fh.read()
+          ref = _refs[name] = (src, _compile(src, name, "exec", dont_inherit=True))
+        return ref
+
+      if event == "exec" and _isinstance(args[0], _code_type) and args[0].co_name == "<module>":
+        # A module that holds allowed frame consumers (freezegun's api): its code objects,
+        # if it is its trusted file's source.
+        fn = args[0].co_filename
+        for path, name in _later:
+          if (
+            _isinstance(fn, _str)
+            and fn.endswith("/" + path)
+            and trusted(fn)
+            and _same(args[0], reference(fn)[1])
+          ):
+            todo = [args[0]]
+            while todo:
+              c = todo.pop()
+              if c.co_name == name:
+                _allowed[id(c)] = (c, (path, name))
+              todo.extend(k for k in c.co_consts if _isinstance(k, _code_type))
+
       # The culprit: the nearest frame of untrusted code. A trusted module's own import
       # (its `<module>` frame, met first) is trusted work even when the candidate imported it.
       caller = _getframe(1)
@@ -282,6 +386,10 @@ def install_guard(cfg: dict, fd: int) -> None:
           and (imported or _ident() == _main)
           and fn.startswith(_stdlib)
           and (fn[len(_stdlib) :], caller.f_code.co_name) in _makers
+          and (
+            caller.f_code.co_name != "_create_fn"
+            or _fields_ok(caller, _process, _field_type, _name_of, _type_dict, _name_slot)
+          )
         ):
           made = [args[0]]
           while made:
@@ -306,12 +414,10 @@ def install_guard(cfg: dict, fd: int) -> None:
         consumer = caller.f_back
         if kind == "inner":
           return
-        if kind is not None and consumer is not None and trusted(consumer.f_code.co_filename):
-          for path, name in kind:  # the callers it may hand frames to
-            if consumer.f_code.co_name == name and consumer.f_code.co_filename.endswith(
-              "/" + path
-            ):
-              return
+        if kind is not None and consumer is not None:  # the callers it may hand frames to
+          known = _allowed.get(id(consumer.f_code))
+          if known is not None and known[0] is consumer.f_code and known[1] in kind:
+            return
         why = event if event != "object.__getattr__" else f"frame access .{args[1]}"
       elif event == "object.__setattr__":
         why = f"function {args[1]} reassigned"
@@ -341,11 +447,7 @@ def install_guard(cfg: dict, fd: int) -> None:
           return
         if event == "exec" and not _isinstance(code, _code_type):
           return
-        ref = _refs.get(name)
-        if ref is None:
-          with _open(name, "rb") as fh:
-            src = fh.read()
-          ref = _refs[name] = (src, _compile(src, name, "exec", dont_inherit=True))
+        ref = reference(name)
         if event == "compile":
           same = _isinstance(code, _bytes) and code == ref[0]
         else:

@@ -9,7 +9,7 @@ import sysconfig
 import pytest
 
 from composer_jax.envs.coding import sandbox
-from composer_jax.envs.coding.sandbox import grade_patch, grader, instrument, runner
+from composer_jax.envs.coding.sandbox import grade_patch, grader, harness, instrument, runner
 from tests.envs.coding.mini_project import FAST, requires_sandbox, write_project
 
 
@@ -226,7 +226,22 @@ GUARD_FILES = {
     "import dataclasses\n\nfrom pkg import clock\n\n\n"
     "@dataclasses.dataclass\nclass Mine:\n  ok: bool = dataclasses.field(default_factory=clock.depth)\n"
   ),
+  # Unchanged code named like a frame helper's allowed caller (logging's findCaller) that
+  # hands the frame on, and changed code using it.
+  "pkg/logging/__init__.py": "import logging\n\n\ndef findCaller():\n  return logging.currentframe()\n",
+  "pkg/peek2.py": "from pkg.logging import findCaller\n\n\ndef peek2():\n  return findCaller().f_back.f_locals\n",
+  # Changed code making trusted work (a pytest cleanup) call dataclasses' code maker with its
+  # own text: a default argument that walks gc.
+  "pkg/maker.py": (
+    "import dataclasses, functools, sys\n"
+    "_cfg = next(getattr(f, 'config', None) for f in sys.meta_path "
+    "if type(f).__name__ == 'AssertionRewritingHook')\n"
+    "_cfg.add_cleanup(functools.partial(dataclasses._create_fn, 'f', "
+    "[\"x=__import__('gc').get_objects()\"], ['return x']))\n"
+  ),
   "tests/__init__.py": "",
+  "tests/test_peek2.py": "from pkg import peek2\n\n\ndef test_peek2():\n  assert peek2.peek2()\n",
+  "tests/test_maker.py": "from pkg import maker\n\n\ndef test_maker():\n  assert maker\n",
   "tests/test_ok.py": (
     "from pkg import clock, core\n\n\ndef test_trusted_introspection():\n"
     "  assert core.who() is False and clock.Stamp().ok\n"
@@ -250,3 +265,24 @@ def test_guard_lets_trusted_code_look_at_frames_under_the_candidates(tmp_path):
   peek, mine = run("tests/test_peek.py::test_peek"), run("tests/test_mine.py::test_mine")
   assert [g["where"] for g in peek.guard] == ["/ws/pkg/core.py:11"], peek.guard
   assert [g["where"].split(":")[0] for g in mine.guard] == ["<string>"], mine.guard
+
+
+@requires_sandbox
+def test_guard_knows_allowed_callers_by_identity_and_makers_by_their_input(tmp_path):
+  """A frame helper's allowed caller is that code object, not any trusted function of that
+  name in a file of that suffix (pkg/logging/__init__.py's findCaller hands the frame on);
+  code that dataclasses' maker builds under trusted work is trusted only when dataclasses
+  itself called it on identifier fields, not when a pytest cleanup calls it with the
+  candidate's text."""
+  ws = write_project(tmp_path / "ws", GUARD_FILES)
+  changed = frozenset({"pkg/peek2.py", "pkg/maker.py"})
+  run = lambda name: runner.run_suite(ws, [name], limits=FAST, untrusted=changed)
+  peek2 = run("tests/test_peek2.py::test_peek2")
+  assert [(g["event"], g["where"]) for g in peek2.guard] == [
+    ("sys._getframe", "/ws/pkg/peek2.py:5")
+  ], peek2.guard
+  maker = run("tests/test_maker.py::test_maker")
+  assert not maker.ok and maker.returncode == harness.GUARD_EXIT, maker.log_tail
+  assert [(g["event"], g["where"]) for g in maker.guard] == [
+    ("gc.get_objects", "<string>:2")
+  ], maker.guard
