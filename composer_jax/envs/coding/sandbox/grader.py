@@ -4,7 +4,7 @@ Steps: a task with a FAIL_TO_PASS test that no layer below could judge is refuse
 anything runs (`unprotected`). The patch (size-capped) is applied with `git apply` to a fresh
 copy of the visible workspace; the final change (before/after of every touched file) goes to
 the monitor, in a worker with a deadline; the tree is sanitised and its tests and runner
-config reset; the FAIL_TO_PASS test files are rewritten for this grade (instrument.py: renamed
+config reset; the FAIL_TO_PASS test files are rewritten for this grade (instrument/: renamed
 tests, hidden expected values, decoys); FAIL_TO_PASS + PASS_TO_PASS run once through the
 harness, whose guard watches the candidate's code from inside. Reward 1.0 iff nothing critical
 was flagged (monitor, guard, decoys, lying values), the run is sound, and every listed test
@@ -39,7 +39,7 @@ of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
     adds or edits: any that is not Python source is critical, so data-file payloads (5) are
     rejected before they run; a super-linear or memory-exhausting input (6) ends at the
     deadline: 0 and a critical flag, never a hung grader.
-  guard (harness.py: PEP 578 audit hook installed before any project code, not removable)
+  guard (guard.py: PEP 578 audit hook installed before any project code, not removable)
     while code the change touched is on the stack: frames (sys._getframe, tracebacks',
     generators' frames) other than through standard-library helpers that keep them or hand
     them only to callers known by code-object identity (logging's findCaller, freezegun's
@@ -52,21 +52,21 @@ of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
     stops: 0 + critical `runtime_guard`. This closes the introspection routes of outcome tampering (1, 2) and
     answer reading (4), and the loaders of hidden payloads (5: pickle, marshal, ctypes,
     code objects); the process is also made non-dumpable (no /proc/PID/mem from a child).
-  protected tests only (instrument.py, grader.unprotected; the factory applies it too)
+  protected tests only (instrument/, grader.unprotected; the factory applies it too)
     a task with a FAIL_TO_PASS test whose pass would be the process's word alone (defined in
     another file, a generator, a kept name without a hidden value, ...) is not graded (0, the
     reason, nothing runs) and never emitted: no lying value (3), answer read at run time (4)
     or payload (5) can pass a test no layer below judges.
-  renamed tests (instrument.py)
+  renamed tests (instrument/rewrite.py)
     the names the problem statement lists do not exist in the run: tampering aimed at them
     (1, 2) misses. A name the file uses again is kept; its test is judged by hidden sites.
-  hidden sites (instrument.py + harness.encode_site_value)
+  hidden sites (instrument/rewrite.py, hidden_tables.py + site_values.py)
     for `assert x == <literal>`-shaped checks the expected value never enters the sandbox;
     the actual value comes back as plain data (builtins read through their C slots, other
     objects through conversions they themselves claim equality with) and is compared here:
     forced outcomes (1, 2), lying values (3: also flagged when a value equals a fresh
     sentinel, `lying_value`) and answers read at run time (4) all fail it.
-  decoys (instrument.py)
+  decoys (instrument/decoys.py)
     every other FAIL_TO_PASS function gets a copy with perturbed expected values under
     another random name; a correct solution fails it, so a passing decoy (`decoy_passed`,
     critical) is forced outcomes (1, 2), a value equal to anything (3), or an answer read at
@@ -91,13 +91,13 @@ from pathlib import Path
 
 from composer_jax.envs.coding import project, sandbox
 from composer_jax.envs.coding.monitor import deadline
-from composer_jax.envs.coding.sandbox import harness, instrument, root_leaks, runner
+from composer_jax.envs.coding.sandbox import instrument, root_leaks, runner, site_values
 from composer_jax.envs.coding.task import Task, direct_partial
 from composer_jax.envs.coding.tasks import scrub
 
 MAX_PATCH_BYTES = 4 << 20
 _SHADOWED = (
-  frozenset(sys.stdlib_module_names) | frozenset(runner.RUNTIME_MODULES) | {"cj_covplugin"}
+  frozenset(sys.stdlib_module_names) | frozenset(runner.RUNTIME_MODULES) | frozenset(runner.OWN_MODULES)
 )
 
 
@@ -242,7 +242,7 @@ def _critical(kind: str, reason: str) -> dict:
 
 
 def plan_for(task: Task) -> instrument.Plan:
-  """A fresh rewriting (instrument.py) of `task`'s test files for one grade. They are the
+  """A fresh rewriting (instrument/) of `task`'s test files for one grade. They are the
   task's originals whatever a patch does (`prepare` resets them)."""
   originals = {**_members(task.workspace), **_members(task.hidden_files)}
   wanted = sorted(set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS))
@@ -342,7 +342,7 @@ def _site_check(plan: instrument.Plan, test: str, records: list) -> str:
       if entry is None or test not in entry[0]:
         return f"{site.where}: a record with the token of another row"
       expected = entry[1]
-    if not instrument.matches(site, expected, rec.get("views"), harness.decode):
+    if not instrument.matches(site, expected, rec.get("views"), site_values.decode):
       return f"{site.where}: the value differs from the expected one"
     reached.add(rec["site"])
   if required - reached:

@@ -11,7 +11,7 @@ own installation (no copy, no cache), first on sys.path.
 Outcomes come only from the outcome fd's records (harness.py), read by `check`: plain JSON
 lines in sequence, `done` last. Those records are written by code in the candidate's process,
 so they are data to check, not a verdict: the grader decides with what the process could not
-know (instrument.py's hidden sites and decoys). A run is unsound — and scores 0 upstream — on
+know (instrument/'s hidden sites and decoys). A run is unsound — and scores 0 upstream — on
 a timeout, a cap hit, a malformed or out-of-sequence record, a missing `done`, an exit status
 other than pytest's 0/1 (5 = nothing collected, only for whole-suite runs), collected ids other
 than the expected ones, or a decoy that was not collected. A guard record (or the guard's exit
@@ -33,7 +33,7 @@ from pathlib import Path
 from _pytest.config import findpaths
 
 from composer_jax.envs.coding import project, sandbox
-from composer_jax.envs.coding.sandbox import harness, instrument
+from composer_jax.envs.coding.sandbox import guard, instrument
 from composer_jax.envs.coding.tasks import sources
 
 # Importable top-level names the sandboxed runner needs (pytest's own dependencies + coverage).
@@ -51,6 +51,8 @@ RUNTIME_MODULES = (
 CONFIG_NAMES = tuple(findpaths.CONFIG_LOADERS_BY_NAME)
 _HERE = Path(__file__).parent
 SITE = "/cj/site"  # the read-only pytest runtime inside the sandbox
+# The grader's own modules the harness imports there (name inside -> file of this package).
+OWN_MODULES = {"cj_covplugin": "covplugin", "cj_guard": "guard", "cj_values": "site_values"}
 _HARNESS = "/cj/harness.py"
 PYCACHE = _PYC = "/cj/pyc"  # sys.pycache_prefix inside: no .pyc is read from or written to /ws
 
@@ -80,10 +82,8 @@ def runtime_binds() -> dict[str, str]:
   """Sandbox path -> host path of the runner's read-only files: the harness, the installed
   pytest and its dependencies (this interpreter's own installation, not a copy), and the
   pycache (`-X pycache_prefix`) — see pycache()."""
-  binds = {
-    _HARNESS: str(_HERE / "harness.py"),
-    f"{SITE}/cj_covplugin.py": str(_HERE / "covplugin.py"),
-  }
+  binds = {_HARNESS: str(_HERE / "harness.py")}
+  binds |= {f"{SITE}/{name}.py": str(_HERE / f"{src}.py") for name, src in OWN_MODULES.items()}
   for name in RUNTIME_MODULES:
     spec = importlib.util.find_spec(name)
     if spec is None:
@@ -269,7 +269,7 @@ def check(res: sandbox.Result, expected: list[str] | None, plan=None) -> SuiteRu
   """Fail-closed reading of a finished run (see the module docstring)."""
   run = SuiteRun({}, [], [], res.returncode, False, "", res.wall_s, res.isolation, res.log[-4000:])
   recs, run.guard, why = records(res.channel)
-  if res.returncode == harness.GUARD_EXIT and not run.guard:
+  if res.returncode == guard.GUARD_EXIT and not run.guard:
     run.guard = [{"event": "the guard stopped the run", "where": "?"}]
   if res.error or why:
     run.reason = res.error or f"outcome channel rejected: {why}"

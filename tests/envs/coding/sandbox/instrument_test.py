@@ -1,5 +1,5 @@
 """The grade-time rewriting of hidden tests (instrument.py) and the site values' plain-data
-encoding (harness.py), without a sandbox: renames, hidden sites and tables, decoys, the
+encoding (site_values.py), without a sandbox: renames, hidden sites and tables, decoys, the
 mapping of ids, perturbations, views and the lying-value probe."""
 
 import ast
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from composer_jax.envs.coding.sandbox import harness, instrument
+from composer_jax.envs.coding.sandbox import instrument, site_values
 
 SRC = textwrap.dedent(
   """\
@@ -185,8 +185,8 @@ def test_perturbed_values_differ():
   rng = random.Random(0)
   for v in [0, -7, 2**70, 0.0, -1.5, 1e308, float("inf"), 1j, "", "é", b"", True, False, None,
             [], [1], (), (1, "a"), {}, {"a": 1}, set(), frozenset({1})]:  # fmt: skip
-    p = instrument.perturb(v, rng)
-    assert p != v and v != p and instrument.plain(p), (v, p)
+    p = site_values.perturb(v, rng)
+    assert p != v and v != p and site_values.plain(p), (v, p)
 
 
 class Int:
@@ -226,27 +226,27 @@ class Any:
   ],
 )
 def test_site_values_compare_as_python_would(value, expected, equal):
-  rec = harness.encode_site_value(value)
+  rec = site_values.encode_site_value(value)
   site = instrument.Site(expected, None, "x")
   assert not rec["liar"]
-  assert instrument.matches(site, expected, rec["views"], harness.decode) is equal
+  assert instrument.matches(site, expected, rec["views"], site_values.decode) is equal
 
 
 def test_lying_values_are_caught():
   import unittest.mock
 
   for liar in (Any(), unittest.mock.ANY, type("F", (float,), {"__eq__": lambda s, o: True})(0)):
-    assert harness.encode_site_value(liar)["liar"]
+    assert site_values.encode_site_value(liar)["liar"]
   approx = pytest.approx(0.0, abs=float("inf"))
-  assert harness.encode_site_value(approx)["liar"]
+  assert site_values.encode_site_value(approx)["liar"]
   site = instrument.Site(0.3, (("rel", 1e-3),), "x")
-  assert instrument.matches(site, 0.3, harness.encode_site_value(0.30001)["views"], harness.decode)
+  assert instrument.matches(site, 0.3, site_values.encode_site_value(0.30001)["views"], site_values.decode)
 
 
 def test_decode_refuses_what_it_does_not_know():
   for bad in (["x"], [], "s", ["i", 1], ["l", "notalist"], ["d", [[["s", "k"]]]], None):
     with pytest.raises((ValueError, TypeError)):
-      harness.decode(bad)
+      site_values.decode(bad)
 
 
 def test_a_function_also_run_in_another_file_is_not_renamed():

@@ -9,7 +9,7 @@ import sysconfig
 import pytest
 
 from composer_jax.envs.coding import sandbox
-from composer_jax.envs.coding.sandbox import grade_patch, grader, harness, instrument, runner
+from composer_jax.envs.coding.sandbox import grade_patch, grader, guard, instrument, runner
 from tests.envs.coding.mini_project import FAST, requires_sandbox, write_project
 
 
@@ -282,7 +282,7 @@ def test_guard_knows_allowed_callers_by_identity_and_makers_by_their_input(tmp_p
     ("sys._getframe", "/ws/pkg/peek2.py:5")
   ], peek2.guard
   maker = run("tests/test_maker.py::test_maker")
-  assert not maker.ok and maker.returncode == harness.GUARD_EXIT, maker.log_tail
+  assert not maker.ok and maker.returncode == guard.GUARD_EXIT, maker.log_tail
   assert [(g["event"], g["where"]) for g in maker.guard] == [
     ("gc.get_objects", "<string>:2")
   ], maker.guard

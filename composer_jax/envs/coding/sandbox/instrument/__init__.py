@@ -1,0 +1,47 @@
+"""Per-grade rewriting of the hidden FAIL_TO_PASS tests, so that no outcome the candidate's
+process reports decides a grade on its own (host side; the sandbox half is in harness.py and
+site_values.py).
+
+Every FAIL_TO_PASS test function the grader can locate (module level or a method of a
+module-level class of its file, defined once, not a generator or coroutine) is rewritten in
+the graded copy of its file, fresh for every grade:
+
+- **renamed**: a random token goes inside its name (`test_hypot` -> `test_k3q9_hypot`;
+  prefix and suffix patterns such as `test*` / `*_test` still match), so the names the
+  problem statement lists exist nowhere in the run. Collected ids are mapped back here. A
+  name the file uses again, or that ids of another file run (a class imported or inherited
+  there), is kept: such a function is protected by hidden sites alone.
+- **hidden sites**: each `assert A == <literal>` (either side; `unittest`'s assertEqual
+  family; `pytest.approx(<literal>, rel=..., abs=...)`) that is not inside try/with or a
+  nested scope becomes `S(id, A)`: the harness sends A as plain data and the host compares it
+  with the literal, which is not in the sandbox at all. A site that is a top-level statement
+  before any `return` is *required*: a run of the test that did not report it failed.
+  Expected values that are not in the process cannot be read, lied to or forged.
+- **decoys**: a function without a required site gets `k` copies under other random names
+  whose expected values are perturbed (parametrize columns, literal-bound locals, fixtures
+  compared with `==`), or, when no perturbed comparison is reached for sure, whose body ends in
+  `finally: raise`. A correct solution fails every decoy; a decoy passes only if outcomes are
+  forced (runner tampering), values compare equal to anything, or the expected value was read at
+  run time (it reads the decoy's perturbed one): any passing decoy means tampering.
+
+Line numbers of the original code do not move: renames and sites are spliced in place (sites
+pad with newlines inside their parentheses) and decoys are appended at the end of the file;
+the harness orders each decoy's items next to its twin's.
+
+A function is protected when its pass is judged by what the process cannot know: required
+hidden sites, or a rename plus decoys. Every other FAIL_TO_PASS function (not located, defined
+twice, a generator, a kept name without a hidden value, no decoy) is listed in
+`Plan.unprotected` with why; the grader refuses to grade such a task and the factory never
+emits one (grader.unprotected), since its pass would be the candidate's process's word alone.
+
+Files: rewrite.py (the plan of a grade: renames, sites, which protection each function gets),
+shape.py (reading test functions: where defined, `==` checks against literals, parametrize),
+hidden_tables.py (parametrized expected values swapped for tokens), decoys.py (perturbed
+copies), splices.py (byte-range edits that keep line numbers), record.py (what the host
+keeps: Plan, Site, id mapping, the host-side comparison).
+"""
+
+from composer_jax.envs.coding.sandbox.instrument.record import Plan, Site, matches, split_id
+from composer_jax.envs.coding.sandbox.instrument.rewrite import plan, renamed
+
+__all__ = ["Plan", "Site", "matches", "plan", "renamed", "split_id"]

@@ -1,0 +1,86 @@
+"""What a grade's rewriting did, as the host keeps it: the hidden expected values (`Site`),
+the renames, decoys and id mapping (`Plan`), and the host-side comparison (`matches`)."""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+  """A hidden expected value: `literal` (plain data), compared with == or pytest.approx; for
+  a parametrized one (`table`), the value is that of the row whose token the record sends."""
+
+  literal: object
+  approx: tuple[tuple[str, object], ...] | None  # approx keyword arguments; None: ==
+  where: str  # file:line, for messages
+  table: bool = False
+
+
+@dataclasses.dataclass
+class Plan:
+  """What a grade's rewriting did (host side only; the harness gets `harness_config()`)."""
+
+  files: dict[str, bytes]  # rewritten test files: path -> new source
+  names: dict[str, str]  # renamed real test function -> original name
+  decoys: dict[str, str]  # decoy function -> its twin (the renamed real function)
+  before: dict[str, bool]  # decoy ordered before its twin's items (else after)
+  sites: dict[int, Site]
+  required: dict[str, tuple[int, ...]]  # function (file::chain::name) -> its required sites
+  helper: str  # module name the harness registers the site/decoy helpers under
+  unprotected: dict[str, str]  # F2P function (file::chain) -> why it was left as it is
+  ids: dict[str, str] = dataclasses.field(default_factory=dict)  # test id -> id as renamed
+  decoy_ids: list[str] = dataclasses.field(default_factory=list)  # decoy functions' ids
+  back: dict[str, str] = dataclasses.field(default_factory=dict)  # renamed table row -> id
+  tokens: dict[str, tuple] = dataclasses.field(default_factory=dict)  # token -> (ids, value)
+  owner: dict[str, str] = dataclasses.field(default_factory=dict)  # test id -> its function
+
+  def harness_config(self) -> dict:
+    return {"helper": self.helper, "decoys": self.decoys, "before": self.before}
+
+  def run_ids(self, ids: list[str]) -> list[str]:
+    """The node ids to run for test ids `ids`: renamed ones under their new names, and the
+    decoys."""
+    return [self.ids.get(i, i) for i in ids] + self.decoy_ids
+
+  def split(self, nodeid: str) -> tuple[str, str, str]:
+    """('real'|'decoy'|'other', id with original names, function name as collected)."""
+    head, func, params = split_id(nodeid)
+    if nodeid in self.back:
+      return "real", self.back[nodeid], func
+    if func in self.names:
+      return "real", head + self.names[func] + params, func
+    if func in self.decoys:
+      return "decoy", nodeid, func
+    return "other", nodeid, func
+
+
+def split_id(nodeid: str) -> tuple[str, str, str]:
+  """'f.py::C::test_x[a::b]' -> ('f.py::C::', 'test_x', '[a::b]')."""
+  file, sep, rest = nodeid.partition("::")
+  bracket = rest.find("[")
+  names, params = (rest, "") if bracket < 0 else (rest[:bracket], rest[bracket:])
+  chain, _, func = names.rpartition("::")
+  return file + sep + (chain + "::" if chain else ""), func, params
+
+
+def matches(site: Site, expected, views, decode) -> bool:
+  """Whether one of `views` (encodings of the actual value, decoded by `decode`) equals
+  `expected`: == on plain data, or pytest.approx with the site's arguments."""
+  if not isinstance(views, list):
+    return False
+  for view in views:
+    try:
+      value = decode(view)
+    except (ValueError, TypeError, ArithmeticError, RecursionError):
+      continue
+    if site.approx is None:
+      if value == expected:
+        return True
+      continue
+    import pytest
+
+    try:
+      if pytest.approx(expected, **dict(site.approx)) == value:
+        return True
+    except (TypeError, ValueError):
+      continue
+  return False

@@ -1,0 +1,239 @@
+"""The rewriting of one grade (instrument/__init__.py): which FAIL_TO_PASS functions get
+renamed, hidden sites or tables, decoys and sentinels, and which stay unprotected (why)."""
+
+import ast
+import random
+import re
+import secrets
+
+from composer_jax.envs.coding.sandbox.instrument import (
+  decoys,
+  hidden_tables,
+  record,
+  shape,
+  splices,
+)
+
+
+def parts(tid: str) -> tuple[str, tuple[str, ...], str]:
+  head, func, _ = record.split_id(tid)
+  file, _, chain = head.rstrip(":").partition("::")
+  return file, tuple(chain.split("::")) if chain else (), func
+
+
+def plan(
+  files: dict[str, bytes],
+  f2p: list[str],
+  ids: list[str] = (),
+  *,
+  k: int = 1,
+  rng: random.Random | None = None,
+) -> record.Plan:
+  """Rewrites the test files of `f2p` (`files`: path -> source, those of `f2p` and of `ids`)
+  for one grade (instrument/__init__.py). `ids`: every test id the grade runs (FAIL_TO_PASS and
+  PASS_TO_PASS), renamed where their function is."""
+  rng = rng or random.Random(secrets.randbits(64))
+  p = record.Plan({}, {}, {}, {}, {}, {}, splices.ident(rng), {})
+  by_file: dict[str, dict[tuple, list]] = {}
+  for tid in f2p:
+    file, chain, func = parts(tid)
+    by_file.setdefault(file, {}).setdefault((chain, func), []).append(tid)
+  others: dict[str, list[str]] = {}
+  for tid in sorted(set(ids) | set(f2p)):
+    others.setdefault(parts(tid)[0], []).append(tid)
+  # Functions run under ids of a file that does not define them (a test class imported or
+  # inherited from another file): a rename elsewhere would leave such an id naming nothing.
+  foreign: dict[str, set[str]] = {}
+  for file, tids in others.items():
+    tree = _parse(files.get(file))
+    for tid in tids:
+      _, chain, func = parts(tid)
+      if tree is None or shape.find(tree, list(chain), func) is None:
+        foreign.setdefault(func, set()).add(file)
+  used: set[str] = set()
+  for file, funcs in sorted(by_file.items()):
+    src = files.get(file)
+    if src is None:
+      for chain, func in funcs:
+        p.unprotected[key(file, chain, func)] = "not a test file of the task"
+      continue
+    elsewhere = {f for f, where in foreign.items() if where - {file}}
+    _rewrite(p, file, src, funcs, k, rng, used, others.get(file, []), elsewhere)
+  return p
+
+
+def _parse(src: bytes | None) -> ast.Module | None:
+  try:
+    return None if src is None else ast.parse(src)
+  except (SyntaxError, ValueError, RecursionError, MemoryError):
+    return None
+
+
+def key(file, chain, func) -> str:
+  return "::".join([file, *chain, func])
+
+
+def _owner(tree: ast.Module, file: str, tid: str) -> str | None:
+  """The key (file::defining chain::name) of the function test id `tid` of `file` runs."""
+  _, chain, func = parts(tid)
+  found = shape.find(tree, list(chain), func)
+  return None if found is None else key(file, found[0], func)
+
+
+def _rewrite(p: record.Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids, elsewhere) -> None:
+  tree = _parse(src)
+  if tree is None:
+    for chain, func in funcs:
+      p.unprotected[key(file, chain, func)] = "the file does not parse"
+    return
+  sp = splices.Splices(src)
+  names = {splices.ident(rng) for _ in range(3)}
+  S, R, P = sorted(names) if len(names) == 3 else (splices.ident(rng), splices.ident(rng), splices.ident(rng))
+  tail_funcs: list[tuple[tuple[str, ...], str]] = []  # (class chain, decoy source)
+  tail_tables: list[str] = []
+  done = {}  # (defining chain, name) -> new name
+  for chain, func in sorted(funcs):
+    found = shape.find(tree, list(chain), func)
+    if found is None:
+      p.unprotected[key(file, chain, func)] = "definition not found in the file"
+      continue
+    where, defs = found
+    fn = defs[0]
+    if (tuple(where), func) in done:
+      new = done[(tuple(where), func)]
+      p.decoy_ids += ["::".join([file, *chain, d]) for d, twin in p.decoys.items() if twin == new]
+      continue
+    if why := shape.why_not(fn, defs):
+      p.unprotected[key(file, chain, func)] = why
+      continue
+    # A name the file uses again, or that ids of another file run (a class imported or
+    # inherited there), is kept: renaming would break those references. Such a function is
+    # protected only by hidden expected values (decoys need the real test renamed).
+    uses = shape.name_uses(tree, fn)
+    kept = (
+      "also run in another file (imported or inherited)"
+      if func in elsewhere
+      else f"its name is used {uses} more times in the file"
+      if uses
+      else ""
+    )
+    new = func if kept else _fresh(func, rng, used)
+    fkey = key(file, where, func)
+    owned = [t for t in ids if _owner(tree, file, t) == fkey]
+    if not kept:
+      a = sp.offset(fn.lineno, fn.col_offset)
+      line_end = sp.starts[fn.lineno] if fn.lineno < len(sp.starts) else len(src)
+      m = re.compile(rb"(async\s+)?def\s+" + re.escape(func.encode()) + rb"\b").search(
+        src, a, line_end
+      )
+      if m is None:
+        p.unprotected[key(file, chain, func)] = "def line not found"
+        continue
+      p.names[new] = func
+      sp.replace(m.end() - len(func.encode()), m.end(), new.encode())
+    done[(tuple(where), func)] = new
+    required = []
+    for stmt, _, sure in shape.statements(fn.body):
+      cmp = shape.comparison(stmt)
+      exp = shape.expected(*cmp) if cmp else None
+      if exp is None:
+        continue
+      actual, (value, approx) = exp
+      sid = len(p.sites) + 1
+      p.sites[sid] = record.Site(value, approx, f"{file}:{stmt.lineno}")
+      if sure:
+        required.append(sid)
+      a0, b0 = sp.span(stmt)
+      body = sp.text(actual)
+      pad = b"\n" * (stmt.end_lineno - stmt.lineno - body.count(b"\n"))
+      sp.replace(a0, b0, f"{S}({sid}, (".encode() + body + pad + b"))")
+    if not required and func not in elsewhere:  # another file's ids would lose their rows
+      required = hidden_tables.hide(p, fn, tree, sp, file, new, S, rng, owned)
+    if required:
+      p.required[fkey] = tuple(required)
+      continue
+    if kept:
+      p.unprotected[key(file, chain, func)] = f"{kept}; no expected value to hide"
+      del done[(tuple(where), func)]
+      continue
+    tables = []
+    for i in range(k + 1):
+      if i == k and not tables:
+        break  # a second decoy only for a shared table: its copies go before and after it
+      try:
+        decoy = decoys.decoy(fn, tree, _fresh(func, rng, used), R, P, rng, tables)
+      except ValueError as e:  # a perturbed literal that has no source text
+        p.unprotected[key(file, chain, func)] = f"no decoy: {e}"
+        break
+      p.decoys[decoy.name] = new
+      p.before[decoy.name] = rng.random() < 0.5
+      p.decoy_ids.append("::".join([file, *chain, decoy.name]))
+      tail_funcs.append((tuple(where), ast.unparse(decoy)))
+    for i, (table, text, bound) in enumerate(tables):
+      if i % 2 == 0:  # before the original in the module's namespace, on its first line
+        at = sp.offset(bound.lineno, bound.col_offset)
+        sp.replace(at, at, f"{table} = {text}; ".encode())
+      else:
+        tail_tables.append(f"{table} = {text}")
+  # A sentinel: a test that fails whatever the candidate wrote, named like one of the file's
+  # FAIL_TO_PASS tests and run beside it. Outcomes forced for every test (a plugin, a patched
+  # report) make it pass, even where no function of the file could be rewritten.
+  chain, func = sorted(funcs)[int(rng.random() * len(funcs))]
+  twin = done.get((chain, func), func)
+  name = _fresh(func, rng, used)
+  a = rng.randrange(1 << 40)
+  tail_funcs.append(((), f"def {name}():\n    assert {a} == {a + rng.randrange(1, 1 << 20)}"))
+  p.decoys[name] = twin
+  p.before[name] = rng.random() < 0.5
+  p.decoy_ids.append(f"{file}::{name}")
+  for tid in ids:  # every id whose function was rewritten (inherited methods too)
+    _, chain, func = parts(tid)
+    found = shape.find(tree, list(chain), func)
+    if found and (tuple(found[0]), func) in done:
+      p.owner[tid] = key(file, found[0], func)
+      if tid not in p.ids:
+        head, _, params = record.split_id(tid)
+        p.ids[tid] = head + done[(tuple(found[0]), func)] + params
+  tail = [
+    "",
+    f"import {p.helper} as {P}_h",
+    f"{S} = {P}_h.site",
+    f"{R} = {P}_h.rows",
+    f"{P} = {P}_h.perturb",
+    f"del {P}_h",
+    *tail_tables,
+  ]
+  for chain, code in tail_funcs:
+    if not chain:
+      tail.append(code)
+      continue
+    keep = splices.ident(rng)
+    tail.append(f"{keep} = {chain[0]}")
+    wrapper = "".join(f"{'  ' * i}class {c}:\n" for i, c in enumerate(chain))
+    body = "\n".join("  " * len(chain) + ln for ln in code.splitlines())
+    tail.append(wrapper + body)
+    name = ast.parse(code).body[0].name
+    owner = ".".join([keep, *chain[1:]])
+    tail.append(f"{owner}.{name} = {'.'.join(chain)}.__dict__[{name!r}]")
+    tail.append(f"{chain[0]} = {keep}")
+    tail.append(f"del {keep}")
+  end = b"" if src.endswith(b"\n") or not src else b"\n"
+  p.files[file] = sp.apply() + end + "\n".join(tail).encode() + b"\n"
+
+
+def _fresh(func: str, rng, used: set) -> str:
+  while True:
+    token = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(6))
+    name = renamed(func, token)
+    if name not in used:
+      used.add(name)
+      return name
+
+
+def renamed(name: str, token: str) -> str:
+  """`name` with `token` inside, keeping its first and last word (pytest name patterns)."""
+  if name.startswith("test"):
+    rest = name[4:]
+    return f"test_{token}" + ("" if not rest else rest if rest.startswith("_") else "_" + rest)
+  head, sep, tail = name.partition("_")
+  return f"{head}_{token}_{tail}" if sep else f"{name}_{token}"
