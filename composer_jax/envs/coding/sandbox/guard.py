@@ -471,4 +471,3 @@ def non_dumpable() -> None:
   libc = ctypes.CDLL(None, use_errno=True)
   if libc.prctl(4, 0, 0, 0, 0) != 0:
     raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
-

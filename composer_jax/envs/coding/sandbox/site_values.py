@@ -155,7 +155,6 @@ def decode(e):
   raise ValueError(f"bad encoding tag {tag!r}")
 
 
-
 def perturb(v, rng: random.Random):
   """A value of the same kind unequal to plain-data `v` and to anything equal to it (a small
   step for numbers: a value mistaken for an expected one stays a sane input); None when `v`
@@ -197,5 +196,3 @@ def plain(v) -> bool:
   if type(v) in (list, tuple, set, frozenset):
     return all(plain(x) for x in v)
   return type(v) is dict and all(plain(k) and plain(x) for k, x in v.items())
-
-

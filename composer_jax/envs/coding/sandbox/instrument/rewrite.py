@@ -80,7 +80,9 @@ def _owner(tree: ast.Module, file: str, tid: str) -> str | None:
   return None if found is None else key(file, found[0], func)
 
 
-def _rewrite(p: record.Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids, elsewhere) -> None:
+def _rewrite(
+  p: record.Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids, elsewhere
+) -> None:
   tree = _parse(src)
   if tree is None:
     for chain, func in funcs:
@@ -88,7 +90,11 @@ def _rewrite(p: record.Plan, file: str, src: bytes, funcs, k: int, rng, used: se
     return
   sp = splices.Splices(src)
   names = {splices.ident(rng) for _ in range(3)}
-  S, R, P = sorted(names) if len(names) == 3 else (splices.ident(rng), splices.ident(rng), splices.ident(rng))
+  S, R, P = (
+    sorted(names)
+    if len(names) == 3
+    else (splices.ident(rng), splices.ident(rng), splices.ident(rng))
+  )
   tail_funcs: list[tuple[tuple[str, ...], str]] = []  # (class chain, decoy source)
   tail_tables: list[str] = []
   done = {}  # (defining chain, name) -> new name
