@@ -39,6 +39,7 @@ fixed number; Dr. GRPO).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -156,6 +157,10 @@ def token_logprob_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array
   return z_y - lse.lse(), lse.entropy()
 
 
+_NON_NEGATIVE = ("sd_coef", "turn_penalty", "ref_kl_coef", "tis_cap", "advantage_eps",
+                 "rl_constant", "sd_constant")
+
+
 def validate(cfg: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a `default_loss_config()`."""
   choices = dict(
@@ -174,8 +179,14 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
       f"clip_eps_low={cfg.clip_eps_low} must be in [0, 1) and clip_eps_high="
       f"{cfg.clip_eps_high} >= 0"
     )
-  if cfg.turn_penalty < 0:
-    raise ValueError(f"turn_penalty={cfg.turn_penalty} must be >= 0 (a penalty, 0 = off)")
+  # Weights, caps and divisors: a NaN or negative one would reach the update unnoticed (a NaN
+  # coefficient: NaN parameters after the warm-up, with a finite loss logged).
+  for name in _NON_NEGATIVE:
+    if not (math.isfinite(cfg[name]) and cfg[name] >= 0):
+      raise ValueError(f"{name}={cfg[name]} must be finite and >= 0")
+  if cfg.teacher == "ema" and not 0 < cfg.ema_rate <= 1:  # as teacher_weights.ema_update
+    raise ValueError(f"ema_rate={cfg.ema_rate} must be in (0, 1] (the EMA teacher's step "
+                     "towards the policy)")
   if not 0 < cfg.jsd_beta < 1:
     raise ValueError(f"jsd_beta={cfg.jsd_beta} must be in (0, 1); use forward_kl/reverse_kl")
   if cfg.skip_first_tokens < 0 or cfg.vocab_chunk_size <= 0:

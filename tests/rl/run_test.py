@@ -135,6 +135,11 @@ def test_checkpoint_of_another_model_warmup_or_teacher_is_rejected(full_run):
    "loss.teacher='teacher'; valid: ('live', 'ema', 'frozen', 'trust_region')"),
   ("loss.support", "top", "loss.support='top'; valid: ('full', 'topk', 'sampled')"),
   ("rl.top_p", 0.0, "rl.top_p=0.0 must be in (0, 1] (1 = no nucleus truncation)"),
+  # A NaN coefficient ran the warm-up, then stopped at RL step 1 naming no field (#23).
+  ("loss.sd_coef", float("nan"), "loss.sd_coef=nan must be finite and >= 0"),
+  ("loss.ref_kl_coef", -0.1, "loss.ref_kl_coef=-0.1 must be finite and >= 0"),
+  ("loss.ema_rate", 0.0, "loss.ema_rate=0.0 must be in (0, 1] (the EMA teacher's step towards "
+                         "the policy)"),
   ("optim.warmup_steps", 90, "optim: Need 0 <= warmup_steps < total_steps, got "
                              "warmup_steps=90, total_steps=80 (optim.total_steps 0 = train.steps)"),
 ])

@@ -57,5 +57,5 @@ def test_turn_penalty_needs_the_mask_and_a_sign():
   with pytest.raises(ValueError, match="flagged_mask"):
     fn(np.zeros((2, 8, D), np.float32), np.zeros((D, V), np.float32), _batch())
   cfg.turn_penalty = -1.0
-  with pytest.raises(ValueError, match="turn_penalty=-1.0"):
+  with pytest.raises(ValueError, match="turn_penalty=-1.0 must be finite and >= 0"):
     losses.validate(cfg)
