@@ -59,6 +59,12 @@ def validate(config) -> None:
   if t.eval_every < 0:
     raise ValueError(f"train.eval_every={t.eval_every} must be >= 0 (0 = only at the end)")
   optim = train_config.optim_config(config)
+  # A NaN rate, clip or decay would only show as a non-finite update, or not at all (a NaN
+  # grad_clip fails `> 0`: clipping silently off).
+  for section, values in (("train", t), ("optim", optim)):
+    for name, value in values.items():
+      if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{section}.{name}={value} must be finite")
   if optim.name not in OPTIMIZERS:
     raise ValueError(f"optim.name={optim.name!r}; valid: {OPTIMIZERS}")
   try:

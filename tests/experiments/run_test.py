@@ -56,7 +56,7 @@ _CONFIGS = "configs in experiments/configs/: default.py, kimi_k2_continued.py, "
 @pytest.mark.parametrize("case", ["unknown_field", "unknown_config", "bad_value", "empty_data",
                                   "other_model", "syntax_error", "missing_with_override",
                                   "not_a_run_config", "bad_config_arg", "unknown_config_option",
-                                  "bad_override_value",
+                                  "bad_override_value", "not_finite",
                                   "workdir_is_file", "locked", "shared_compile_cache"])
 def test_bad_input_is_one_line_error(case, tmp_path):
   empty = tmp_path / "empty"
@@ -97,6 +97,7 @@ def test_bad_input_is_one_line_error(case, tmp_path):
           "first); options (defaults): arm='sd', behaviour='tools', layout='single'"),
       "bad_override_value": (["--config.train.steps=abc"],
                              "flag --config.train.steps=abc: invalid literal for int()"),
+      "not_finite": (["--config.optim.grad_clip=nan"], "optim.grad_clip=nan must be finite"),
       "workdir_is_file": ([f"--workdir={tmp_path / 'file'}"],
                           f"--workdir {tmp_path / 'file'}: cannot write there: it is a regular "
                           "file, not a directory"),
