@@ -15,7 +15,7 @@ from experiments.configs import default, rl_coding, rl_tool_feedback
 _CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "configs")
 # Every run config file with each of its named settings.
 _ARGS = {"default": [None, "fsdp_ep"], "rl_tool_feedback": ["sd", "rl,behaviour=verbose"],
-         "rl_coding": ["cpu", "pod"]}
+         "rl_coding": ["cpu", "pod", "micro"]}
 
 
 def _run_configs():
@@ -36,20 +36,34 @@ def _leaves(c, prefix=()):
       yield (*prefix, k), v
 
 
+def _other(value):
+  """Another value of `value`'s type (None: a leaf this test does not set)."""
+  if type(value) is bool:
+    return not value
+  if type(value) in (int, float):
+    return value + 7
+  if type(value) is str:
+    return value + "_x"
+  if type(value) is tuple:
+    return (*value, "x")
+  return None
+
+
 @pytest.mark.parametrize("name,make", list(_run_configs()), ids=lambda x: x if
                          isinstance(x, str) else "")
 def test_setting_one_field_changes_no_other(name, make):
-  """A field linked to another (a FieldReference) would change with it: set each number of a
-  fresh config, then every other field must read as before."""
+  """A field linked to another (a FieldReference, or one section object under two names)
+  would change with it: set each number, string, flag and tuple of a fresh config, then every
+  other field must read as before."""
   before = dict(_leaves(make()))
-  numbers = [p for p, v in before.items() if type(v) in (int, float)]
-  assert len(numbers) > 40, name
-  for path in numbers:
+  fields = [p for p, v in before.items() if _other(v) is not None]
+  assert len(fields) > 60, name
+  for path in fields:
     c = make()
     section = c
     for k in path[:-1]:
       section = section[k]
-    section[path[-1]] = before[path] + 7
+    section[path[-1]] = _other(before[path])
     changed = [p for p, v in _leaves(c) if v != before[p]]
     assert changed == [path], f"{name}: setting {'.'.join(path)} also set {changed}"
 
