@@ -152,3 +152,22 @@ def test_token_lengths_are_derived_from_the_tasks_and_checked(tmp_path):
     c.rl.update(overrides)
     with pytest.raises(ValueError, match=match):
       program.make_env(c, str(tmp_path))
+
+
+@pytest.mark.parametrize("field,value,message", [
+  ("loss.divergence", "kl", "loss.divergence='kl'; valid: ('reverse_kl', 'forward_kl', 'jsd')"),
+  ("loss.sd_coef", float("nan"), "loss.sd_coef=nan must be finite and >= 0"),
+  ("rl.top_p", 0.0, "rl.top_p=0.0 must be in (0, 1]"),
+])
+def test_bad_rl_settings_are_one_line_before_the_warmup(field, value, message, tmp_path,
+                                                         monkeypatch):
+  """As tests/rl/run_test for the tool program: rl_coding:micro (a 300-step warm-up first)
+  checks its RL settings before the warm-up starts."""
+  monkeypatch.setattr(program.warmup, "warmup", lambda *a: pytest.fail("the warm-up started"))
+  c = rl_coding.get_config("micro")
+  c.env.tasks = _fake_tasks(tmp_path, ["short"])
+  section, name = field.split(".")
+  c[section][name] = value
+  with pytest.raises(ValueError) as e:
+    program.run(c, str(tmp_path / "w"))
+  assert str(e.value).startswith(message)
