@@ -16,8 +16,8 @@ An entry is a compiled executable: loading one runs its code as this user. So:
     would fail on every run) is deleted with a one-line warning naming the file, and compiled
     again.
 Sharing a cache: among one user's runs only (sweeps, seeds, resumes, notebooks), e.g.
-`--config.train.compile_cache_dir=~/.cache/composer_jax` (created 0700). Never a directory
-other users can write; a team that wants one cache runs its jobs as one user.
+`--config.train.compile_cache_dir=~/.cache/composer_jax/compile` (created 0700). Never a
+directory other users can write; a team that wants one cache runs its jobs as one user.
 
 Only the first directory set in a process takes effect: JAX opens its cache once, at the first
 compile.
@@ -69,18 +69,25 @@ def _decompresses(path: str) -> bool:
 
 
 def check_entries(directory: str) -> None:
-  """Deletes, with a one-line warning naming each, the entries under `directory` that may not
-  be trusted or do not decompress (module docstring)."""
-  for root, _, files in os.walk(directory):
-    for name in files:
-      path = os.path.join(root, name)
-      st = os.lstat(path)
-      why = "is a link" if stat.S_ISLNK(st.st_mode) else _unsafe(st)
-      if why is None and name.endswith(_ENTRY) and not _decompresses(path):
-        why = "does not decompress (a write cut short?)"
-      if why:
-        logging.warning("Compilation cache entry %s %s; deleted it (compiled again)", path, why)
-        os.remove(path)
+  """Deletes, with a one-line warning naming each, the entries in `directory` that may not
+  be trusted or do not decompress (module docstring). Only JAX's entries (`<key>-cache` files
+  at the top level, all that it reads) are looked at: anything else there is left alone."""
+  for name in sorted(os.listdir(directory)):
+    path = os.path.join(directory, name)
+    st = os.lstat(path)
+    if not name.endswith(_ENTRY) or stat.S_ISDIR(st.st_mode):
+      continue
+    if stat.S_ISLNK(st.st_mode):
+      why = "is a link"
+    elif not stat.S_ISREG(st.st_mode):  # a FIFO would block the read below
+      why = "is not a regular file"
+    else:
+      why = _unsafe(st)
+    if why is None and not _decompresses(path):
+      why = "does not decompress (a write cut short?)"
+    if why:
+      logging.warning("Compilation cache entry %s %s; deleted it (compiled again)", path, why)
+      os.remove(path)
 
 
 def enable(directory: str | None) -> None:

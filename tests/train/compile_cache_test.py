@@ -1,6 +1,7 @@
 """The persistent compilation cache's checks: an untrusted directory is refused in one line;
-a foreign, world-writable, linked or truncated entry is deleted with a warning naming it, and
-the program is compiled again; every program (LM and RL runs) uses the run's cache setting."""
+a foreign, world-writable, linked, special or truncated entry is deleted with a warning naming
+it (the program is compiled again) and nothing else in the directory is touched; every program
+(LM and RL runs) uses the run's cache setting."""
 
 import os
 
@@ -60,15 +61,25 @@ def test_bad_entries_are_deleted_with_a_warning_naming_them(tmp_path, caplog):
   (tmp_path / "writable-cache").write_bytes(blob)
   os.chmod(tmp_path / "writable-cache", 0o666)
   os.symlink(tmp_path / good, tmp_path / "link-cache")
+  os.mkfifo(tmp_path / "fifo-cache")
   bad = {"truncated-cache": "does not decompress", "writable-cache": "is writable by its group",
-         "link-cache": "is a link"}
+         "link-cache": "is a link", "fifo-cache": "is not a regular file"}
+  # Not JAX's (it reads only <key>-cache at the top level): left alone, e.g. a cache directory
+  # that other tools' caches share.
+  others = ["notes.txt", "deps/writable-cache", "deps/link"]
+  (tmp_path / "deps").mkdir()
+  for name in others[:2]:
+    (tmp_path / name).write_bytes(b"not an entry")
+    os.chmod(tmp_path / name, 0o666)
+  os.symlink(tmp_path / "notes.txt", tmp_path / "deps" / "link")
   if os.getuid() == 0:
     (tmp_path / "foreign-cache").write_bytes(blob)
     os.chown(tmp_path / "foreign-cache", 1000, 1000)
     bad["foreign-cache"] = "is owned by uid 1000"
   with caplog.at_level("WARNING"):
     compile_cache.check_entries(str(tmp_path))
-  assert sorted(os.listdir(tmp_path)) == [good]  # the entry JAX wrote is kept
+  assert sorted(os.listdir(tmp_path)) == sorted([good, "deps", "notes.txt"])  # JAX's entry kept
+  assert all(os.path.lexists(tmp_path / name) for name in others)
   lines = [r.getMessage() for r in caplog.records]
   for name, why in bad.items():
     (line,) = [m for m in lines if f"{tmp_path}/{name} " in m]
