@@ -53,14 +53,24 @@ def _unsafe(st: os.stat_result) -> str | None:
   return None
 
 
+def _zstd_decompress(blob: bytes) -> bytes:
+  """As JAX reads a zstd entry: Python 3.14's `compression.zstd`, else the zstandard package
+  (JAX wrote it with one of them, so it is there)."""
+  try:
+    from compression import zstd
+  except ImportError:
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompress(blob)
+  return zstd.decompress(blob)
+
+
 def _decompresses(path: str) -> bool:
   with open(path, "rb") as f:
     blob = f.read()
   try:
     if blob.startswith(_ZSTD_MAGIC):
-      import zstandard  # JAX wrote it with zstd, so it is installed
-
-      zstandard.ZstdDecompressor().decompress(blob)
+      _zstd_decompress(blob)
     else:
       zlib.decompress(blob)
   except Exception:  # noqa: BLE001 -- any decoding failure: the entry is not usable

@@ -4,6 +4,8 @@ it (the program is compiled again) and nothing else in the directory is touched;
 (LM and RL runs) uses the run's cache setting."""
 
 import os
+import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +86,27 @@ def test_bad_entries_are_deleted_with_a_warning_naming_them(tmp_path, caplog):
   for name, why in bad.items():
     (line,) = [m for m in lines if f"{tmp_path}/{name} " in m]
     assert why in line and line.endswith("; deleted it (compiled again)") and "\n" not in line
+
+
+@pytest.mark.parametrize("loads", [True, False])
+def test_zstd_entries_are_read_as_jax_reads_them(loads, tmp_path, monkeypatch, caplog):
+  """On Python 3.14 JAX compresses with the standard library's `compression.zstd` (the
+  zstandard package may be absent): an entry it wrote is kept, one that fails is deleted."""
+  def decompress(blob):
+    if not loads:
+      raise ValueError("not a zstd frame")
+    return blob[4:]
+
+  zstd = types.SimpleNamespace(decompress=decompress)
+  monkeypatch.setitem(sys.modules, "compression", types.SimpleNamespace(zstd=zstd))
+  monkeypatch.setitem(sys.modules, "zstandard", None)  # not installed
+  entry = tmp_path / "jit_f-0123-cache"
+  entry.write_bytes(b"\x28\xb5\x2f\xfd" + b"frame")
+  os.chmod(entry, 0o600)
+  with caplog.at_level("WARNING"):
+    compile_cache.check_entries(str(tmp_path))
+  assert entry.exists() == loads
+  assert ("does not decompress" in caplog.text) != loads
 
 
 @pytest.mark.parametrize("setting", ["", "none", "cache"])
