@@ -9,6 +9,7 @@ a field of checkpoints. Field names follow the Hugging Face `config.json` keys o
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import ml_collections
 
@@ -143,6 +144,12 @@ def _validate(c: ModelConfig) -> None:
   for name in ("dtype", "param_dtype"):
     if getattr(c, name) not in DTYPES:
       bad(f"{name}={getattr(c, name)!r}; valid: {DTYPES}")
+  # inf passes every bound below (an rms_norm_eps of inf zeroes every activation).
+  scaling = dataclasses.asdict(c.rope_scaling) if c.rope_scaling is not None else {}
+  for name, value in [*dataclasses.asdict(c).items(), *(("rope_scaling." + k, v)
+                                                         for k, v in scaling.items())]:
+    if isinstance(value, float) and not math.isfinite(value):
+      bad(f"{name}={value} must be finite")
   positive = ["vocab_size", "hidden_size", "num_layers", "num_heads", "kv_lora_rank",
               "qk_rope_head_dim", "v_head_dim", "moe_intermediate_size", "n_routed_experts",
               "max_position_embeddings", "rope_theta", "rms_norm_eps", "capacity_factor",

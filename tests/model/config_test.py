@@ -74,6 +74,9 @@ def test_kimi_k2_count_matches_the_released_checkpoint():
     (dict(first_k_dense_replace=4), "first_k_dense_replace"),
     (dict(rope_scaling=RopeScaling(factor=0.5)), "factor"),
     (dict(scoring_func="softmax"), "sigmoid"),
+    (dict(rms_norm_eps=float("inf")), r"rms_norm_eps=inf must be finite"),
+    (dict(rope_scaling=RopeScaling(factor=4.0, mscale=float("nan"))),
+     r"rope_scaling.mscale=nan must be finite"),
 ])
 def test_bad_config_raises(overrides, match):
   with pytest.raises(ValueError, match=match):
