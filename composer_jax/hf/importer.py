@@ -26,6 +26,7 @@ from composer_jax.model.config import ModelConfig
 
 Alloc = Callable[[names.Path, tuple[int, ...], np.dtype], np.ndarray]
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
+_EXPERT = re.compile(r"model\.layers\.\d+\.mlp\.experts\.(\d+)\.")
 
 
 def read_config(hf_dir: str, **overrides) -> config_map.HFConfig:
@@ -49,6 +50,17 @@ def plan(hf: config_map.HFConfig, sd: SafetensorsDir
          ) -> list[tuple[names.Entry, StoredWeight]]:
   """(entry, storage) for every tensor we import; raises on any checkpoint mismatch."""
   cfg, pre = hf.model, hf.prefix
+  # Counts first: the tensor list below grows with layers x experts (a config.json claiming
+  # 10^12 layers would be enumerated, not refused).
+  for what, pattern, claimed, key in (
+      ("layers", _LAYER, cfg.num_layers, "num_hidden_layers"),
+      ("experts", _EXPERT, cfg.n_routed_experts if cfg.num_moe_layers else 0,
+       "n_routed_experts")):
+    held = 1 + max((int(m.group(1)) for n in sd.infos
+                    if n.startswith(pre) and (m := pattern.match(n[len(pre):]))), default=-1)
+    if claimed > held:
+      raise ValueError(f"config.json {key}={claimed}, but the checkpoint's tensors hold "
+                       f"{held} {what}")
   out, used = [], set()
   for e in names.entries(cfg, hf.rope_interleave):
     stored = sd.resolve(pre + e.base, e.suffix)

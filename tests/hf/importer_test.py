@@ -78,6 +78,12 @@ def test_fp8_without_scale(exported, tmp_path):
      r"1 unexpected tensor\(s\).*model.layers.0.mlp.extra.weight"),
     (lambda c, t: c.update(model_type="qwen2"), "Unsupported model_type='qwen2'"),
     (lambda c, t: c.update(hidden_size=48), "has shape"),
+    # Counts beyond the tensors are refused before the per-tensor list is built (10^12 layers
+    # were enumerated: the import ran until memory ran out).
+    (lambda c, t: c.update(num_hidden_layers=10**12),
+     r"config.json num_hidden_layers=1000000000000, but the checkpoint's tensors hold 3 layers"),
+    (lambda c, t: c.update(n_routed_experts=10**9, n_group=1, topk_group=1),
+     r"config.json n_routed_experts=1000000000, but the checkpoint's tensors hold 4 experts"),
 ])
 def test_bad_checkpoints(exported, tmp_path, mutate, match):
   with pytest.raises(ValueError, match=match):
