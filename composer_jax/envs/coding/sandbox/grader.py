@@ -54,13 +54,15 @@ of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
     payloads (5: pickle, marshal, ctypes, code objects); the process is also made
     non-dumpable (no /proc/PID/mem from a child).
   protected tests only (instrument/, grader.unprotected; the factory applies it too)
-    a task with a FAIL_TO_PASS test whose pass would be the process's word alone (defined in
-    another file, a generator, a kept name without a hidden value, ...) is not graded (0, the
-    reason, nothing runs) and never emitted: no lying value (3), answer read at run time (4)
-    or payload (5) can pass a test no layer below judges.
+    a task with a FAIL_TO_PASS test whose pass would be the process's word alone (a kept
+    name without a hidden value, defined where it cannot be found, a generator, ...) is not
+    graded (0, the reason, nothing runs) and never emitted: no lying value (3), answer read
+    at run time (4) or payload (5) can pass a test no layer below judges.
   renamed tests (instrument/rewrite.py)
     the names the problem statement lists do not exist in the run: tampering aimed at them
-    (1, 2) misses. A name the file uses again is kept; its test is judged by hidden sites.
+    (1, 2) misses. A name the file uses again, or a test defined in another file than its
+    id's (imported or inherited: rewritten where defined), is kept; it is judged by hidden
+    sites.
   hidden sites (instrument/rewrite.py, hidden_tables.py + site_values.py)
     for `assert x == <literal>`-shaped checks the expected value never enters the sandbox;
     the actual value comes back as plain data (builtins read through their C slots, other
@@ -249,11 +251,15 @@ def plan_for(task: Task) -> instrument.Plan:
   task's originals whatever a patch does (`prepare` resets them)."""
   originals = {**_members(task.workspace), **_members(task.hidden_files)}
   wanted = sorted(set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS))
-  # The files to rewrite (FAIL_TO_PASS) and every file whose ids run: where a test runs.
+  # The files to rewrite (FAIL_TO_PASS), every file whose ids run (where a test runs), and
+  # the other test-side modules beside them (where a test they import may be defined).
+  id_files = {tid.split("::", 1)[0] for tid in wanted}
+  dirs = {os.path.dirname(rel) for rel in id_files}
   files = {
-    rel: originals[rel]
-    for rel in sorted({tid.split("::", 1)[0] for tid in wanted})
-    if rel in originals and runner.controlled(rel)
+    rel: data
+    for rel, data in sorted(originals.items())
+    if runner.controlled(rel)
+    and (rel in id_files or (rel.endswith(".py") and os.path.dirname(rel) in dirs))
   }
   return instrument.plan(files, task.FAIL_TO_PASS, wanted)
 

@@ -274,3 +274,42 @@ def test_a_function_also_run_in_another_file_is_not_renamed():
   assert p.ids[f2p[0]] == f2p[0] and p.ids[f2p[2]] == f"tests/test_base.py::{next(iter(p.names))}"
   # Without the other file's source, its ids are taken as running the base's methods.
   assert f2p[1] in instrument.plan({"tests/test_base.py": base}, f2p, ids).unprotected
+
+
+def test_a_test_defined_in_another_file_gets_its_sites_there():
+  """A function its test module imports, or a method of a class it imports or inherits from,
+  is rewritten where it is defined (the one definition of that name beside it), under its own
+  name: its ids are judged by the hidden sites there."""
+  helper = (
+    b"import pytest\nfrom pkg import f\n\n\ndef test_imp():\n  assert f() == 3\n\n\n"
+    b"class TestBase:\n  def test_m(self):\n    assert f() == 4\n\n"
+    b"  def test_raises(self):\n    with pytest.raises(KeyError):\n      f()\n"
+  )
+  test = b"from checks import TestBase, test_imp  # noqa: F401\n\n\nclass TestSub(TestBase):\n  pass\n"
+  f2p = [
+    "tests/test_x.py::test_imp",
+    "tests/test_x.py::TestBase::test_m",
+    "tests/test_x.py::TestSub::test_m",
+    "tests/test_x.py::TestSub::test_raises",
+  ]
+  files = {"tests/checks.py": helper, "tests/test_x.py": test}
+  p = instrument.plan(files, f2p, f2p, rng=random.Random(0))
+  assert p.unprotected == {
+    f2p[3]: "defined in tests/checks.py: also run in another file (imported or inherited); "
+    "no expected value to hide"
+  }
+  assert p.owner == {
+    f2p[0]: "tests/checks.py::test_imp",
+    f2p[1]: "tests/checks.py::TestBase::test_m",
+    f2p[2]: "tests/checks.py::TestBase::test_m",
+  }
+  assert set(p.required) == {"tests/checks.py::test_imp", "tests/checks.py::TestBase::test_m"}
+  new = p.files["tests/checks.py"].decode()
+  assert "== 3" not in new and "== 4" not in new and "def test_imp" in new and p.names == {}
+  # The sentinel goes to the file that runs them (the helper is not collected).
+  assert [i.split("::")[0] for i in p.decoy_ids] == ["tests/test_x.py"]
+  # Two definitions of the name beside it: neither is taken.
+  twice = {**files, "tests/more.py": b"def test_imp():\n  assert 1 == 1\n"}
+  assert instrument.plan(twice, f2p[:1], f2p[:1]).unprotected == {
+    f2p[0]: "definition not found in the file"
+  }

@@ -228,29 +228,40 @@ def test_in_package_tests_importing_by_name_make_deletions(tmp_path):
 
 
 IMPORTED_TEST = {
-  # halve's test is defined in a helper file and imported into the test module that runs it:
-  # the grader cannot rewrite it (instrument.py), so a task deleting halve is never emitted.
+  # halve's and triple's tests are defined in a helper file and imported into the test module
+  # that runs them. triple's compares with a literal, which the grader hides where the test is
+  # defined; halve's expected values are a parametrize table, which cannot be hidden for a test
+  # another file runs (instrument/): a task deleting halve is never emitted.
   "ipkg/__init__.py": "",
-  "ipkg/core.py": "def double(x):\n  return 2 * x\n\n\ndef halve(x):\n  return x // 2\n",
+  "ipkg/core.py": (
+    "def double(x):\n  return 2 * x\n\n\ndef halve(x):\n  return x // 2\n\n\n"
+    "def triple(x):\n  return 3 * x\n"
+  ),
   "setup.cfg": "[metadata]\nname = ipkg\n",
   "tests/test_core.py": (
-    "from checks_shared import test_halve  # noqa: F401\nfrom ipkg import core\n\n\n"
+    "from checks_shared import test_halve, test_triple  # noqa: F401\nfrom ipkg import core\n\n\n"
     "def test_double():\n  assert core.double(2) == 4\n"
   ),
-  "tests/checks_shared.py": "from ipkg import core\n\n\ndef test_halve():\n  assert core.halve(4) == 2\n",
+  "tests/checks_shared.py": (
+    "import pytest\n\nfrom ipkg import core\n\n\n"
+    "@pytest.mark.parametrize('x,want', [(4, 2), (9, 4)])\n"
+    "def test_halve(x, want):\n  assert core.halve(x) == want\n\n\n"
+    "def test_triple():\n  assert core.triple(2) == 6\n"
+  ),
 }
 
 
 @requires_sandbox
 def test_tasks_with_unprotected_tests_are_not_emitted(tmp_path):
   src = sources.resolve(str(write_project(tmp_path / "ipkg-1.0", IMPORTED_TEST)), tmp_path / "w")
-  cfg = generator.Config(max_tasks=2, kinds=("function",), baseline_runs=0, validation_runs=1,
+  cfg = generator.Config(max_tasks=3, kinds=("function",), baseline_runs=0, validation_runs=1,
                          limits=FAST)
   gen = generator.Generator(src, tmp_path / "w", cfg)
   tasks = gen.generate()
-  assert [t.features[0]["qualname"] for t in tasks] == ["double"], gen.log
+  assert sorted(t.features[0]["qualname"] for t in tasks) == ["double", "triple"], gen.log
   refused = [ln for ln in gen.log if ln.startswith("ipkg/core.py::halve: ")]
-  assert refused == [
+  assert len(refused) == 1 and refused[0].startswith(
     "ipkg/core.py::halve: unprotected FAIL_TO_PASS tests (1): tests/test_core.py::test_halve "
-    "(definition not found in the file)"
-  ], gen.log
+    "(defined in tests/checks_shared.py: also run in another file (imported or inherited); "
+    "no expected value to hide)"
+  ), gen.log

@@ -3,14 +3,15 @@ process reports decides a grade on its own (host side; the sandbox half is in ha
 site_values.py).
 
 Every FAIL_TO_PASS test function the grader can locate (module level or a method of a
-module-level class of its file, defined once, not a generator or coroutine) is rewritten in
-the graded copy of its file, fresh for every grade:
+module-level class of its file — or, one its file imports or inherits, the one definition of
+that name among the modules beside it — defined once, not a generator or coroutine) is
+rewritten in the graded copy of the file that defines it, fresh for every grade:
 
 - **renamed**: a random token goes inside its name (`test_hypot` -> `test_k3q9_hypot`;
   prefix and suffix patterns such as `test*` / `*_test` still match), so the names the
   problem statement lists exist nowhere in the run. Collected ids are mapped back here. A
-  name the file uses again, or that ids of another file run (a class imported or inherited
-  there), is kept: such a function is protected by hidden sites alone.
+  name the file uses again, or that ids of another file run (a function or class imported or
+  inherited there), is kept: such a function is protected by hidden sites alone.
 - **hidden sites**: each `assert A == <literal>` (either side; `unittest`'s assertEqual
   family; `pytest.approx(<literal>, rel=..., abs=...)`) that is not inside try/with or a
   nested scope becomes `S(id, A)`: the harness sends A as plain data and the host compares it

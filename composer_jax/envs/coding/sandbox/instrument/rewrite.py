@@ -29,8 +29,9 @@ def plan(
   k: int = 1,
   rng: random.Random | None = None,
 ) -> record.Plan:
-  """Rewrites the test files of `f2p` (`files`: path -> source, those of `f2p` and of `ids`)
-  for one grade (instrument/__init__.py). `ids`: every test id the grade runs (FAIL_TO_PASS and
+  """Rewrites the test files of `f2p` (`files`: path -> source, those of `f2p` and of `ids`,
+  and modules beside them where a test they import or inherit may be defined) for one grade
+  (instrument/__init__.py). `ids`: every test id the grade runs (FAIL_TO_PASS and
   PASS_TO_PASS), renamed where their function is."""
   rng = rng or random.Random(secrets.randbits(64))
   p = record.Plan({}, {}, {}, {}, {}, {}, splices.ident(rng), {})
@@ -43,23 +44,87 @@ def plan(
     others.setdefault(parts(tid)[0], []).append(tid)
   # Functions run under ids of a file that does not define them (a test class imported or
   # inherited from another file): a rename elsewhere would leave such an id naming nothing.
+  trees = {file: _parse(src) for file, src in files.items()}
   foreign: dict[str, set[str]] = {}
   for file, tids in others.items():
-    tree = _parse(files.get(file))
+    tree = trees.get(file)
     for tid in tids:
       _, chain, func = parts(tid)
       if tree is None or shape.find(tree, list(chain), func) is None:
         foreign.setdefault(func, set()).add(file)
+  # Such a FAIL_TO_PASS function, when it is the one definition of its name among `files`,
+  # gets its hidden sites where it is defined (under its own name: no decoys).
+  moved: dict[str, tuple[str, tuple, str]] = {}  # id -> (file, class chain, name) defining it
+  defs: dict[str, dict[tuple, list]] = {}
+  for tid in f2p:
+    file, chain, func = parts(tid)
+    tree = trees.get(file)
+    if tree is not None and shape.find(tree, list(chain), func) is None:
+      if hit := _defined_elsewhere(trees, file, tree, chain, func):
+        moved[tid] = hit
+        defs.setdefault(hit[0], {}).setdefault(hit[1:], []).append(tid)
   used: set[str] = set()
-  for file, funcs in sorted(by_file.items()):
+  for file in sorted(set(by_file) | set(defs)):
+    funcs = {**by_file.get(file, {}), **defs.get(file, {})}
     src = files.get(file)
     if src is None:
       for chain, func in funcs:
         p.unprotected[key(file, chain, func)] = "not a test file of the task"
       continue
     elsewhere = {f for f, where in foreign.items() if where - {file}}
-    _rewrite(p, file, src, funcs, k, rng, used, others.get(file, []), elsewhere)
+    ids_here = others.get(file, [])
+    _rewrite(p, file, src, funcs, k, rng, used, ids_here, elsewhere, sentinel=file in by_file)
+  for tid, (file, chain, func) in moved.items():
+    mine, there = key(*parts(tid)), key(file, chain, func)
+    if there in p.required:
+      p.owner[tid] = there
+      p.unprotected.pop(mine, None)
+    else:
+      why = p.unprotected.get(there) or "no expected value to hide"
+      p.unprotected[mine] = f"defined in {file}: {why}"
+  # Listed under their ids; under their definitions only where those are ids too.
+  listed = {key(file, *cf) for file, funcs in by_file.items() for cf in funcs}
+  for hit in set(moved.values()):
+    if key(*hit) not in listed:
+      p.unprotected.pop(key(*hit), None)
   return p
+
+
+def _defined_elsewhere(trees: dict, file: str, tree: ast.Module, chain: tuple, func: str):
+  """(file, class chain, name) of the one definition among `trees` other than `file`'s that id
+  `file::chain::func` runs: a module-level function (imported), or a method of a class of
+  that name (imported) or of one of its bases (inherited); None if not exactly one."""
+  if len(chain) > 1:
+    return None
+  if chain:
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == chain[0]), None)
+    names = (
+      [chain[0]]
+      if cls is None
+      else [
+        b.id if isinstance(b, ast.Name) else b.attr
+        for b in cls.bases
+        if isinstance(b, (ast.Name, ast.Attribute))
+      ]
+    )
+  hits = set()
+  for other, t in trees.items():
+    if other == file or t is None:
+      continue
+    if not chain:
+      if any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in t.body
+      ):
+        hits.add((other, ()))
+      continue
+    for name in names:
+      found = shape.find(t, [name], func)
+      if found is not None:
+        hits.add((other, tuple(found[0])))
+  if len(hits) != 1:
+    return None
+  ((other, where),) = hits
+  return other, where, func
 
 
 def _parse(src: bytes | None) -> ast.Module | None:
@@ -81,7 +146,17 @@ def _owner(tree: ast.Module, file: str, tid: str) -> str | None:
 
 
 def _rewrite(
-  p: record.Plan, file: str, src: bytes, funcs, k: int, rng, used: set, ids, elsewhere
+  p: record.Plan,
+  file: str,
+  src: bytes,
+  funcs,
+  k: int,
+  rng,
+  used: set,
+  ids,
+  elsewhere,
+  *,
+  sentinel: bool = True,
 ) -> None:
   tree = _parse(src)
   if tree is None:
@@ -184,14 +259,16 @@ def _rewrite(
   # A sentinel: a test that fails whatever the candidate wrote, named like one of the file's
   # FAIL_TO_PASS tests and run beside it. Outcomes forced for every test (a plugin, a patched
   # report) make it pass, even where no function of the file could be rewritten.
-  chain, func = sorted(funcs)[int(rng.random() * len(funcs))]
-  twin = done.get((chain, func), func)
-  name = _fresh(func, rng, used)
-  a = rng.randrange(1 << 40)
-  tail_funcs.append(((), f"def {name}():\n    assert {a} == {a + rng.randrange(1, 1 << 20)}"))
-  p.decoys[name] = twin
-  p.before[name] = rng.random() < 0.5
-  p.decoy_ids.append(f"{file}::{name}")
+  # (Not in a file that only defines tests other files run: it is not collected.)
+  if sentinel:
+    chain, func = sorted(funcs)[int(rng.random() * len(funcs))]
+    twin = done.get((chain, func), func)
+    name = _fresh(func, rng, used)
+    a = rng.randrange(1 << 40)
+    tail_funcs.append(((), f"def {name}():\n    assert {a} == {a + rng.randrange(1, 1 << 20)}"))
+    p.decoys[name] = twin
+    p.before[name] = rng.random() < 0.5
+    p.decoy_ids.append(f"{file}::{name}")
   for tid in ids:  # every id whose function was rewritten (inherited methods too)
     _, chain, func = parts(tid)
     found = shape.find(tree, list(chain), func)

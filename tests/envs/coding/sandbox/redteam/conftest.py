@@ -7,7 +7,9 @@ by another test, so the values stay in the process and decoys guard the test), `
 hypot task whose test's name also appears elsewhere in its file, so it keeps its name: its
 table is hidden, and decoys could not guard it), `imported` (the hypot task whose test is
 defined in another file and imported into its test module: nothing can be rewritten, so the
-grader refuses to grade it and the factory never emits it).
+grader refuses to grade it and the factory never emits it: its expected values are a
+table, which cannot be hidden for a test another file runs), `imported_greet` (the greet
+task's test class defined in another file and imported: its literal is hidden there).
 """
 
 import dataclasses
@@ -66,7 +68,21 @@ def shapes(mini_gen, tmp_path_factory):
     "decoy": decoy,
     "bare": bare,
     "imported": imported_shape(hypot, tmp_path_factory.mktemp("imported-shape")),
+    "imported_greet": imported_class(by_name["Greeter.greet"], tmp_path_factory.mktemp("ig")),
   }
+
+
+def imported_class(greet, root):
+  """The greet task with class TestGreeter moved to tests/greet_testdata.py and imported into
+  tests/test_core.py, which runs its methods under the same ids."""
+  names = project.unpack(greet.hidden_files, root)
+  test = root / "tests/test_core.py"
+  src = test.read_text()
+  cls = src[src.index("class TestGreeter") :]
+  (root / "tests/greet_testdata.py").write_text("from minipkg import core\n\n\n" + cls)
+  test.write_text(src.replace(cls, "from greet_testdata import TestGreeter  # noqa: E402\n"))
+  files = [*names, "tests/greet_testdata.py"]
+  return dataclasses.replace(greet, hidden_files=project.pack(root, files))
 
 
 def imported_shape(hypot, root):

@@ -116,6 +116,19 @@ def test_a_task_with_an_unprotected_test_is_not_graded(shapes, name):
   assert set(g.integrity["unprotected"]) == {"tests/test_core.py::test_hypot"}, g.integrity
 
 
+@pytest.mark.parametrize("name", ["3_mock_any_greet", "3_str_subclass_eq_set_by_name"])
+def test_a_test_defined_in_another_file_is_judged_where_it_is_defined(shapes, name):
+  """The imported_greet shape: TestGreeter comes from another file; its literal is hidden
+  there (the class keeps its names), so a lying value is caught and gold still scores."""
+  task = shapes["imported_greet"]
+  _, _, prelude, body = ATTACKS[name]
+  g = grade(task, _edits(task, "greet", prelude, body))
+  assert g.integrity["unprotected"] == {} and g.integrity["hidden"] == 1, g.integrity
+  assert "lying_value" in critical(g), g
+  gold = grader.grade(task, task.gold_patch, limits=FAST)
+  assert gold.reward == 1.0 and not critical(gold), gold
+
+
 def test_the_refusal_is_what_stops_them(shapes, monkeypatch):
   """Control for the test above: with the refusal switched off, the imported shape is graded
   as it is (gold 1.0), and each of those attacks scores 1.0 — the gap the refusal closes."""
