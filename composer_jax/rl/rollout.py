@@ -25,6 +25,7 @@ Modes (`rl.mode`):
 from __future__ import annotations
 
 import dataclasses
+import math
 import queue
 import threading
 import time
@@ -83,11 +84,25 @@ def empty_teacher_batch(rows: int, length: int, slots: int, reuse_prefix: bool =
   )
 
 
+def check_sampling(rl_cfg) -> None:
+  """One-line ValueErrors for `rl.temperature` / `rl.top_p` the sampler cannot use (a NaN
+  temperature samples garbage without an error)."""
+  if not (math.isfinite(rl_cfg.temperature) and rl_cfg.temperature >= 0):
+    raise ValueError(f"rl.temperature={rl_cfg.temperature} must be finite and >= 0 (0 = greedy)")
+  if not 0 < rl_cfg.top_p <= 1:
+    raise ValueError(f"rl.top_p={rl_cfg.top_p} must be in (0, 1] (1 = no nucleus truncation)")
+
+
 def make_policy(model_cfg: ModelConfig, rl_cfg, stop_ids: tuple[int, ...], pad_id: int,
                 mesh: SamplerMesh | None = None):
   """`policy(variables, prompts [B, P], prompt_lens [B], key) -> (tokens, logprobs, lengths)`
   (host arrays); with `mesh`, the prompts are placed on it (`SamplerMesh.put_rows`) and the
-  outputs gathered from it (`SamplerMesh.to_host`), else on the default device."""
+  outputs gathered from it (`SamplerMesh.to_host`), else on the default device.
+
+  Raises:
+    ValueError: `rl_cfg`'s temperature or top_p cannot be sampled with (`check_sampling`).
+  """
+  check_sampling(rl_cfg)
   if model_cfg.moe_dispatch == "expert_parallel":  # decoding runs without the trainer's mesh
     model_cfg = model_cfg.replace(moe_dispatch="dropless")
   put_rows, to_host = (np.asarray, np.asarray) if mesh is None else (mesh.put_rows, mesh.to_host)

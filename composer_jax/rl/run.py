@@ -14,14 +14,12 @@ if it has one (`env.state_dict()`, e.g. a curriculum's pass rates; restored with
 
 from __future__ import annotations
 
-import math
-
 import jax
 import numpy as np
 from absl import logging
 
 from composer_jax.model.config import model_config
-from composer_jax.rl import epochs, losses, teacher_weights
+from composer_jax.rl import epochs, losses, rollout, teacher_weights
 from composer_jax.rl.env import Env
 from composer_jax.rl.programs import update_program
 from composer_jax.rl.state import RLState, initial_state
@@ -45,10 +43,7 @@ def validate(config) -> None:
   if r.probe_count < 0 or r.probe_every < 1:
     raise ValueError(f"rl.probe_count={r.probe_count} must be >= 0 (0 = off) and "
                      f"rl.probe_every={r.probe_every} >= 1")
-  if not (math.isfinite(r.temperature) and r.temperature >= 0):
-    raise ValueError(f"rl.temperature={r.temperature} must be finite and >= 0 (0 = greedy)")
-  if not 0 < r.top_p <= 1:
-    raise ValueError(f"rl.top_p={r.top_p} must be in (0, 1] (1 = no nucleus truncation)")
+  rollout.check_sampling(r)
   positions = model_config(config.model).max_position_embeddings
   if r.prompt_len + r.max_new_tokens - 1 > positions:
     raise ValueError(f"rl.prompt_len={r.prompt_len} + rl.max_new_tokens={r.max_new_tokens} - 1 "

@@ -294,7 +294,13 @@ def test_settings_are_the_runs_own_with_overrides():
   assert eval_cli.defaults().env.tools == tuple(agent_tools.TOOL_NAMES)
 
 
-def test_a_budget_beyond_the_models_positions_is_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("override, message", [
+  ("--config.rl.seq_len=8000", "exceeds the model's max_position_embeddings=4096"),
+  # A NaN temperature sampled garbage episodes and wrote their report (rl.rollout).
+  ("--config.rl.temperature=nan", "rl.temperature=nan must be finite and >= 0"),
+  ("--config.rl.top_p=0", "rl.top_p=0.0 must be in (0, 1]"),
+])
+def test_settings_the_model_cannot_sample_with_are_one_line(override, message, tmp_path, capsys):
   cfg = model_config.get_preset("tiny", num_layers=1, max_position_embeddings=4096)
   shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))  # no compile
   hf_checkpoint.save(str(tmp_path), cfg, jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
@@ -302,6 +308,6 @@ def test_a_budget_beyond_the_models_positions_is_one_line(tmp_path, capsys):
   tasks_file = tmp_path / "tasks.jsonl"
   task_lib.write_jsonl(tasks_file, [_fake_task("a", "proj")])
   args = ["--tasks", str(tasks_file), "--checkpoint", str(tmp_path), "--split", "all",
-          "--config.rl.seq_len=8000"]
+          override]
   assert eval_cli.main(args) == 1
-  assert "exceeds the model's max_position_embeddings=4096" in _one_line_error(capsys)
+  assert message in _one_line_error(capsys)
