@@ -16,13 +16,15 @@ Stages, each reused when its outputs exist (a stopped run continues where it was
   3. eval, after each of them: greedy pass@1 and behaviour on the held-out tasks
      (`experiments.eval`) in OUT/seedS/eval_{warmup,rl,sd}.
   4. figure: `experiments.figures.coding_agent` over OUT (PNG + CSV; 95% t-intervals over
-     seeds).
-Every stage runs as a subprocess with its log in OUT (progress lines are printed as they come).
+     seeds) in experiments/figures/results/coding_agent_{reduced,full}.
+Every stage runs as a subprocess with its log in OUT (progress lines are printed as they come)
+and its wall time appended to OUT/stage_times.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -38,7 +40,7 @@ from experiments.coding import program
 from experiments.configs import rl_coding
 
 # name: (micro-projects, seeds, warm-up steps, RL steps)
-SIZES = {"reduced": (16, 3, 20, 2), "full": (48, 5, 1500, 60)}
+SIZES = {"reduced": (16, 3, 400, 2), "full": (48, 5, 1500, 60)}
 ARMS = ("rl", "sd")
 _T0 = time.monotonic()
 
@@ -48,8 +50,10 @@ def say(text: str) -> None:
 
 
 def _run(cmd: list[str], log: Path, label: str, progress: str = "] step ") -> None:
-  """Runs `cmd` with output to `log`, printing its lines that contain `progress`."""
+  """Runs `cmd` with output to `log`, printing its lines that contain `progress`; its wall
+  time goes to `stage_times.jsonl` beside `log`."""
   say(f"{label}: {' '.join(cmd[2:5])} ... (log {log})")
+  start = time.monotonic()
   with open(log, "a") as out:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -59,6 +63,8 @@ def _run(cmd: list[str], log: Path, label: str, progress: str = "] step ") -> No
         say(f"{label}: {line.split('] ', 1)[-1].strip()[:110]}")
   if proc.wait():
     raise SystemExit(f"{label} failed (exit {proc.returncode}); see {log}")
+  with open(log.parent / "stage_times.jsonl", "a") as f:
+    f.write(json.dumps({"stage": label, "wall_s": round(time.monotonic() - start, 1)}) + "\n")
 
 
 def fitting(tasks: list) -> list:
@@ -165,9 +171,10 @@ def main(argv=None) -> int:
   with futures.ThreadPoolExecutor(args.parallel) as pool:
     for f in [pool.submit(seed_run, args, s, tasks_file, out) for s in range(seeds)]:
       f.result()
-  _run([sys.executable, "-m", "experiments.figures.coding_agent", f"--workdir={out}"],
-       out / "figure.log", "figure", progress="pass@1")
-  say(f"done: {out / 'coding_agent.png'}")
+  results = Path("experiments/figures/results") / f"coding_agent_{args.size}"
+  _run([sys.executable, "-m", "experiments.figures.coding_agent", f"--workdir={out}",
+        f"--results_dir={results}"], out / "figure.log", "figure", progress="pass@1")
+  say(f"done: {results / 'coding_agent.png'}")
   return 0
 
 

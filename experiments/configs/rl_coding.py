@@ -137,7 +137,8 @@ def get_config(arg=None):
     base.set_layout(c, "fsdp_ep")
   if arg == "micro":
     # The learnable family (micro-project deletion tasks): short `append` calls, instant mode,
-    # a 3-turn budget, the compact statement; a byte tokenizer: an episode is 0.8-0.9k tokens.
+    # a 3-turn budget, the compact statement; a byte tokenizer: an oracle episode is 0.6-0.75k
+    # tokens.
     c.env.update(dict(tools=("append", "submit"), max_turns=3, system="Fix it.",
                       statement="compact", max_hint_tokens=128))
     c.env.curriculum.min_rollouts = 0
@@ -148,8 +149,11 @@ def get_config(arg=None):
                      teacher_seq_len=1408, teacher_rows=8))
     c.rl.feedback_kinds = ("unavailable_tool", "malformed_call")
     c.optim.adam_lr = 1e-4
-    c.warmup.update(dict(steps=300, batch_size=8, seq_len=1024, log_every=10, ckpt_every=50,
+    # Muon, 4 episodes of <= 768 tokens a step: per CPU second the cheapest warm-up that
+    # learned the format (RESULTS.md, 2026-12-05, "Coding agent learns?").
+    c.warmup.update(dict(steps=400, batch_size=4, seq_len=768, log_every=10, ckpt_every=50,
                          check_every=100, check_tasks=8))
+    c.warmup.optim.name = "muon"
   if arm == "rl":  # the turns are still flagged (and counted), no teacher batch is built
     c.loss.sd_coef = 0.0
   return c
