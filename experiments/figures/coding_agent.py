@@ -21,7 +21,7 @@ import os
 import numpy as np
 from absl import app, flags
 
-from experiments.figures.text_feedback import interval
+from experiments.figures.intervals import interval
 
 ARMS = ("warmup", "rl", "sd")
 LABELS = {"warmup": "warm-up (SFT)", "rl": "+ RL", "sd": "+ RL + SD"}

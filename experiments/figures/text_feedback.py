@@ -40,7 +40,8 @@ import time
 
 import numpy as np
 from absl import app, flags, logging
-from scipy import stats
+
+from experiments.figures.intervals import interval
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Output directory.", required=True)
@@ -142,17 +143,6 @@ def smoothed(rows: list[dict], window: int) -> list[dict]:
       out.append(dict(r, **{k: float(np.mean([float(p.get(k, np.nan)) for p in past]))
                             for k in (key, "reward", "probe_kl")}))
   return out
-
-
-def interval(values) -> tuple[float, float]:
-  """(mean, half-width of the 95% Student-t interval of the mean); half-width 0 for one value,
-  nan for none."""
-  v = np.asarray([x for x in values if np.isfinite(x)], np.float64)
-  if len(v) == 0:
-    return float("nan"), float("nan")
-  if len(v) == 1:
-    return float(v[0]), 0.0
-  return float(v.mean()), float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
 
 
 def summarize(rows: list[dict]) -> list[dict]:
