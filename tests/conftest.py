@@ -1,9 +1,12 @@
-"""Every test sees 8 fake CPU devices (set before jax is imported anywhere)."""
+"""Every test sees 8 fake CPU devices and compiles with LLVM's cheapest settings (both set
+before jax is imported anywhere; subprocesses inherit them)."""
 
 import os
 
+from tests.compile_options import CHEAP_XLA_FLAGS
+
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8 {CHEAP_XLA_FLAGS}"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 

@@ -9,7 +9,7 @@ import sys
 from launch.local import free_port
 from tests.compile_options import CHEAP_XLA_FLAGS
 
-__all__ = ["CHEAP_XLA_FLAGS", "free_port", "launch", "wait_ok"]
+__all__ = ["free_port", "launch", "wait_ok"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -6,8 +6,6 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.local_launch import CHEAP_XLA_FLAGS
-
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # notebook -> lines its outputs must hold
 NOTEBOOKS = {
@@ -19,10 +17,7 @@ NOTEBOOKS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
-def test_notebook_runs_at_smoke_size(name, monkeypatch):
-  # The kernel inherits the environment; what is checked is that every cell runs and prints
-  # its lines, not numbers: compile cheaply.
-  monkeypatch.setenv("XLA_FLAGS", f"{os.environ.get('XLA_FLAGS', '')} {CHEAP_XLA_FLAGS}")
+def test_notebook_runs_at_smoke_size(name):
   nb = nbformat.read(os.path.join(REPO, "experiments", "notebooks", name), as_version=4)
   params = nb.cells[1]
   assert params.source.startswith("SMOKE = False")

@@ -26,7 +26,6 @@ from composer_jax.optim.sharded_muon import muon_leaves, plan_groups, sharded_sc
 from composer_jax.parallel.mesh import make_meshes
 from composer_jax.parallel.rules import param_shardings
 from experiments.configs import layouts
-from tests.compile_options import FAST_COMPILE
 
 # Hand count of shape groups whose matrix dims are sharded (2 all-to-alls each) for the
 # tiny model. Dense view, [fan_in, fan_out] sharded over fsdp (fsdp x context in cp2_ep8):
@@ -39,7 +38,6 @@ from tests.compile_options import FAST_COMPILE
 # fsdp x tensor each.
 _SHARDED_GROUPS = {"fsdp": 10, "hsdp": 8, "fsdp_ep": 8, "cp2_ep8": 8, "fsdp_tp": 9}
 _COMPILED = ("cp2_ep8", "fsdp_tp")
-_FAST_COMPILE = FAST_COMPILE
 
 _COLLECTIVES = ("all-to-all", "all-gather", "all-reduce", "reduce-scatter", "collective-permute",
                 "collective-broadcast", "ragged-all-to-all")
@@ -60,7 +58,7 @@ def tiny():
                         is_leaf=muon.is_axes_leaf)
   ref = optax.partition({"muon": muon.scale_by_muon(names), "adam": optax.identity()}, labels)
   state = ref.init(grads[0])
-  update = jax.jit(ref.update).lower(grads[0], state).compile(compiler_options=_FAST_COMPILE)
+  update = jax.jit(ref.update).lower(grads[0], state).compile()
   expected = []
   for g in grads:
     u, state = update(g, state)
@@ -160,7 +158,7 @@ def test_matches_single_device_muon_and_hlo(tiny, layout):
                          "adam": optax.identity()}, tiny["labels"])
   grads = [jax.device_put(g, shardings) for g in tiny["grads"]]
   state = jax.jit(opt.init)(grads[0])
-  update = jax.jit(opt.update).lower(grads[0], state).compile(compiler_options=_FAST_COMPILE)
+  update = jax.jit(opt.update).lower(grads[0], state).compile()
   for g, want in zip(grads, tiny["expected"]):  # two steps: momentum and Nesterov terms
     got, state = update(g, state)
     chex.assert_trees_all_close(got, want, atol=1e-5, rtol=1e-5)  # padded groups included
@@ -188,7 +186,7 @@ def test_plain_muon_on_sharded_leaf_communicates_inside_the_loop():
   g = {"w": jax.device_put(np.ones((64, 32), np.float32),
                            NamedSharding(mesh, jax.sharding.PartitionSpec("fsdp", None)))}
   opt = muon.scale_by_muon(names)
-  update = jax.jit(opt.update).lower(g, opt.init(g)).compile(compiler_options=_FAST_COMPILE)
+  update = jax.jit(opt.update).lower(g, opt.init(g)).compile()
   report = collective_report(update.as_text())
   assert report["loops"] == 1 and report["collectives_in_loops"], report
 

@@ -20,8 +20,6 @@ from composer_jax.train import placement
 
 _CFG = get_preset("tiny", num_layers=1, first_k_dense_replace=0)  # one (dropless) MoE layer
 _B, _L = 4, 16
-# LLVM -O0 for the CPU kernels: same HLO and ops, about half the compile time of these tests.
-_jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 
 
 def _mesh(cp: int):
@@ -87,7 +85,7 @@ def _unsharded(attention):
   cfg = _CFG.replace(attention=attention)
   variables = transformer.init(cfg, jax.random.key(0))
   batch = _packed_batch(np.random.default_rng(0))
-  return cfg, variables, batch, _jit(_loss_and_logits(cfg))(
+  return cfg, variables, batch, jax.jit(_loss_and_logits(cfg))(
       variables["params"], variables["router"], batch)
 
 
@@ -103,7 +101,7 @@ def test_model_equals_unsharded(attention, cp):
   _, eval_sharding = placement.batch_shardings(dm, default_rules())
   sharded_batch = placement.to_global(batch, eval_sharding)  # zig-zag order, seq over context
   assert sharded_batch["tokens"].sharding.spec[1] == "context"
-  (loss, logits), grads = _jit(context_mesh.with_mesh(dm, default_rules(), fn))(
+  (loss, logits), grads = jax.jit(context_mesh.with_mesh(dm, default_rules(), fn))(
       params, variables["router"], sharded_batch)
 
   chex.assert_trees_all_close(loss, want_loss, rtol=1e-5)
@@ -118,7 +116,7 @@ def test_mla_gathers_the_latent_not_kv():
   tokens = jax.device_put(jnp.zeros((2, _L), jnp.int32),
                           NamedSharding(dm.dense, PartitionSpec(None, "context")))
   fwd = context_mesh.with_mesh(dm, default_rules(), lambda v, t: transformer.forward(cfg, v, t)[0])
-  hlo = _jit(fwd).lower(variables, tokens).compile().as_text()  # params replicated
+  hlo = jax.jit(fwd).lower(variables, tokens).compile().as_text()  # params replicated
   gathered = re.findall(r"= f32\[([\d,]+)\]\{[^}]*\} all-gather(?:-start)?\(", hlo)
   latent = cfg.kv_lora_rank + cfg.qk_rope_head_dim
   # One latent all-gather `[B, L, r + dr]` per layer (in the scanned body), nothing else.

@@ -208,5 +208,5 @@ def test_sd_teacher_is_the_model_itself_with_the_hint(tmp_path):
       params, batch, (teacher,), tb = calls[step]
       np.testing.assert_allclose(
         logged[step]["sd_loss"],
-        _hand_sd_loss(config, init["router"], params, batch, teacher, tb), rtol=2e-4,
+        _hand_sd_loss(config, init["router"], params, batch, teacher, tb), rtol=1e-3,
         err_msg=f"{kind} step {step}")

@@ -50,7 +50,7 @@ def main(layout, coordinator, num_processes, process_id, init_path, out):
           rl_mesh.place_batch(batch, prog.per_token),
           (jax.device_put(init["params"], shardings),),
           rl_mesh.place_batch(teacher, prog.per_token, student_length=layouts_test.L))
-  compiled = prog.update.lower(*args).compile(compiler_options=layouts_test._FAST_COMPILE)
+  compiled = prog.update.lower(*args).compile()
   params, _, metrics = compiled(*args)
   replicated = NamedSharding(prog.progs.mesh.dense, PartitionSpec())
   params, metrics = jax.jit(lambda x: x, out_shardings=replicated)((params, metrics))

@@ -27,13 +27,9 @@ from composer_jax.optim import param_labels
 from composer_jax.parallel import rules as rules_lib
 from composer_jax.train import placement, programs
 from experiments.configs import base, layouts
-from tests.compile_options import FAST_COMPILE
 from tests.train.conftest import tiny_config
 
 B, L = 8, 16  # batch over up to 8 data shards; L divisible by 2 x context (4 in cp2_ep8)
-# Level-0 backend optimization halves XLA:CPU compile time; the HLO (and its math) is the
-# same, only LLVM's code generation is cheaper.
-_FAST_COMPILE = FAST_COMPILE
 TOL = 1e-5
 REMAT = "Involuntary full rematerialization"
 
@@ -78,7 +74,7 @@ def _compile(lowered):
   """(compiled, its XLA log lines that report an involuntary full rematerialization)."""
   log = []
   with _fd2(log):
-    compiled = lowered.compile(compiler_options=_FAST_COMPILE)
+    compiled = lowered.compile()
   return compiled, [line for line in log[0].splitlines() if REMAT in line]
 
 
