@@ -72,7 +72,8 @@ def test_matches_optax_contrib_muon_over_steps(scale_mode, coeffs, nesterov, dty
       ref_u, ref_state = ref_update(grads, ref_state, params)
       for k, (shape, names) in KINDS.items():
         scale = muon.update_scale(shape, names, scale_mode) * lr
-        atol = {"float64": 1e-10, "float32": 1e-6}[dtype]
+        # float32: the two NS loops round differently (1.2e-6 at LLVM -O0, tests/conftest.py).
+        atol = {"float64": 1e-10, "float32": 3e-6}[dtype]
         chex.assert_trees_all_close(u[k] / scale, ref_u[k] / scale, atol=atol, rtol=0,
                                     custom_message=f"{k} step {step}")
       params = optax.apply_updates(params, u)

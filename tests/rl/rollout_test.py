@@ -1,4 +1,5 @@
-"""Tests for the RL program's pieces: sampler-driven episodes, padding teacher rows, metrics."""
+"""The RL rollout pieces: sampler-driven episodes (deterministic per seed), padding teacher rows
+(add nothing to the loss), episode metrics by hand, the env words in the model vocab."""
 
 import jax
 import ml_collections
