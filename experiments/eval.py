@@ -79,17 +79,23 @@ def _plot(summary: dict, path: str, title: str) -> None:
   ks = sorted(int(name[5:]) for name in summary if name.startswith("pass@"))
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
   left.plot(ks, [summary[f"pass@{k}"] for k in ks], "o-")
-  left.set(xlabel="k", ylabel="pass@k", ylim=(0, 1.02), xticks=ks,
-           title=f"{summary['tasks']} tasks, {summary['projects']} projects, "
-                 f"{summary['episodes']} episodes")
+  left.set(
+    xlabel="k",
+    ylabel="pass@k",
+    ylim=(0, 1.02),
+    xticks=ks,
+    title=f"{summary['tasks']} tasks, {summary['projects']} projects, "
+    f"{summary['episodes']} episodes",
+  )
   # Counts per episode share one axis; tokens (hundreds to thousands) go in the title.
   names = [f"{m}_per_episode" for m in evaluate.BEHAVIOUR if m != "tokens"]
   names += ["style_violations_per_edit"]
   values = [summary[n] for n in names]
   right.barh(range(len(names)), values)
   for i, v in enumerate(values):
-    right.annotate(f"{v:.2f}", (v, i), xytext=(3, 0), textcoords="offset points", va="center",
-                   fontsize=7)
+    right.annotate(
+      f"{v:.2f}", (v, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7
+    )
   right.set_yticks(range(len(names)), [n.replace("_", " ") for n in names], fontsize=8)
   right.set(title=f"behaviour (mean); {summary['tokens_per_episode']:.0f} tokens per episode")
   fig.suptitle(os.path.basename(os.path.normpath(title)) or "eval", fontsize=9)
@@ -120,10 +126,20 @@ def _args(argv):
 
 def defaults() -> ml_collections.ConfigDict:
   """The run-config fields eval reads, with its values for a checkpoint that has none."""
-  return ml_collections.ConfigDict({
-      "env": {"heldout_fraction": 0.2, "split_seed": 0, "tools": tuple(agent_tools.TOOL_NAMES),
-              "max_turns": 30, "thinking": True, "system": "", "statement": "full"},
-      "rl": {"seq_len": 0, "max_new_tokens": 1024, "temperature": 1.0, "top_p": 1.0}})
+  return ml_collections.ConfigDict(
+    {
+      "env": {
+        "heldout_fraction": 0.2,
+        "split_seed": 0,
+        "tools": tuple(agent_tools.TOOL_NAMES),
+        "max_turns": 30,
+        "thinking": True,
+        "system": "",
+        "statement": "full",
+      },
+      "rl": {"seq_len": 0, "max_new_tokens": 1024, "temperature": 1.0, "top_p": 1.0},
+    }
+  )
 
 
 def _value(text: str, current):
@@ -172,18 +188,22 @@ def _tasks(args, env) -> list:
   train, held = split.split_by_project(tasks, env.heldout_fraction, env.split_seed)
   chosen = held if args.split == "heldout" else train
   if not chosen:
-    raise ValueError(f"the {args.split} split of {args.tasks} is empty (projects: "
-                     f"{sorted({split.project_of(t) for t in tasks})}, env.heldout_fraction "
-                     f"{env.heldout_fraction}); change it (--config.env.heldout_fraction=F) "
-                     "or use --split all")
+    raise ValueError(
+      f"the {args.split} split of {args.tasks} is empty (projects: "
+      f"{sorted({split.project_of(t) for t in tasks})}, env.heldout_fraction "
+      f"{env.heldout_fraction}); change it (--config.env.heldout_fraction=F) "
+      "or use --split all"
+    )
   return chosen
 
 
 def _tokenizer(args):
   path = args.tokenizer or tok_lib.find_tokenizer_near(args.checkpoint)
   if not path:
-    raise ValueError(f"no tokenizer: {args.checkpoint} has no {tok_lib.TIKTOKEN_FILENAME}; pass "
-                     "--tokenizer FILE (a tiktoken file with Kimi's special tokens)")
+    raise ValueError(
+      f"no tokenizer: {args.checkpoint} has no {tok_lib.TIKTOKEN_FILENAME}; pass "
+      "--tokenizer FILE (a tiktoken file with Kimi's special tokens)"
+    )
   tok = tok_lib.load_tokenizer({"tokenizer": path})
   if not isinstance(tok, tok_lib.TiktokenTokenizer):
     raise ValueError(f"--tokenizer {path!r}: the chat format needs a tiktoken file, not 'byte'")
@@ -193,9 +213,12 @@ def _tokenizer(args):
 def main(argv=None) -> int:
   args = _args(argv)
   try:  # Every input first: nothing below fails after the evaluation.
-    out = outputs.check(args.out or f"{args.checkpoint}/eval",
-                        inputs=[args.checkpoint, args.tasks], inside_inputs=True,
-                        replaceable=REPORT_FILES.values())
+    out = outputs.check(
+      args.out or f"{args.checkpoint}/eval",
+      inputs=[args.checkpoint, args.tasks],
+      inside_inputs=True,
+      replaceable=REPORT_FILES.values(),
+    )
     run = settings(load_checkpoint.run_config(args.checkpoint), args.overrides)
     env, rl = run.env, run.rl
     tasks = _tasks(args, env)
@@ -205,27 +228,42 @@ def main(argv=None) -> int:
     if not rl.seq_len:  # what the sampler can hold, at most 32768
       rl.seq_len = min(32768, model_cfg.max_position_embeddings - rl.max_new_tokens + 1)
     if tokenizer.vocab_size > model_cfg.vocab_size:
-      raise ValueError(f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} ids, more than "
-                       f"the checkpoint's vocab_size {model_cfg.vocab_size}")
+      raise ValueError(
+        f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} ids, more than "
+        f"the checkpoint's vocab_size {model_cfg.vocab_size}"
+      )
     cfg = evaluate.EvalConfig(
-      k=args.k, samples=args.samples, temperature=rl.temperature, top_p=rl.top_p,
-      max_turn_tokens=rl.max_new_tokens, batch=args.batch, seed=args.seed,
-      tools=tuple(env.tools), thinking=env.thinking, system=env.system,
+      k=args.k,
+      samples=args.samples,
+      temperature=rl.temperature,
+      top_p=rl.top_p,
+      max_turn_tokens=rl.max_new_tokens,
+      batch=args.batch,
+      seed=args.seed,
+      tools=tuple(env.tools),
+      thinking=env.thinking,
+      system=env.system,
       statement=env.statement,
-      budget=agent_tools.Budget(max_turns=env.max_turns, max_tokens=rl.seq_len))
+      budget=agent_tools.Budget(max_turns=env.max_turns, max_tokens=rl.seq_len),
+    )
     report = evaluate.evaluate(tasks, model_cfg, variables, tokenizer, cfg, args.workers)
   except (OSError, ValueError, sandbox.SandboxUnavailable) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
-  meta = {**vars(args), "settings": run.to_dict(),
-          "split_projects": sorted({split.project_of(t) for t in tasks})}
+  meta = {
+    **vars(args),
+    "settings": run.to_dict(),
+    "split_projects": sorted({split.project_of(t) for t in tasks}),
+  }
   try:
     with outputs.staged(out) as tmp:
       write_report(report, tmp, meta)
   except OSError as e:
     print(json.dumps({"meta": meta, **report}, sort_keys=True))
-    print(f"error: cannot write the results to {out} ({e}); the whole report is on stdout",
-          file=sys.stderr)
+    print(
+      f"error: cannot write the results to {out} ({e}); the whole report is on stdout",
+      file=sys.stderr,
+    )
     return 1
   paths = {kind: os.path.join(out, name) for kind, name in REPORT_FILES.items()}
   print(json.dumps({**report["summary"], "files": paths}, indent=1, sort_keys=True))

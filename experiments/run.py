@@ -51,8 +51,9 @@ _NOT_RUN_CONFIGS = ("__init__.py", "base.py", "layouts.py")  # Not runnable on t
 
 def _run_configs() -> str:
   names = sorted(map(os.path.basename, glob.glob(os.path.join(_CONFIG_DIR, "*.py"))))
-  return ("configs in experiments/configs/: "
-          + ", ".join(n for n in names if n not in _NOT_RUN_CONFIGS))
+  return "configs in experiments/configs/: " + ", ".join(
+    n for n in names if n not in _NOT_RUN_CONFIGS
+  )
 
 
 def _config_arg(argv) -> str:
@@ -84,9 +85,12 @@ def _config_error(argv, e: BaseException) -> str:
 
 def _define_config_flag():
   try:
-    return config_flags.DEFINE_config_file("config", os.path.join(_CONFIG_DIR, "default.py"),
-                                           "Experiment config file (Python, get_config()).",
-                                           lock_config=True)
+    return config_flags.DEFINE_config_file(
+      "config",
+      os.path.join(_CONFIG_DIR, "default.py"),
+      "Experiment config file (Python, get_config()).",
+      lock_config=True,
+    )
   except (AttributeError, KeyError) as e:  # An override naming a field that does not exist.
     sys.exit(f"error: {_config_error(sys.argv, e)}")
 
@@ -111,15 +115,19 @@ def _load_config(argv):
   except Exception as e:  # As above: a lazily loaded config fails here.
     sys.exit(f"error: {_config_error(argv, e)}")
   if "program" not in keys:
-    sys.exit(f"error: {_config_arg(argv)!r} is not a run config (it sets no `program`, one of "
-             f"{sorted(PROGRAMS)}); {_run_configs()}")
+    sys.exit(
+      f"error: {_config_arg(argv)!r} is not a run config (it sets no `program`, one of "
+      f"{sorted(PROGRAMS)}); {_run_configs()}"
+    )
   return config
 
 
 _CONFIG = _define_config_flag()
-_WORKDIR = flags.DEFINE_string("workdir", None,
-                               "Run directory: checkpoints, metrics.jsonl, tensorboard/. "
-                               "Default: workdir/<config file name>.")
+_WORKDIR = flags.DEFINE_string(
+  "workdir",
+  None,
+  "Run directory: checkpoints, metrics.jsonl, tensorboard/. Default: workdir/<config file name>.",
+)
 _COORDINATOR = flags.DEFINE_string(
   "coordinator", None, "Multi-process: HOST:PORT of process 0's coordinator service."
 )
@@ -167,8 +175,13 @@ def main(argv):
         workdir_lock.release(lock)
   except loop.Preempted as e:  # checkpoint saved; the job system restarts the run
     logging.info("%s", e)
-  except (ValueError, OSError, workdir_lock.WorkdirLockedError, loop.NonFiniteLossError,
-          checkpointing.NonFiniteStateError) as e:
+  except (
+    ValueError,
+    OSError,
+    workdir_lock.WorkdirLockedError,
+    loop.NonFiniteLossError,
+    checkpointing.NonFiniteStateError,
+  ) as e:
     sys.exit(f"error: {e}")
 
 

@@ -42,18 +42,33 @@ def launch(num_processes: int, devices_per_process: int, run_args: list[str]) ->
   """Runs `experiments.run run_args` in `num_processes` processes; returns the exit code
   (0, or that of the first process to fail)."""
   if num_processes < 1 or devices_per_process < 1:
-    raise ValueError(f"--num_processes={num_processes} and --devices_per_process="
-                     f"{devices_per_process} must be >= 1")
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=(
+    raise ValueError(
+      f"--num_processes={num_processes} and --devices_per_process="
+      f"{devices_per_process} must be >= 1"
+    )
+  env = dict(
+    os.environ,
+    JAX_PLATFORMS="cpu",
+    XLA_FLAGS=(
       os.environ.get("XLA_FLAGS", "")
-      + f" --xla_force_host_platform_device_count={devices_per_process}").strip())
+      + f" --xla_force_host_platform_device_count={devices_per_process}"
+    ).strip(),
+  )
   coordinator = f"localhost:{free_port()}"
   procs, pumps = [], []
   for i in range(num_processes):
-    cmd = [sys.executable, "-m", "experiments.run", *run_args, f"--coordinator={coordinator}",
-           f"--num_processes={num_processes}", f"--process_id={i}"]
-    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+    cmd = [
+      sys.executable,
+      "-m",
+      "experiments.run",
+      *run_args,
+      f"--coordinator={coordinator}",
+      f"--num_processes={num_processes}",
+      f"--process_id={i}",
+    ]
+    p = subprocess.Popen(
+      cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     procs.append(p)
     pumps.append(threading.Thread(target=_pump, args=(p.stdout, f"[process {i}] "), daemon=True))
     pumps[-1].start()
@@ -71,8 +86,10 @@ def launch(num_processes: int, devices_per_process: int, run_args: list[str]) ->
       code = next((p.returncode for p in procs if p.poll() not in (None, 0)), 0)
     if code:
       failed = next(i for i, p in enumerate(procs) if p.returncode == code)
-      print(f"launch/local.py: process {failed} exited with {code}; stopping the others",
-            file=sys.stderr)
+      print(
+        f"launch/local.py: process {failed} exited with {code}; stopping the others",
+        file=sys.stderr,
+      )
       for p in procs:
         if p.poll() is None:
           p.kill()
@@ -87,9 +104,11 @@ def launch(num_processes: int, devices_per_process: int, run_args: list[str]) ->
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                   usage="%(prog)s [options] -- EXPERIMENTS_RUN_ARGS",
-                                   allow_abbrev=False)
+  parser = argparse.ArgumentParser(
+    description=__doc__.split("\n\n")[0],
+    usage="%(prog)s [options] -- EXPERIMENTS_RUN_ARGS",
+    allow_abbrev=False,
+  )
   parser.add_argument("--num_processes", type=int, default=2)
   parser.add_argument("--devices_per_process", type=int, default=4)
   args, rest = parser.parse_known_args()

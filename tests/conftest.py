@@ -6,7 +6,7 @@ import os
 from tests.compile_options import CHEAP_XLA_FLAGS
 
 os.environ["XLA_FLAGS"] = (
-    f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8 {CHEAP_XLA_FLAGS}"
+  f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8 {CHEAP_XLA_FLAGS}"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 

@@ -36,8 +36,11 @@ def _commands(docs=DOCS) -> list[str]:
         if line:
           out.append(line)
     # Inline spans with arguments; a bare `python -m MODULE` in prose names a module.
-    out += [c for c in re.findall(r"`((?:python|sbatch|SETUP=1) [^`]+)`", text)
-            if not re.fullmatch(r"python -m [\w.]+", c)]
+    out += [
+      c
+      for c in re.findall(r"`((?:python|sbatch|SETUP=1) [^`]+)`", text)
+      if not re.fullmatch(r"python -m [\w.]+", c)
+    ]
   return sorted(set(out))
 
 
@@ -53,10 +56,15 @@ def _fill(cmd: str, tmp) -> list[str]:
   """argv of `cmd` with placeholders made concrete (DIR -> a fresh directory, ...)."""
   args = shlex.split(cmd)
   env_prefix = [a for a in args if re.match(r"^[A-Z_]+=", a)]
-  args = args[len(env_prefix):]
-  subs = {"DIR": str(tmp / "dir"), "FILE": str(tmp / "file"), "ID": "x",
-          "/tmp/adamw": str(tmp / "adamw"), "/tmp/mp": str(tmp / "mp"),
-          "tasks.jsonl": str(tmp / "tasks.jsonl")}
+  args = args[len(env_prefix) :]
+  subs = {
+    "DIR": str(tmp / "dir"),
+    "FILE": str(tmp / "file"),
+    "ID": "x",
+    "/tmp/adamw": str(tmp / "adamw"),
+    "/tmp/mp": str(tmp / "mp"),
+    "tasks.jsonl": str(tmp / "tasks.jsonl"),
+  }
   return [subs.get(a, re.sub(r"=(/tmp/\w+)$", f"={tmp}/w", a)) for a in args]
 
 
@@ -105,11 +113,17 @@ def _source(argv) -> str | None:
 
 def _check_argparse(cmd, argv, env):
   """`--help` works; every documented flag exists and every required one is given."""
-  p = subprocess.run([sys.executable, *argv[1:3 if argv[1] == "-m" else 2], "--help"], cwd=REPO,
-                     env=env, capture_output=True, text=True, timeout=60)
+  p = subprocess.run(
+    [sys.executable, *argv[1 : 3 if argv[1] == "-m" else 2], "--help"],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
   assert p.returncode == 0, (cmd, p.stderr)
-  own = argv[3 if argv[1] == "-m" else 2:]
-  own = own[:own.index("--")] if "--" in own else own  # the rest goes to experiments.run
+  own = argv[3 if argv[1] == "-m" else 2 :]
+  own = own[: own.index("--")] if "--" in own else own  # the rest goes to experiments.run
   given = {a.split("=")[0] for a in own if a.startswith("--")}
   assert given <= set(re.findall(r"--[\w-]+", p.stdout)), (cmd, p.stdout)
   usage = p.stdout.split("\n\n")[0]
@@ -147,8 +161,12 @@ def test_documented_commands_run(tmp_path):
   (tmp_path / "file").write_text("")
   (tmp_path / "workdir/default/metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n")
   os.symlink(os.path.join(REPO, "experiments"), tmp_path / "experiments")  # relative --config
-  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu",
-             PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
+  env = dict(
+    os.environ,
+    XLA_FLAGS="",
+    JAX_PLATFORMS="cpu",
+    PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]),
+  )
   real, absl_checks = [], []
   for cmd in _commands():
     if any(k in cmd for k in _EXTERNAL):
@@ -167,12 +185,24 @@ def test_documented_commands_run(tmp_path):
       absl_checks.append(argv)
   assert real and absl_checks
 
-  proc = subprocess.run([sys.executable, "-c", _FLAG_CHECK, json.dumps(absl_checks)],
-                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+    [sys.executable, "-c", _FLAG_CHECK, json.dumps(absl_checks)],
+    cwd=tmp_path,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 0, proc.stderr
   assert json.loads(proc.stdout.strip().splitlines()[-1]) == {}
 
   for cmd, argv in real:  # from tmp_path: `read_metrics` reads ./workdir/default
-    p = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+      [sys.executable, *argv[1:]],
+      cwd=tmp_path,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=120,
+    )
     assert p.returncode == 0, (cmd, p.stderr[-2000:])

@@ -15,13 +15,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # expert-parallel MoE) on it; the optimizer reads parameter shardings, the trainer joins them.
 # `chat` (the Kimi chat format) needs only the tokenizer from `data`.
 LAYERS = (
-    ("data", "parallel"),
-    ("model", "chat"),
-    ("optim", "hf"),
-    ("train",),
-    ("rl", "tools"),  # tools: the import/export CLIs read any checkpoint (train.load_checkpoint)
-    ("envs",),
-    ("experiments",),
+  ("data", "parallel"),
+  ("model", "chat"),
+  ("optim", "hf"),
+  ("train",),
+  ("rl", "tools"),  # tools: the import/export CLIs read any checkpoint (train.load_checkpoint)
+  ("envs",),
+  ("experiments",),
 )
 RANK = {p: i for i, layer in enumerate(LAYERS) for p in layer}
 
@@ -77,8 +77,11 @@ def test_no_library_module_imports_its_layer_or_a_higher_one():
   bad = []
   for module, path in sorted(_modules().items()):
     layer = _layer(module)
-    bad += [f"{module} imports {n}" for n in sorted(_imports(module, path))
-            if layer and _layer(n) in RANK and not _allowed(layer, _layer(n))]
+    bad += [
+      f"{module} imports {n}"
+      for n in sorted(_imports(module, path))
+      if layer and _layer(n) in RANK and not _allowed(layer, _layer(n))
+    ]
   assert not bad, bad
 
 
@@ -94,8 +97,11 @@ def test_no_environment_imports_another():
   bad = []
   for module, path in sorted(_modules().items()):
     env = _env(module)
-    bad += [f"{module} imports {n}" for n in sorted(_imports(module, path))
-            if env and _env(n) not in (None, env)]
+    bad += [
+      f"{module} imports {n}"
+      for n in sorted(_imports(module, path))
+      if env and _env(n) not in (None, env)
+    ]
   assert not bad, bad
 
 
@@ -103,15 +109,16 @@ def test_modules_have_no_import_cycles():
   # Edges between composer_jax modules (`from composer_jax.rl import losses` names the module
   # composer_jax.rl.losses), then a depth-first search for a back edge.
   modules = _modules()
-  graph = {m: sorted({n for n in _imports(m, p) if n in modules and n != m})
-           for m, p in modules.items()}
+  graph = {
+    m: sorted({n for n in _imports(m, p) if n in modules and n != m}) for m, p in modules.items()
+  }
   state, cycles = {}, []
 
   def visit(node, stack):
     state[node] = "open"
     for nxt in graph[node]:
       if state.get(nxt) == "open":
-        cycles.append(stack[stack.index(nxt):] + [nxt])
+        cycles.append(stack[stack.index(nxt) :] + [nxt])
       elif nxt not in state:
         visit(nxt, stack + [nxt])
     state[node] = "done"

@@ -20,9 +20,21 @@ def launch(num_processes: int, devices_per_process: int, args, **kw) -> subproce
   # compared.
   env = dict(os.environ, XLA_FLAGS=CHEAP_XLA_FLAGS)
   return subprocess.Popen(
-    [sys.executable, "launch/local.py", f"--num_processes={num_processes}",
-     f"--devices_per_process={devices_per_process}", "--", *args], cwd=REPO, env=env,
-    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    [
+      sys.executable,
+      "launch/local.py",
+      f"--num_processes={num_processes}",
+      f"--devices_per_process={devices_per_process}",
+      "--",
+      *args,
+    ],
+    cwd=REPO,
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    **kw,
+  )
 
 
 def wait_ok(runs, timeout: float) -> list[str]:

@@ -58,5 +58,7 @@ class Message:
 
 def function_tool(name: str, description: str, parameters: Mapping[str, Any]) -> dict:
   """An OpenAI-style tool declaration, the list element the template's `tools` expects."""
-  return {"type": "function",
-          "function": {"name": name, "description": description, "parameters": dict(parameters)}}
+  return {
+    "type": "function",
+    "function": {"name": name, "description": description, "parameters": dict(parameters)},
+  }

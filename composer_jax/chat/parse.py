@@ -32,10 +32,14 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _CALL_TOKENS = (CALL_BEGIN, ARG_BEGIN, CALL_END, SECTION_END)
 _CALL_ID = re.compile(r"functions\.(?P<name>[A-Za-z0-9_.\-]{1,64}):(?P<index>0|[1-9][0-9]{0,8})")
 MAX_ARGUMENT_DEPTH = 64
-FORMAT_HINT = (f"write calls as {SECTION_BEGIN}{CALL_BEGIN}functions.NAME:INDEX{ARG_BEGIN}"
-               f"{{JSON object}}{CALL_END}{SECTION_END}")
-_ID_HINT = ("functions.NAME:INDEX (NAME: 1-64 ASCII letters, digits, _ . -; INDEX: a decimal "
-            "number without leading zeros, below 10^9)")
+FORMAT_HINT = (
+  f"write calls as {SECTION_BEGIN}{CALL_BEGIN}functions.NAME:INDEX{ARG_BEGIN}"
+  f"{{JSON object}}{CALL_END}{SECTION_END}"
+)
+_ID_HINT = (
+  "functions.NAME:INDEX (NAME: 1-64 ASCII letters, digits, _ . -; INDEX: a decimal "
+  "number without leading zeros, below 10^9)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,23 +64,33 @@ def parse_assistant(text: str) -> ParsedAssistant:
     body, error = body[: body.index(END)], f"text after {END}"
 
   if not body.startswith(THINK_OPEN):
-    return ParsedAssistant(body, "", (), f"the turn must open with {THINK_OPEN} (its reasoning "
-                           f"block, empty allowed: {THINK_OPEN}{THINK_CLOSE}); with a "
-                           "pre-filled generation prompt, prepend the pre-fill")
+    return ParsedAssistant(
+      body,
+      "",
+      (),
+      f"the turn must open with {THINK_OPEN} (its reasoning "
+      f"block, empty allowed: {THINK_OPEN}{THINK_CLOSE}); with a "
+      "pre-filled generation prompt, prepend the pre-fill",
+    )
   close = body.find(THINK_CLOSE)
   if close < 0:
-    return ParsedAssistant("", body[len(THINK_OPEN):], (), f"{THINK_OPEN} is never closed "
-                           f"by {THINK_CLOSE}")
-  think, body = body[len(THINK_OPEN):close], body[close + len(THINK_CLOSE):]
+    return ParsedAssistant(
+      "", body[len(THINK_OPEN) :], (), f"{THINK_OPEN} is never closed by {THINK_CLOSE}"
+    )
+  think, body = body[len(THINK_OPEN) : close], body[close + len(THINK_CLOSE) :]
 
   content, section = body, None
   if SECTION_BEGIN in body:
     at = body.index(SECTION_BEGIN)
-    content, section = body[:at], body[at + len(SECTION_BEGIN):]
+    content, section = body[:at], body[at + len(SECTION_BEGIN) :]
   stray = next((t for t in _CALL_TOKENS if t in content), None)
   if stray:
-    return ParsedAssistant(content, think, (), f"malformed tool call: {stray} outside a "
-                           f"tool-calls section; {FORMAT_HINT}")
+    return ParsedAssistant(
+      content,
+      think,
+      (),
+      f"malformed tool call: {stray} outside a tool-calls section; {FORMAT_HINT}",
+    )
   if section is None:
     return ParsedAssistant(content, think, (), error)
   calls, section_error = _parse_section(section)
@@ -86,7 +100,9 @@ def parse_assistant(text: str) -> ParsedAssistant:
 def _parse_section(section: str) -> tuple[tuple[ToolCall, ...], str | None]:
   """Calls of the text after SECTION_BEGIN, and the first problem (or None)."""
   if SECTION_END not in section:
-    return _parse_calls(section, "")[0], f"malformed tool call: {SECTION_END} is missing; " + FORMAT_HINT
+    return _parse_calls(section, "")[
+      0
+    ], f"malformed tool call: {SECTION_END} is missing; " + FORMAT_HINT
   inner, after = section.split(SECTION_END, 1)
   return _parse_calls(inner, after)
 
@@ -96,14 +112,16 @@ def _parse_calls(inner: str, after: str) -> tuple[tuple[ToolCall, ...], str | No
   calls, at = [], 0
   while at < len(inner):
     if not inner.startswith(CALL_BEGIN, at):
-      return tuple(calls), (f"malformed tool call: expected {CALL_BEGIN}, got "
-                            f"{inner[at:at + 40]!r}; " + FORMAT_HINT)
+      return tuple(calls), (
+        f"malformed tool call: expected {CALL_BEGIN}, got {inner[at : at + 40]!r}; " + FORMAT_HINT
+      )
     at += len(CALL_BEGIN)
     arg, end = inner.find(ARG_BEGIN, at), inner.find(CALL_END, at)
     if arg < 0 or end < arg:
-      return tuple(calls), (f"malformed tool call {len(calls)}: needs {ARG_BEGIN} then "
-                            f"{CALL_END}; " + FORMAT_HINT)
-    header, arguments, at = inner[at:arg], inner[arg + len(ARG_BEGIN):end], end + len(CALL_END)
+      return tuple(calls), (
+        f"malformed tool call {len(calls)}: needs {ARG_BEGIN} then {CALL_END}; " + FORMAT_HINT
+      )
+    header, arguments, at = inner[at:arg], inner[arg + len(ARG_BEGIN) : end], end + len(CALL_END)
     match = _CALL_ID.fullmatch(header)
     if not match:
       return tuple(calls), f"malformed tool call {len(calls)}: id {header[:60]!r} is not {_ID_HINT}"
@@ -131,8 +149,12 @@ def _arguments_error(arguments: str) -> str | None:
     return f"arguments must be a JSON object, got {type(value).__name__}"
   level = [value]
   for _ in range(MAX_ARGUMENT_DEPTH):  # One pass per level, no recursion.
-    level = [v for c in level for v in (c.values() if isinstance(c, dict) else c)
-             if isinstance(v, (dict, list))]
+    level = [
+      v
+      for c in level
+      for v in (c.values() if isinstance(c, dict) else c)
+      if isinstance(v, (dict, list))
+    ]
     if not level:
       return None
   return too_deep

@@ -47,8 +47,9 @@ class Rendered:
   def concat(parts: Sequence["Rendered"]) -> "Rendered":
     if not parts:
       return _pieces_to_rendered([])
-    return Rendered(*(np.concatenate([getattr(p, f.name) for p in parts])
-                      for f in dataclasses.fields(Rendered)))
+    return Rendered(
+      *(np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(Rendered))
+    )
 
 
 def _special(tokenizer, name: str) -> int:
@@ -56,7 +57,8 @@ def _special(tokenizer, name: str) -> int:
   if not specials or name not in specials:
     raise ValueError(
       f"tokenizer {type(tokenizer).__name__} has no special token {name!r}: the chat format "
-      "needs a tiktoken file (Kimi's special-token table), not the byte tokenizer")
+      "needs a tiktoken file (Kimi's special-token table), not the byte tokenizer"
+    )
   return specials[name]
 
 
@@ -92,8 +94,9 @@ def _pieces_to_rendered(pieces) -> Rendered:
   )
 
 
-def render_prefix(tokenizer, tools: Sequence[Mapping] | None = None,
-                  add_default_system: bool = True) -> Rendered:
+def render_prefix(
+  tokenizer, tools: Sequence[Mapping] | None = None, add_default_system: bool = True
+) -> Rendered:
   """The tool-declaration turn (if `tools`) and, if asked, the default system turn.
 
   Tools are written as K2.5's tokenizer writes them (`tools_ts_str`, `tools_ts.tools_ts`):
@@ -111,8 +114,9 @@ def render_prefix(tokenizer, tools: Sequence[Mapping] | None = None,
   return b.build()
 
 
-def render_message(tokenizer, message: Message, turn: int = NO_TURN,
-                   keep_think: bool = True) -> Rendered:
+def render_message(
+  tokenizer, message: Message, turn: int = NO_TURN, keep_think: bool = True
+) -> Rendered:
   """One message, `<|im_...|>role<|im_middle|>body<|im_end|>`.
 
   Args:
@@ -164,10 +168,13 @@ def render_generation_prompt(tokenizer, thinking: bool = True) -> Rendered:
   return b.build()
 
 
-def render_conversation(tokenizer, messages: Sequence[Message],
-                        tools: Sequence[Mapping] | None = None,
-                        add_generation_prompt: bool = False,
-                        thinking: bool = True) -> Rendered:
+def render_conversation(
+  tokenizer,
+  messages: Sequence[Message],
+  tools: Sequence[Mapping] | None = None,
+  add_generation_prompt: bool = False,
+  thinking: bool = True,
+) -> Rendered:
   """A whole conversation, as Kimi K2.5's chat template renders it.
 
   The default system message is added when the first message is not a system message.
@@ -176,12 +183,16 @@ def render_conversation(tokenizer, messages: Sequence[Message],
   renders append-only: each turn's tokens never change as the episode grows. `thinking=False`
   (instant mode) drops every turn's reasoning and pre-fills `<think></think>`.
   """
-  last_final = max((i for i, m in enumerate(messages)
-                    if m.role == "assistant" and not m.tool_calls), default=-1)
-  parts = [render_prefix(tokenizer, tools,
-                         add_default_system=not messages or messages[0].role != "system")]
-  parts += [render_message(tokenizer, m, turn=i, keep_think=thinking and i > last_final)
-            for i, m in enumerate(messages)]
+  last_final = max(
+    (i for i, m in enumerate(messages) if m.role == "assistant" and not m.tool_calls), default=-1
+  )
+  parts = [
+    render_prefix(tokenizer, tools, add_default_system=not messages or messages[0].role != "system")
+  ]
+  parts += [
+    render_message(tokenizer, m, turn=i, keep_think=thinking and i > last_final)
+    for i, m in enumerate(messages)
+  ]
   if add_generation_prompt:
     parts.append(render_generation_prompt(tokenizer, thinking))
   return Rendered.concat(parts)

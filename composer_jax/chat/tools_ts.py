@@ -29,11 +29,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 _INDENT = "  "
-_CONSTRAINTS = {"string": ("maxLength", "minLength", "pattern"),
-                "number": ("maximum", "minimum"), "integer": ("maximum", "minimum"),
-                "array": ("minItems", "maxItems")}
-_UNION_NAMES = {"string": "string", "number": "number", "integer": "number",
-                "boolean": "boolean", "null": "null", "object": "{}", "array": "Array<any>"}
+_CONSTRAINTS = {
+  "string": ("maxLength", "minLength", "pattern"),
+  "number": ("maximum", "minimum"),
+  "integer": ("maximum", "minimum"),
+  "array": ("minItems", "maxItems"),
+}
+_UNION_NAMES = {
+  "string": "string",
+  "number": "number",
+  "integer": "number",
+  "boolean": "boolean",
+  "null": "null",
+  "object": "{}",
+  "array": "Array<any>",
+}
 
 
 def deep_sorted(value):
@@ -109,8 +119,11 @@ def _field(name: str, schema, optional: bool, indent: str) -> str:
   doc = _docstring(schema, indent)
   default = schema.get("default") if isinstance(schema, Mapping) else None
   if default is not None:
-    shown = repr(default) if isinstance(default, int | float | bool) else json.dumps(
-      default, ensure_ascii=False)
+    shown = (
+      repr(default)
+      if isinstance(default, int | float | bool)
+      else json.dumps(default, ensure_ascii=False)
+    )
     doc += f"{indent}// Default: {shown}\n"
   return f"{doc}{indent}{name}{'?' if optional else ''}: {_type(schema, indent)}"
 
@@ -136,8 +149,11 @@ def _function(function: Mapping) -> str:
 def tools_ts(tools: Sequence[Mapping[str, Any]]) -> str:
   """The `tools_ts_str` of OpenAI-style declarations (`{"type": "function", "function":
   {name, description, parameters}}`); tools of other types are skipped, as K2.5 does."""
-  functions = [_function(t["function"]) for t in deep_sorted(list(tools))
-               if t.get("type") == "function" and t.get("function")]
+  functions = [
+    _function(t["function"])
+    for t in deep_sorted(list(tools))
+    if t.get("type") == "function" and t.get("function")
+  ]
   if not functions:
     return ""
   return "# Tools\n\n## functions\nnamespace functions {\n" + "\n".join(functions) + "\n}\n"

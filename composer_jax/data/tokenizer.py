@@ -49,12 +49,29 @@ KIMI_PATTERN = "|".join(
 # tokens and the single-token think tags). Offsets missing here are `<|reserved_token_ID|>`
 # (tokenization_kimi.py), up to NUM_SPECIAL_TOKENS.
 KIMI_SPECIAL_TOKENS = {
-    0: "[BOS]", 1: "[EOS]", 2: "<|im_end|>", 3: "<|im_user|>", 4: "<|im_assistant|>",
-    6: "<|start_header_id|>", 7: "<|end_header_id|>", 9: "[EOT]", 10: "<|im_system|>",
-    11: "<|tool_calls_section_begin|>", 12: "<|tool_calls_section_end|>",
-    13: "<|tool_call_begin|>", 14: "<|tool_call_argument_begin|>", 15: "<|tool_call_end|>",
-    17: "<|im_middle|>", 18: "<|media_begin|>", 19: "<|media_content|>", 20: "<|media_end|>",
-    21: "<|media_pad|>", 22: "<think>", 23: "</think>", 254: "[UNK]", 255: "[PAD]",
+  0: "[BOS]",
+  1: "[EOS]",
+  2: "<|im_end|>",
+  3: "<|im_user|>",
+  4: "<|im_assistant|>",
+  6: "<|start_header_id|>",
+  7: "<|end_header_id|>",
+  9: "[EOT]",
+  10: "<|im_system|>",
+  11: "<|tool_calls_section_begin|>",
+  12: "<|tool_calls_section_end|>",
+  13: "<|tool_call_begin|>",
+  14: "<|tool_call_argument_begin|>",
+  15: "<|tool_call_end|>",
+  17: "<|im_middle|>",
+  18: "<|media_begin|>",
+  19: "<|media_content|>",
+  20: "<|media_end|>",
+  21: "<|media_pad|>",
+  22: "<think>",
+  23: "</think>",
+  254: "[UNK]",
+  255: "[PAD]",
 }
 NUM_SPECIAL_TOKENS = 256
 

@@ -33,10 +33,12 @@ def _checkpointer() -> ocp.Checkpointer:
   # The default numpy handler deep-copies every host array before its async write,
   # which would pull a memory-mapped model fully into RAM; write from the arrays as is.
   registry = ocp.type_handlers.create_type_handler_registry(
-      (np.ndarray, ocp.type_handlers.NumpyHandler(deepcopy_host_arrays=False)),
-      (jax.Array, ocp.type_handlers.get_type_handler(jax.Array)))
-  return ocp.Checkpointer(ocp.PyTreeCheckpointHandler(type_handler_registry=registry,
-                                                      use_ocdbt=False))
+    (np.ndarray, ocp.type_handlers.NumpyHandler(deepcopy_host_arrays=False)),
+    (jax.Array, ocp.type_handlers.get_type_handler(jax.Array)),
+  )
+  return ocp.Checkpointer(
+    ocp.PyTreeCheckpointHandler(type_handler_registry=registry, use_ocdbt=False)
+  )
 
 
 def save(ckpt_dir: str, cfg: ModelConfig, variables: dict) -> None:
@@ -47,10 +49,14 @@ def save(ckpt_dir: str, cfg: ModelConfig, variables: dict) -> None:
     json.dump(cfg.to_dict(), f, indent=2)
   ranks = names.index_ranks(cfg)
   save_args = jax.tree_util.tree_map_with_path(
-      lambda kp, _: ocp.SaveArgs(chunk_byte_size=CHUNK_BYTES, shard_axes=tuple(
-          range(ranks[tuple(k.key for k in kp)]))), variables)
-  _checkpointer().save(os.path.join(ckpt_dir, VARIABLES_DIR),
-                       args=ocp.args.PyTreeSave(variables, save_args=save_args))
+    lambda kp, _: ocp.SaveArgs(
+      chunk_byte_size=CHUNK_BYTES, shard_axes=tuple(range(ranks[tuple(k.key for k in kp)]))
+    ),
+    variables,
+  )
+  _checkpointer().save(
+    os.path.join(ckpt_dir, VARIABLES_DIR), args=ocp.args.PyTreeSave(variables, save_args=save_args)
+  )
 
 
 def load_config(ckpt_dir: str) -> ModelConfig:
@@ -74,5 +80,6 @@ def open_leaf(ckpt_dir: str, path: tuple[str, ...]) -> ts.TensorStore:
   leaf_dir = os.path.join(os.path.abspath(ckpt_dir), VARIABLES_DIR, ".".join(path))
   if not os.path.isdir(leaf_dir):
     raise FileNotFoundError(f"No leaf {'/'.join(path)!r} in checkpoint {ckpt_dir!r}")
-  return ts.open({"driver": "zarr", "kvstore": {"driver": "file", "path": leaf_dir}},
-                 open=True, read=True).result()
+  return ts.open(
+    {"driver": "zarr", "kvstore": {"driver": "file", "path": leaf_dir}}, open=True, read=True
+  ).result()

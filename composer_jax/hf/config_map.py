@@ -19,23 +19,56 @@ MODEL_TYPES = ("deepseek_v3", "kimi_k2")
 NESTED_PREFIX = "language_model."  # tensor-name prefix of a text model nested under text_config
 
 # HF key -> ModelConfig field, copied verbatim when present.
-_SAME = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
-         "first_k_dense_replace", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-         "qk_rope_head_dim", "v_head_dim", "n_routed_experts", "n_shared_experts",
-         "num_experts_per_tok", "routed_scaling_factor", "norm_topk_prob", "scoring_func",
-         "topk_method", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
-         "initializer_range")
+_SAME = (
+  "vocab_size",
+  "hidden_size",
+  "intermediate_size",
+  "moe_intermediate_size",
+  "first_k_dense_replace",
+  "q_lora_rank",
+  "kv_lora_rank",
+  "qk_nope_head_dim",
+  "qk_rope_head_dim",
+  "v_head_dim",
+  "n_routed_experts",
+  "n_shared_experts",
+  "num_experts_per_tok",
+  "routed_scaling_factor",
+  "norm_topk_prob",
+  "scoring_func",
+  "topk_method",
+  "max_position_embeddings",
+  "rms_norm_eps",
+  "tie_word_embeddings",
+  "initializer_range",
+)
 _RENAMED = {"num_hidden_layers": "num_layers", "num_attention_heads": "num_heads"}
-_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
-             "num_hidden_layers", "num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
-             "qk_rope_head_dim", "v_head_dim", "n_routed_experts", "num_experts_per_tok")
+_REQUIRED = (
+  "vocab_size",
+  "hidden_size",
+  "intermediate_size",
+  "moe_intermediate_size",
+  "num_hidden_layers",
+  "num_attention_heads",
+  "kv_lora_rank",
+  "qk_nope_head_dim",
+  "qk_rope_head_dim",
+  "v_head_dim",
+  "n_routed_experts",
+  "num_experts_per_tok",
+)
 # Keys whose value must be this for our architecture to be the same function.
 _FIXED = {"hidden_act": "silu", "attention_bias": False, "moe_layer_freq": 1}
 _YARN_KEYS = tuple(f.name for f in dataclasses.fields(RopeScaling))
 _MODEL_TYPES = typing.get_type_hints(ModelConfig)
 _YARN_TYPES = typing.get_type_hints(RopeScaling)
-_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
-               dict: "a JSON object"}
+_TYPE_WORDS = {
+  int: "an integer",
+  float: "a number",
+  bool: "true or false",
+  str: "a string",
+  dict: "a JSON object",
+}
 
 
 def _typed(c: dict[str, Any], key: str, kind, where: str = "") -> Any:
@@ -59,8 +92,9 @@ def _typed(c: dict[str, Any], key: str, kind, where: str = "") -> Any:
       return value
   need = " or ".join(_TYPE_WORDS[k] for k in kinds if k in _TYPE_WORDS)
   shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-  raise ValueError(f"config.json {where}{key}={shown} must be {need}"
-                   f"{' or null' if type(None) in kinds else ''}")
+  raise ValueError(
+    f"config.json {where}{key}={shown} must be {need}{' or null' if type(None) in kinds else ''}"
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +126,9 @@ def _rope(c: dict[str, Any], where: str) -> tuple[float, RopeScaling | None]:
     theta = _typed(params, "rope_theta", float, f"{where}rope_parameters.")
   theta = 10000.0 if theta is None else theta
   rope_type = _typed(params, "rope_type", str, f"{where}rope_parameters.")
-  scaling, field = ((params, "rope_parameters") if rope_type not in (None, "default")
-                    else (legacy, "rope_scaling"))
+  scaling, field = (
+    (params, "rope_parameters") if rope_type not in (None, "default") else (legacy, "rope_scaling")
+  )
   at = f"{where}{field}."
   kind = _typed(scaling, "rope_type", str, at) or _typed(scaling, "type", str, at) or "default"
   if kind == "default":
@@ -101,10 +136,13 @@ def _rope(c: dict[str, Any], where: str) -> tuple[float, RopeScaling | None]:
   if kind != "yarn":
     raise ValueError(f"Unsupported rope type {kind!r}; supported: 'default', 'yarn'")
   if scaling.get("attention_factor") is not None:
-    raise ValueError("rope attention_factor is not supported; DeepSeek YaRN derives it from "
-                     "mscale / mscale_all_dim")
-  return theta, RopeScaling(**{k: _typed(scaling, k, _YARN_TYPES[k], at)
-                               for k in _YARN_KEYS if scaling.get(k) is not None})
+    raise ValueError(
+      "rope attention_factor is not supported; DeepSeek YaRN derives it from "
+      "mscale / mscale_all_dim"
+    )
+  return theta, RopeScaling(
+    **{k: _typed(scaling, k, _YARN_TYPES[k], at) for k in _YARN_KEYS if scaling.get(k) is not None}
+  )
 
 
 def from_hf(raw: dict[str, Any], **overrides) -> HFConfig:
@@ -126,8 +164,9 @@ def from_hf(raw: dict[str, Any], **overrides) -> HFConfig:
   fields.update({ours: _typed(c, k, _MODEL_TYPES[ours], where) for k, ours in _RENAMED.items()})
   kv_heads = _typed(c, "num_key_value_heads", int | None, where)
   if (kv_heads or fields["num_heads"]) != fields["num_heads"]:
-    raise ValueError(f"num_key_value_heads={kv_heads} must equal num_attention_heads="
-                     f"{fields['num_heads']} for MLA")
+    raise ValueError(
+      f"num_key_value_heads={kv_heads} must equal num_attention_heads={fields['num_heads']} for MLA"
+    )
   fields["n_group"] = _typed(c, "n_group", int | None, where) or 1
   fields["topk_group"] = _typed(c, "topk_group", int | None, where) or 1
   fields.setdefault("first_k_dense_replace", 0)
@@ -136,14 +175,18 @@ def from_hf(raw: dict[str, Any], **overrides) -> HFConfig:
   fields["rope_theta"], fields["rope_scaling"] = _rope(c, where)
   fields["attention"] = "mla"
   fields.update(overrides)
-  mtp = (_typed(c, "num_nextn_predict_layers", int | None, where)
-         or _typed(c, "num_mtp_layers", int | None, where) or 0)
+  mtp = (
+    _typed(c, "num_nextn_predict_layers", int | None, where)
+    or _typed(c, "num_mtp_layers", int | None, where)
+    or 0
+  )
   interleave = _typed(c, "rope_interleave", bool, where)
   return HFConfig(ModelConfig(**fields), prefix, True if interleave is None else interleave, mtp)
 
 
-def to_hf(cfg: ModelConfig, *, quantization_config: dict | None = None,
-          torch_dtype: str = "bfloat16") -> dict[str, Any]:
+def to_hf(
+  cfg: ModelConfig, *, quantization_config: dict | None = None, torch_dtype: str = "bfloat16"
+) -> dict[str, Any]:
   """A `deepseek_v3` config.json for `cfg`, loadable by transformers and vLLM/SGLang.
 
   Writes both rope spellings (legacy `rope_scaling` + `rope_theta`, and transformers 5.x
@@ -155,9 +198,17 @@ def to_hf(cfg: ModelConfig, *, quantization_config: dict | None = None,
   out.update({k: getattr(cfg, k) for k in _SAME})
   out.update({k: getattr(cfg, ours) for k, ours in _RENAMED.items()})
   out.update(_FIXED)
-  out.update(num_key_value_heads=cfg.num_heads, n_group=cfg.n_group, topk_group=cfg.topk_group,
-             q_lora_rank=cfg.q_lora_rank, rope_theta=cfg.rope_theta, rope_interleave=True,
-             num_nextn_predict_layers=0, torch_dtype=torch_dtype, dtype=torch_dtype)
+  out.update(
+    num_key_value_heads=cfg.num_heads,
+    n_group=cfg.n_group,
+    topk_group=cfg.topk_group,
+    q_lora_rank=cfg.q_lora_rank,
+    rope_theta=cfg.rope_theta,
+    rope_interleave=True,
+    num_nextn_predict_layers=0,
+    torch_dtype=torch_dtype,
+    dtype=torch_dtype,
+  )
   rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
   if cfg.rope_scaling is not None:
     yarn = dataclasses.asdict(cfg.rope_scaling)

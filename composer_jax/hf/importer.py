@@ -46,34 +46,41 @@ def read_config(hf_dir: str, **overrides) -> config_map.HFConfig:
     raise ValueError(f"{path}: {e}") from None
 
 
-def plan(hf: config_map.HFConfig, sd: SafetensorsDir
-         ) -> list[tuple[names.Entry, StoredWeight]]:
+def plan(hf: config_map.HFConfig, sd: SafetensorsDir) -> list[tuple[names.Entry, StoredWeight]]:
   """(entry, storage) for every tensor we import; raises on any checkpoint mismatch."""
   cfg, pre = hf.model, hf.prefix
   # Counts first: the tensor list below grows with layers x experts (a config.json claiming
   # 10^12 layers would be enumerated, not refused).
   for what, pattern, claimed, key in (
-      ("layers", _LAYER, cfg.num_layers, "num_hidden_layers"),
-      ("experts", _EXPERT, cfg.n_routed_experts if cfg.num_moe_layers else 0,
-       "n_routed_experts")):
-    held = 1 + max((int(m.group(1)) for n in sd.infos
-                    if n.startswith(pre) and (m := pattern.match(n[len(pre):]))), default=-1)
+    ("layers", _LAYER, cfg.num_layers, "num_hidden_layers"),
+    ("experts", _EXPERT, cfg.n_routed_experts if cfg.num_moe_layers else 0, "n_routed_experts"),
+  ):
+    held = 1 + max(
+      (
+        int(m.group(1))
+        for n in sd.infos
+        if n.startswith(pre) and (m := pattern.match(n[len(pre) :]))
+      ),
+      default=-1,
+    )
     if claimed > held:
-      raise ValueError(f"config.json {key}={claimed}, but the checkpoint's tensors hold "
-                       f"{held} {what}")
+      raise ValueError(
+        f"config.json {key}={claimed}, but the checkpoint's tensors hold {held} {what}"
+      )
   out, used = [], set()
   for e in names.entries(cfg, hf.rope_interleave):
     stored = sd.resolve(pre + e.base, e.suffix)
     if stored is None:
       raise ValueError(f"Missing tensor {pre + e.name!r} (expected shape {e.hf_shape})")
     if stored.shape != e.hf_shape:
-      raise ValueError(f"Tensor {pre + e.name!r} has shape {stored.shape}, expected "
-                       f"{e.hf_shape} from config.json")
+      raise ValueError(
+        f"Tensor {pre + e.name!r} has shape {stored.shape}, expected {e.hf_shape} from config.json"
+      )
     out.append((e, stored))
     used.update(stored.names)
   skipped, extra = [], []
   for name in sorted(set(sd.infos) - used):
-    m = _LAYER.match(name[len(pre):]) if name.startswith(pre) else None
+    m = _LAYER.match(name[len(pre) :]) if name.startswith(pre) else None
     if not name.startswith(pre) or name.endswith("rotary_emb.inv_freq"):
       skipped.append(name)  # vision tower / projector of a multimodal wrapper, rope buffers
     elif m and cfg.num_layers <= int(m.group(1)) < cfg.num_layers + hf.num_mtp_layers:
@@ -83,13 +90,18 @@ def plan(hf: config_map.HFConfig, sd: SafetensorsDir
   if extra:
     raise ValueError(f"{len(extra)} unexpected tensor(s) for this config.json, e.g. {extra[:5]}")
   if skipped:
-    logging.info("Skipping %d tensors that are not part of the text model's main stack "
-                 "(MTP layers, vision tower, rope buffers), e.g. %s", len(skipped), skipped[:3])
+    logging.info(
+      "Skipping %d tensors that are not part of the text model's main stack "
+      "(MTP layers, vision tower, rope buffers), e.g. %s",
+      len(skipped),
+      skipped[:3],
+    )
   return out
 
 
-def read_into(hf_dir: str, alloc: Alloc, dtype: str | None = None, **overrides
-              ) -> tuple[ModelConfig, dict]:
+def read_into(
+  hf_dir: str, alloc: Alloc, dtype: str | None = None, **overrides
+) -> tuple[ModelConfig, dict]:
   """Streams the checkpoint into arrays from `alloc(path, shape, dtype)`; returns the tree.
 
   Params are cast to `dtype` (default: the config's param_dtype, float32); the router
@@ -124,8 +136,9 @@ def load_hf(hf_dir: str, dtype: str | None = None, **overrides) -> tuple[ModelCo
   return cfg, jax.tree.map(jax.numpy.asarray, tree)
 
 
-def import_to_checkpoint(hf_dir: str, out_dir: str, dtype: str | None = None,
-                         **overrides) -> ModelConfig:
+def import_to_checkpoint(
+  hf_dir: str, out_dir: str, dtype: str | None = None, **overrides
+) -> ModelConfig:
   """Streaming import to our checkpoint format (see `checkpoint`) into `out_dir`, which must
   be new or empty (`tools.outputs.staged` gives a fresh directory that replaces an old one).
 

@@ -69,21 +69,25 @@ def _rope_cols(width: int, dr: int, interleaved: bool) -> np.ndarray:
   """Column order (on the last axis of size `width`, rope dims last) that interleaves."""
   cols = np.arange(width)
   if not interleaved:
-    cols[width - dr:] = width - dr + _interleave_perm(dr)
+    cols[width - dr :] = width - dr + _interleave_perm(dr)
   return cols
 
 
 def _heads_in(in_dim: int, heads: int, width: int, cols: np.ndarray):
   """[H*width, in] <-> [in, H, width], reordering the per-head columns by `cols`."""
   inverse = np.argsort(cols)
-  return (lambda x: x.T.reshape(in_dim, heads, width)[..., cols],
-          lambda y: y[..., inverse].reshape(in_dim, heads * width).T)
+  return (
+    lambda x: x.T.reshape(in_dim, heads, width)[..., cols],
+    lambda y: y[..., inverse].reshape(in_dim, heads * width).T,
+  )
 
 
 def _o_proj(dim: int, heads: int, dv: int):
   """[D, H*dv] <-> [H, dv, D]."""
-  return (lambda x: x.reshape(dim, heads, dv).transpose(1, 2, 0),
-          lambda y: y.transpose(2, 0, 1).reshape(dim, heads * dv))
+  return (
+    lambda x: x.reshape(dim, heads, dv).transpose(1, 2, 0),
+    lambda y: y.transpose(2, 0, 1).reshape(dim, heads * dv),
+  )
 
 
 def param_shapes(cfg: ModelConfig) -> dict[Path, tuple[int, ...]]:
@@ -113,25 +117,47 @@ def _entries_and_shapes(cfg: ModelConfig, rope_interleave: bool):
     shapes.setdefault(path, tuple(ours_shape))
 
   v, d = c.vocab_size, c.hidden_size
-  add("model.embed_tokens", "weight", ("params", "embed", "embedding"), (), (v, d), (v, d),
-      (_identity, _identity))
-  groups = (("dense_layers", 0, c.first_k_dense_replace),
-            ("moe_layers", c.first_k_dense_replace, c.num_layers))
+  add(
+    "model.embed_tokens",
+    "weight",
+    ("params", "embed", "embedding"),
+    (),
+    (v, d),
+    (v, d),
+    (_identity, _identity),
+  )
+  groups = (
+    ("dense_layers", 0, c.first_k_dense_replace),
+    ("moe_layers", c.first_k_dense_replace, c.num_layers),
+  )
   for group, start, stop in groups:
     for layer in range(start, stop):
       _layer(c, add, group, layer, layer - start, stop - start, rope_interleave)
-  add("model.norm", "weight", ("params", "final_norm", "scale"), (), (d,), (d,),
-      (_identity, _identity))
+  add(
+    "model.norm",
+    "weight",
+    ("params", "final_norm", "scale"),
+    (),
+    (d,),
+    (d,),
+    (_identity, _identity),
+  )
   if not c.tie_word_embeddings:
     add("lm_head", "weight", ("params", "lm_head", "kernel"), (), (v, d), (d, v))
   return out, shapes
 
 
-def _layer(c: ModelConfig, add, group: str, layer: int, i: int, n: int,
-           rope_interleave: bool) -> None:
+def _layer(
+  c: ModelConfig, add, group: str, layer: int, i: int, n: int, rope_interleave: bool
+) -> None:
   """Entries of HF layer `layer`, slice `i` of our `n`-layer stack `group`."""
-  d, h, dn, dr, dv = c.hidden_size, c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, \
-      c.v_head_dim
+  d, h, dn, dr, dv = (
+    c.hidden_size,
+    c.num_heads,
+    c.qk_nope_head_dim,
+    c.qk_rope_head_dim,
+    c.v_head_dim,
+  )
   qk, lkv, e, fe = dn + dr, c.kv_lora_rank, c.n_routed_experts, c.moe_intermediate_size
   pre, p = f"model.layers.{layer}.", ("params", group)
   keep = (_identity, _identity)
@@ -144,21 +170,35 @@ def _layer(c: ModelConfig, add, group: str, layer: int, i: int, n: int,
   a = "self_attn."
   q_cols = _rope_cols(qk, dr, rope_interleave)
   if c.q_lora_rank is None:
-    lin(a + "q_proj", ("attn", "q", "kernel"), (h * qk, d), (d, h, qk),
-        _heads_in(d, h, qk, q_cols))
+    lin(a + "q_proj", ("attn", "q", "kernel"), (h * qk, d), (d, h, qk), _heads_in(d, h, qk, q_cols))
   else:
     lq = c.q_lora_rank
     lin(a + "q_a_proj", ("attn", "q_a", "kernel"), (lq, d), (d, lq))
     lin(a + "q_a_layernorm", ("attn", "q_norm", "scale"), (lq,), (lq,), keep)
-    lin(a + "q_b_proj", ("attn", "q_b", "kernel"), (h * qk, lq), (lq, h, qk),
-        _heads_in(lq, h, qk, q_cols))
+    lin(
+      a + "q_b_proj",
+      ("attn", "q_b", "kernel"),
+      (h * qk, lq),
+      (lq, h, qk),
+      _heads_in(lq, h, qk, q_cols),
+    )
   kv_cols = _rope_cols(lkv + dr, dr, rope_interleave)
   kv_inv = np.argsort(kv_cols)
-  lin(a + "kv_a_proj_with_mqa", ("attn", "kv_a", "kernel"), (lkv + dr, d), (d, lkv + dr),
-      (lambda x: x.T[:, kv_cols], lambda y: y[:, kv_inv].T))
+  lin(
+    a + "kv_a_proj_with_mqa",
+    ("attn", "kv_a", "kernel"),
+    (lkv + dr, d),
+    (d, lkv + dr),
+    (lambda x: x.T[:, kv_cols], lambda y: y[:, kv_inv].T),
+  )
   lin(a + "kv_a_layernorm", ("attn", "kv_norm", "scale"), (lkv,), (lkv,), keep)
-  lin(a + "kv_b_proj", ("attn", "kv_b", "kernel"), (h * (dn + dv), lkv), (lkv, h, dn + dv),
-      _heads_in(lkv, h, dn + dv, np.arange(dn + dv)))
+  lin(
+    a + "kv_b_proj",
+    ("attn", "kv_b", "kernel"),
+    (h * (dn + dv), lkv),
+    (lkv, h, dn + dv),
+    _heads_in(lkv, h, dn + dv, np.arange(dn + dv)),
+  )
   lin(a + "o_proj", ("attn", "o", "kernel"), (d, h * dv), (h, dv, d), _o_proj(d, h, dv))
   if group == "dense_layers":
     f = c.intermediate_size
@@ -167,14 +207,33 @@ def _layer(c: ModelConfig, add, group: str, layer: int, i: int, n: int,
     lin("mlp.down_proj", ("mlp", "down", "kernel"), (d, f), (f, d))
     return
   lin("mlp.gate", ("moe", "router", "kernel"), (e, d), (d, e))
-  add(pre + "mlp.gate", "e_score_correction_bias", ("router", group, "moe", "bias"), (i,), (e,),
-      (n, e), keep)
+  add(
+    pre + "mlp.gate",
+    "e_score_correction_bias",
+    ("router", group, "moe", "bias"),
+    (i,),
+    (e,),
+    (n, e),
+    keep,
+  )
   for j in range(e):
     for proj in ("gate", "up"):
-      lin(f"mlp.experts.{j}.{proj}_proj", ("moe", "experts", proj), (fe, d), (d, fe), idx=(j,),
-          lead=(e,))
-    lin(f"mlp.experts.{j}.down_proj", ("moe", "experts", "down"), (d, fe), (fe, d), idx=(j,),
-        lead=(e,))
+      lin(
+        f"mlp.experts.{j}.{proj}_proj",
+        ("moe", "experts", proj),
+        (fe, d),
+        (d, fe),
+        idx=(j,),
+        lead=(e,),
+      )
+    lin(
+      f"mlp.experts.{j}.down_proj",
+      ("moe", "experts", "down"),
+      (d, fe),
+      (fe, d),
+      idx=(j,),
+      lead=(e,),
+    )
   fs = c.n_shared_experts * fe
   if fs:
     for proj in ("gate", "up"):

@@ -36,7 +36,7 @@ INT4_PER_INT32 = 8
 def _expand_blocks(scale: np.ndarray, block: tuple[int, int], shape: tuple[int, int]) -> np.ndarray:
   """[ceil(out/bo), ceil(in/bi)] per-block scale -> [out, in] per-element scale."""
   full = np.repeat(np.repeat(scale, block[0], axis=0), block[1], axis=1)
-  return full[:shape[0], :shape[1]]
+  return full[: shape[0], : shape[1]]
 
 
 def _check_2d(name: str, x: np.ndarray) -> None:
@@ -44,20 +44,24 @@ def _check_2d(name: str, x: np.ndarray) -> None:
     raise ValueError(f"{name} must be a 2-D [out, in] weight, got shape {x.shape}")
 
 
-def dequantize_fp8_block(weight: np.ndarray, scale_inv: np.ndarray,
-                         block: tuple[int, int] = FP8_BLOCK) -> np.ndarray:
+def dequantize_fp8_block(
+  weight: np.ndarray, scale_inv: np.ndarray, block: tuple[int, int] = FP8_BLOCK
+) -> np.ndarray:
   """fp8 `[out, in]` + float32 `[ceil(out/bo), ceil(in/bi)]` -> float32 `[out, in]`."""
   _check_2d("fp8 weight", weight)
   want = tuple(math.ceil(d / b) for d, b in zip(weight.shape, block))
   if tuple(scale_inv.shape) != want:
-    raise ValueError(f"weight_scale_inv shape {tuple(scale_inv.shape)} does not match fp8 weight "
-                     f"{tuple(weight.shape)} with {block} blocks; expected {want}")
+    raise ValueError(
+      f"weight_scale_inv shape {tuple(scale_inv.shape)} does not match fp8 weight "
+      f"{tuple(weight.shape)} with {block} blocks; expected {want}"
+    )
   scale = _expand_blocks(np.asarray(scale_inv, np.float32), block, weight.shape)
   return np.asarray(weight).astype(np.float32) * scale
 
 
-def quantize_fp8_block(w: np.ndarray, block: tuple[int, int] = FP8_BLOCK
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def quantize_fp8_block(
+  w: np.ndarray, block: tuple[int, int] = FP8_BLOCK
+) -> tuple[np.ndarray, np.ndarray]:
   """float `[out, in]` -> (fp8 `[out, in]`, float32 scale_inv `[ceil(out/bo), ceil(in/bi)]`)."""
   _check_2d("weight to quantize", w)
   w = np.asarray(w, np.float32)
@@ -72,17 +76,22 @@ def quantize_fp8_block(w: np.ndarray, block: tuple[int, int] = FP8_BLOCK
   return q, scale_inv
 
 
-def dequantize_int4_packed(packed: np.ndarray, scale: np.ndarray,
-                           shape: tuple[int, int]) -> np.ndarray:
+def dequantize_int4_packed(
+  packed: np.ndarray, scale: np.ndarray, shape: tuple[int, int]
+) -> np.ndarray:
   """compressed-tensors pack-quantized int4 -> float32 `[out, in]` (format in module doc)."""
   out, inp = (int(d) for d in shape)
   if packed.dtype != np.int32 or tuple(packed.shape) != (out, math.ceil(inp / INT4_PER_INT32)):
-    raise ValueError(f"weight_packed must be int32 [{out}, {math.ceil(inp / INT4_PER_INT32)}] "
-                     f"for 4-bit weight_shape {(out, inp)}, got {packed.dtype} "
-                     f"{tuple(packed.shape)} (only num_bits=4 is supported)")
+    raise ValueError(
+      f"weight_packed must be int32 [{out}, {math.ceil(inp / INT4_PER_INT32)}] "
+      f"for 4-bit weight_shape {(out, inp)}, got {packed.dtype} "
+      f"{tuple(packed.shape)} (only num_bits=4 is supported)"
+    )
   if scale.ndim != 2 or scale.shape[0] != out or inp % scale.shape[1]:
-    raise ValueError(f"weight_scale shape {tuple(scale.shape)} is not [{out}, in/group_size] for "
-                     f"weight_shape {(out, inp)}")
+    raise ValueError(
+      f"weight_scale shape {tuple(scale.shape)} is not [{out}, in/group_size] for "
+      f"weight_shape {(out, inp)}"
+    )
   group = inp // scale.shape[1]
   shifts = np.arange(INT4_PER_INT32, dtype=np.int32) * 4
   nibbles = (packed[:, :, None] >> shifts) & 0xF  # [out, in/8, 8]; `& 0xF` undoes sign extension
@@ -90,8 +99,9 @@ def dequantize_int4_packed(packed: np.ndarray, scale: np.ndarray,
   return q * np.repeat(np.asarray(scale, np.float32), group, axis=1)
 
 
-def quantize_int4_packed(w: np.ndarray, group_size: int = 32
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def quantize_int4_packed(
+  w: np.ndarray, group_size: int = 32
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """float `[out, in]` -> (int32 packed `[out, ceil(in/8)]`, float32 scale `[out, in/group]`,
   int64 weight_shape `[2]`)."""
   _check_2d("weight to quantize", w)

@@ -22,10 +22,17 @@ import numpy as np
 from composer_jax.hf import quant
 
 DTYPES = {
-    "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
-    "BF16": np.dtype(ml_dtypes.bfloat16), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "I64": np.dtype(np.int64), "I32": np.dtype(np.int32), "I16": np.dtype(np.int16),
-    "I8": np.dtype(np.int8), "U8": np.dtype(np.uint8), "BOOL": np.dtype(np.bool_),
+  "F64": np.dtype(np.float64),
+  "F32": np.dtype(np.float32),
+  "F16": np.dtype(np.float16),
+  "BF16": np.dtype(ml_dtypes.bfloat16),
+  "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+  "I64": np.dtype(np.int64),
+  "I32": np.dtype(np.int32),
+  "I16": np.dtype(np.int16),
+  "I8": np.dtype(np.int8),
+  "U8": np.dtype(np.uint8),
+  "BOOL": np.dtype(np.bool_),
 }
 FP8_SCALE_SUFFIX = "_scale_inv"  # X.weight (fp8) + X.weight_scale_inv
 INT4_SUFFIXES = ("weight_packed", "weight_scale", "weight_shape")
@@ -66,25 +73,30 @@ def read_header(path: str) -> dict[str, TensorInfo]:
     head = f.read(8)
     n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
     if n is None or 8 + n > size:
-      raise ValueError(f"{path}: safetensors header cut short (file has {size} bytes"
-                       f"{'' if n is None else f', header says {8 + n}'}); re-download it")
+      raise ValueError(
+        f"{path}: safetensors header cut short (file has {size} bytes"
+        f"{'' if n is None else f', header says {8 + n}'}); re-download it"
+      )
     try:
       header = json.loads(f.read(n))
     except ValueError as e:
-      raise ValueError(f"{path}: safetensors header is not valid JSON ({e}); "
-                       "re-download it") from None
+      raise ValueError(
+        f"{path}: safetensors header is not valid JSON ({e}); re-download it"
+      ) from None
   header.pop("__metadata__", None)
   out = {}
   for name, h in header.items():
     if h["dtype"] not in DTYPES:
-      raise ValueError(f"{path}: tensor {name!r} has unsupported dtype {h['dtype']!r}; "
-                       f"supported: {sorted(DTYPES)}")
+      raise ValueError(
+        f"{path}: tensor {name!r} has unsupported dtype {h['dtype']!r}; supported: {sorted(DTYPES)}"
+      )
     s, e = h["data_offsets"]
     out[name] = TensorInfo(path, h["dtype"], tuple(h["shape"]), 8 + n + s, 8 + n + e)
   end = max((i.end for i in out.values()), default=8 + n)
   if end > size:
-    raise ValueError(f"{path}: truncated: its header describes {end} bytes, the file has "
-                     f"{size}; re-download it")
+    raise ValueError(
+      f"{path}: truncated: its header describes {end} bytes, the file has {size}; re-download it"
+    )
   return out
 
 
@@ -101,22 +113,23 @@ def _indexed_shards(hf_dir: str) -> list[str]:
     with open(index) as f:
       weight_map = json.load(f)["weight_map"]
   except (ValueError, KeyError, TypeError) as e:
-    raise ValueError(f"{index}: not a safetensors index (JSON with a weight_map): "
-                     f"{e!r}") from None
-  if not isinstance(weight_map, dict) or not all(isinstance(v, str)
-                                                 for v in weight_map.values()):
-    raise ValueError(f"{index}: weight_map must be a JSON object of tensor name -> shard file "
-                     "name")
+    raise ValueError(f"{index}: not a safetensors index (JSON with a weight_map): {e!r}") from None
+  if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+    raise ValueError(f"{index}: weight_map must be a JSON object of tensor name -> shard file name")
   shards = sorted(set(weight_map.values()))
   for shard in shards:
     if os.path.basename(shard) != shard or shard in ("", ".", ".."):
-      raise ValueError(f"{index} names shard {shard!r}, not a file name in {hf_dir}; shards "
-                       "must lie in the checkpoint directory itself")
+      raise ValueError(
+        f"{index} names shard {shard!r}, not a file name in {hf_dir}; shards "
+        "must lie in the checkpoint directory itself"
+      )
     if not os.path.isfile(os.path.join(hf_dir, shard)):
       tensors = [t for t, s in weight_map.items() if s == shard]
-      raise FileNotFoundError(f"{index} names shard {shard!r} ({len(tensors)} tensors, e.g. "
-                              f"{tensors[0]!r}), but {os.path.join(hf_dir, shard)} is missing; "
-                              "download it")
+      raise FileNotFoundError(
+        f"{index} names shard {shard!r} ({len(tensors)} tensors, e.g. "
+        f"{tensors[0]!r}), but {os.path.join(hf_dir, shard)} is missing; "
+        "download it"
+      )
   return [os.path.join(hf_dir, s) for s in shards]
 
 
@@ -124,8 +137,9 @@ class SafetensorsDir:
   """All tensors of an HF checkpoint directory, by name; data is read lazily."""
 
   def __init__(self, hf_dir: str):
-    files = sorted(set(glob.glob(os.path.join(hf_dir, "*.safetensors")))
-                   | set(_indexed_shards(hf_dir)))
+    files = sorted(
+      set(glob.glob(os.path.join(hf_dir, "*.safetensors"))) | set(_indexed_shards(hf_dir))
+    )
     if not files:
       raise FileNotFoundError(f"No *.safetensors files in {hf_dir!r}")
     self.infos: dict[str, TensorInfo] = {}
@@ -168,11 +182,15 @@ class SafetensorsDir:
     if not any(present):
       return None
     if not all(present):
-      raise ValueError(f"int4 weight {base!r} needs all of {list(names)}; missing "
-                       f"{[n for n, p in zip(names, present) if not p]}")
+      raise ValueError(
+        f"int4 weight {base!r} needs all of {list(names)}; missing "
+        f"{[n for n, p in zip(names, present) if not p]}"
+      )
     if f"{base}.weight_zero_point" in self.infos:
-      raise ValueError(f"int4 weight {base!r} has a weight_zero_point: asymmetric "
-                       "pack-quantized weights are not supported (only symmetric)")
+      raise ValueError(
+        f"int4 weight {base!r} has a weight_zero_point: asymmetric "
+        "pack-quantized weights are not supported (only symmetric)"
+      )
     shape = tuple(int(d) for d in self.get(names[2]))
     return StoredWeight(base, "int4", names, shape)
 

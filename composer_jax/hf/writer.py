@@ -28,16 +28,24 @@ from safetensors.numpy import save_file
 from composer_jax.hf import config_map, names, quant
 from composer_jax.model.config import ModelConfig
 
-FP8_QUANTIZATION_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                           "weight_block_size": list(quant.FP8_BLOCK)}
+FP8_QUANTIZATION_CONFIG = {
+  "quant_method": "fp8",
+  "fmt": "e4m3",
+  "activation_scheme": "dynamic",
+  "weight_block_size": list(quant.FP8_BLOCK),
+}
 INDEX_FILE = "model.safetensors.index.json"
 
 
 def fp8_quantized(entry: names.Entry) -> bool:
   """Whether the fp8 export (and the DeepSeek-V3 / Kimi-K2 releases) store `entry` as block
   fp8 + `weight_scale_inv`: decoder Linear weights except the router."""
-  return (entry.base.startswith("model.layers.") and entry.suffix == "weight"
-          and len(entry.hf_shape) == 2 and not entry.base.endswith("mlp.gate"))
+  return (
+    entry.base.startswith("model.layers.")
+    and entry.suffix == "weight"
+    and len(entry.hf_shape) == 2
+    and not entry.base.endswith("mlp.gate")
+  )
 
 
 def leaf(variables: dict, path: names.Path) -> np.ndarray:
@@ -45,9 +53,15 @@ def leaf(variables: dict, path: names.Path) -> np.ndarray:
   return functools.reduce(operator.getitem, path, variables)
 
 
-def export_hf(cfg: ModelConfig, get: Callable[[names.Path], np.ndarray], out_dir: str, *,
-              dtype: str = "bfloat16", fp8: bool = False,
-              max_shard_bytes: int = 4 << 30) -> None:
+def export_hf(
+  cfg: ModelConfig,
+  get: Callable[[names.Path], np.ndarray],
+  out_dir: str,
+  *,
+  dtype: str = "bfloat16",
+  fp8: bool = False,
+  max_shard_bytes: int = 4 << 30,
+) -> None:
   """Writes the HF checkpoint of the variables that `get(path) -> array` returns into
   `out_dir`, which must be new or empty (shards of another export would mix with these;
   `tools.outputs.staged` gives a fresh directory that replaces an old one when done).
@@ -56,14 +70,16 @@ def export_hf(cfg: ModelConfig, get: Callable[[names.Path], np.ndarray], out_dir
     ValueError: `out_dir` is not empty, `cfg` does not export (GQA attention), or a tensor
       holds NaN/inf (the shards written before it stay: write into `tools.outputs.staged`).
   """
-  hf_cfg = config_map.to_hf(cfg, quantization_config=FP8_QUANTIZATION_CONFIG if fp8 else None,
-                            torch_dtype=dtype)  # Fails before anything is written.
+  hf_cfg = config_map.to_hf(
+    cfg, quantization_config=FP8_QUANTIZATION_CONFIG if fp8 else None, torch_dtype=dtype
+  )  # Fails before anything is written.
   if os.path.isdir(out_dir) and os.listdir(out_dir):
     raise ValueError(f"{out_dir} is not empty; export into a new or empty directory")
   os.makedirs(out_dir, exist_ok=True)
   np_dtype = jax.numpy.dtype(dtype)
-  by_path = itertools.groupby(sorted(names.entries(cfg), key=lambda e: e.path),
-                              key=lambda e: e.path)
+  by_path = itertools.groupby(
+    sorted(names.entries(cfg), key=lambda e: e.path), key=lambda e: e.path
+  )
   shard, shard_bytes, written, total = {}, 0, [], 0
 
   def flush():
@@ -79,8 +95,9 @@ def export_hf(cfg: ModelConfig, get: Callable[[names.Path], np.ndarray], out_dir
     for entry in group:
       x = entry.to_hf(np.asarray(leaf[entry.index], np.float32))
       if not np.isfinite(x).all():  # A diverged checkpoint is not served.
-        raise ValueError(f"{entry.name} holds NaN/inf: the checkpoint is not finite, nothing "
-                         "exported")
+        raise ValueError(
+          f"{entry.name} holds NaN/inf: the checkpoint is not finite, nothing exported"
+        )
       if entry.suffix == "e_score_correction_bias":
         tensors = {entry.name: x.astype(np.float32)}
       elif fp8 and fp8_quantized(entry):
@@ -101,7 +118,10 @@ def export_hf(cfg: ModelConfig, get: Callable[[names.Path], np.ndarray], out_dir
     os.replace(tmp, os.path.join(out_dir, final))
     weight_map.update(dict.fromkeys(tensor_names, final))
   with open(os.path.join(out_dir, INDEX_FILE), "w") as f:
-    json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))},
-              f, indent=2)
+    json.dump(
+      {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))},
+      f,
+      indent=2,
+    )
   with open(os.path.join(out_dir, "config.json"), "w") as f:
     json.dump(hf_cfg, f, indent=2)

@@ -62,8 +62,9 @@ class SegmentMask(NamedTuple):
   segment_ids: jax.Array
 
 
-def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-                        scale: float) -> jax.Array:
+def reference_attention(
+  q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float
+) -> jax.Array:
   """softmax(scale * q k^T + mask) v per head, materializing `[B, H, L, S]` logits.
 
   Args:
@@ -78,8 +79,9 @@ def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Arra
   return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
-def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
-                      scale: float, block: int) -> jax.Array:
+def blocked_attention(
+  q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, scale: float, block: int
+) -> jax.Array:
   """Causal same-segment attention one `block` of queries and keys at a time.
 
   Flash-attention's online softmax (arXiv 2205.14135, Alg. 1): for each query block, a
@@ -95,16 +97,22 @@ def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax
   batch, length, heads, _ = q.shape
   n = -(-length // block)
   pad = n * block - length  # padded tokens get segment 0: they attend and are attended by none
-  blocks = lambda a: jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2)).reshape(
-      batch, n, block, *a.shape[2:]).swapaxes(0, 1)  # [n, B, block, ...]
+  blocks = lambda a: (
+    jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2))
+    .reshape(batch, n, block, *a.shape[2:])
+    .swapaxes(0, 1)
+  )  # [n, B, block, ...]
   qb, kb, vb, sb = blocks(q), blocks(k), blocks(v), blocks(segment_ids)
   pos = jnp.arange(n * block).reshape(n, block)
 
   @jax.checkpoint
   def query_block(qi, si, pi):
     def key_block(carry, j):
-      allowed = ((si[:, :, None] == sb[j][:, None, :]) & (si != 0)[:, :, None]
-                 & (pos[j][None, :] <= pi[:, None])[None])  # [B, block_q, block_k]
+      allowed = (
+        (si[:, :, None] == sb[j][:, None, :])
+        & (si != 0)[:, :, None]
+        & (pos[j][None, :] <= pi[:, None])[None]
+      )  # [B, block_q, block_k]
 
       def update(carry):
         m, norm, acc = carry
@@ -115,14 +123,18 @@ def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax
         m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
         p = jnp.exp(s - m_safe[..., None])
         correction = jnp.exp(m - m_safe)
-        pv = jnp.einsum("bhqk,bkhd->bhqd", p.astype(v.dtype), vb[j],
-                        preferred_element_type=jnp.float32)
+        pv = jnp.einsum(
+          "bhqk,bkhd->bhqd", p.astype(v.dtype), vb[j], preferred_element_type=jnp.float32
+        )
         return m_new, norm * correction + p.sum(-1), acc * correction[..., None] + pv
 
       return jax.lax.cond(allowed.any(), update, lambda c: c, carry), None
 
-    init = (jnp.full((batch, heads, block), -jnp.inf), jnp.zeros((batch, heads, block)),
-            jnp.zeros((batch, heads, block, v.shape[-1])))
+    init = (
+      jnp.full((batch, heads, block), -jnp.inf),
+      jnp.zeros((batch, heads, block)),
+      jnp.zeros((batch, heads, block, v.shape[-1])),
+    )
     (_, norm, acc), _ = jax.lax.scan(key_block, init, jnp.arange(n))
     return (acc / jnp.where(norm > 0, norm, 1.0)[..., None]).astype(v.dtype).swapaxes(1, 2)
 
@@ -130,8 +142,9 @@ def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax
   return out.swapaxes(0, 1).reshape(batch, n * block, heads, -1)[:, :length]
 
 
-def jax_nn_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
-                     scale: float) -> jax.Array:
+def jax_nn_attention(
+  q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, scale: float
+) -> jax.Array:
   """`jax.nn.dot_product_attention` with jax's own choice of kernel (XLA's, on every backend).
 
   It needs one head dim for q, k and v: v is zero-padded to dk and the output cut back.
@@ -143,8 +156,9 @@ def jax_nn_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.
   return out[..., :dv]
 
 
-def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array,
-                    scale: float) -> jax.Array:
+def cudnn_attention(
+  q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, scale: float
+) -> jax.Array:
   """cuDNN's fused flash attention (GPU only; bf16/fp16, head dims <= 128 and multiples of 8).
 
   `jax.nn.dot_product_attention` with no `implementation` runs XLA's reference (the full
@@ -156,8 +170,9 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.A
   dv = v.shape[-1]
   v = jnp.pad(v, [(0, 0)] * 3 + [(0, q.shape[-1] - dv)])
   same = (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids[:, None, :] > 0)
-  out = jax.nn.dot_product_attention(q, k, v, mask=same[:, None], scale=scale, is_causal=True,
-                                     implementation="cudnn")
+  out = jax.nn.dot_product_attention(
+    q, k, v, mask=same[:, None], scale=scale, is_causal=True, implementation="cudnn"
+  )
   return out[..., :dv]
 
 
@@ -171,9 +186,15 @@ def resolve_attention_impl(name: str, length: int, block: int) -> str:
   return "blocked" if length > block else "reference"
 
 
-def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array,
-                          mask: "jax.Array | SegmentMask", scale: float, impl: str = "auto",
-                          block: int = 512) -> jax.Array:
+def dot_product_attention(
+  q: jax.Array,
+  k: jax.Array,
+  v: jax.Array,
+  mask: "jax.Array | SegmentMask",
+  scale: float,
+  impl: str = "auto",
+  block: int = 512,
+) -> jax.Array:
   """softmax(scale * q k^T + mask) v per head -> `[B, L, H, dv]` in `v.dtype`.
 
   Args:
@@ -192,12 +213,16 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array,
 
 
 # Implementations of a `SegmentMask`ed attention by name (`ModelConfig.attention_impl`).
-ATTENTION_IMPLS = {"blocked": blocked_attention, "jax_nn": jax_nn_attention,
-                   "cudnn": cudnn_attention}
+ATTENTION_IMPLS = {
+  "blocked": blocked_attention,
+  "jax_nn": jax_nn_attention,
+  "cudnn": cudnn_attention,
+}
 
 
-def latent_attention(q: jax.Array, latent: jax.Array, rank: int, mask: jax.Array,
-                     scale: float) -> jax.Array:
+def latent_attention(
+  q: jax.Array, latent: jax.Array, rank: int, mask: jax.Array, scale: float
+) -> jax.Array:
   """Every head attends one shared latent key/value (absorbed MLA decode).
 
   Args:
@@ -235,13 +260,15 @@ class MLA(nn.Module):
     else:
       q_lat = Linear(d, (c.q_lora_rank,), ("embed", "q_lora"), name="q_a", **lin)(x)
       q_lat = RMSNorm(c.q_lora_rank, LATENT_NORM_EPS, c.param_dtype, name="q_norm")(q_lat)
-      q = Linear((c.q_lora_rank,), (h, dn + dr), ("q_lora", "heads", "head_dim"), name="q_b",
-                 **lin)(q_lat)
+      q = Linear(
+        (c.q_lora_rank,), (h, dn + dr), ("q_lora", "heads", "head_dim"), name="q_b", **lin
+      )(q_lat)
     kv = Linear(d, (c.kv_lora_rank + dr,), ("embed", "kv_lora"), name="kv_a", **lin)(x)
-    kv_lat, k_rope = kv[..., :c.kv_lora_rank], kv[..., c.kv_lora_rank:]
+    kv_lat, k_rope = kv[..., : c.kv_lora_rank], kv[..., c.kv_lora_rank :]
     kv_lat = RMSNorm(c.kv_lora_rank, LATENT_NORM_EPS, c.param_dtype, name="kv_norm")(kv_lat)
-    kv_b = Linear((c.kv_lora_rank,), (h, dn + dv), ("kv_lora", "heads", "head_dim"),
-                  name="kv_b", **lin)
+    kv_b = Linear(
+      (c.kv_lora_rank,), (h, dn + dv), ("kv_lora", "heads", "head_dim"), name="kv_b", **lin
+    )
     o = Linear((h, dv), d, ("heads", "head_dim", "embed"), name="o", **lin)
     q_rope = apply_rope(q[..., dn:], cos, sin)
     k_rope = apply_rope(k_rope[:, :, None, :], cos, sin)
@@ -249,19 +276,21 @@ class MLA(nn.Module):
     if cache is not None:
       # Absorbed decode (arXiv 2405.04434 §2.1.2): q_nope . (W_uk c) = (W_uk^T q_nope) . c and
       # softmax(.) (W_uv c) = W_uv (softmax(.) c), so attention runs on the cached latent.
-      latent = kv_cache.write(cache["latent"], jnp.concatenate([kv_lat, k_rope[:, :, 0]], -1),
-                              positions)
+      latent = kv_cache.write(
+        cache["latent"], jnp.concatenate([kv_lat, k_rope[:, :, 0]], -1), positions
+      )
       w = kv_b.variables["params"]["kernel"].astype(c.dtype)  # [r, H, dn + dv]
       q_lat = jnp.einsum("blhd,rhd->blhr", q[..., :dn], w[..., :dn])
-      out = latent_attention(jnp.concatenate([q_lat, q_rope], -1), latent, c.kv_lora_rank,
-                             mask, scale)
+      out = latent_attention(
+        jnp.concatenate([q_lat, q_rope], -1), latent, c.kv_lora_rank, mask, scale
+      )
       return o(jnp.einsum("blhr,rhd->blhd", out, w[..., dn:])), {"latent": latent}
 
     def attend(q, latent, mask, expand):
       """`latent [B, S, r + dr]` = `[c_kv | k_rope]` -> per-head K/V (`expand`: kv_b) -> attend."""
-      kv = expand(latent[..., :c.kv_lora_rank])
+      kv = expand(latent[..., : c.kv_lora_rank])
       k_nope, v = kv[..., :dn], kv[..., dn:]
-      k_rope = latent[:, :, None, c.kv_lora_rank:]
+      k_rope = latent[:, :, None, c.kv_lora_rank :]
       k = jnp.concatenate([k_nope, jnp.broadcast_to(k_rope, k_nope.shape[:-1] + (dr,))], axis=-1)
       return dot_product_attention(q, k, v, mask, scale, c.attention_impl, c.attention_block)
 
@@ -271,10 +300,15 @@ class MLA(nn.Module):
       return o(attend(q, latent, mask, kv_b))
     # Context parallel: ranks all-gather the small latent, not K/V, and expand it locally.
     expand = lambda w: lambda x: kv_b.clone(parent=None).apply({"params": {"kernel": w}}, x)
-    out = context.attention(lambda q, lat, m, w: attend(q, lat, m, expand(w)), q, latent, mask,
-                            kv_dims=("batch", "seq", None),
-                            weights=(kv_b.variables["params"]["kernel"],),
-                            weight_dims=((None, "act_heads", None),))
+    out = context.attention(
+      lambda q, lat, m, w: attend(q, lat, m, expand(w)),
+      q,
+      latent,
+      mask,
+      kv_dims=("batch", "seq", None),
+      weights=(kv_b.variables["params"]["kernel"],),
+      weight_dims=((None, "act_heads", None),),
+    )
     return o(out)
 
 
@@ -299,19 +333,26 @@ class GQA(nn.Module):
     v = Linear(d, (kvh, hd), ("embed", "kv_heads", "head_dim"), name="v", **lin)(x)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     if cache is not None:
-      cache = {"k": kv_cache.write(cache["k"], k, positions),
-               "v": kv_cache.write(cache["v"], v, positions)}
+      cache = {
+        "k": kv_cache.write(cache["k"], k, positions),
+        "v": kv_cache.write(cache["v"], v, positions),
+      }
       k, v = cache["k"], cache["v"]
 
     def attend(q, k, v, mask):
       k, v = jnp.repeat(k, h // kvh, axis=2), jnp.repeat(v, h // kvh, axis=2)
-      return dot_product_attention(q, k, v, mask, softmax_scale(hd, c.rope_scaling),
-                                   c.attention_impl, c.attention_block)
+      return dot_product_attention(
+        q, k, v, mask, softmax_scale(hd, c.rope_scaling), c.attention_impl, c.attention_block
+      )
 
     if cache is None and context.enabled():  # context parallel: ranks all-gather k|v
-      out = context.attention(lambda q, kv, m: attend(q, kv[..., :hd], kv[..., hd:], m), q,
-                              jnp.concatenate([k, v], -1), mask,
-                              kv_dims=("batch", "seq", "act_heads", None))
+      out = context.attention(
+        lambda q, kv, m: attend(q, kv[..., :hd], kv[..., hd:], m),
+        q,
+        jnp.concatenate([k, v], -1),
+        mask,
+        kv_dims=("batch", "seq", "act_heads", None),
+      )
     else:
       out = attend(q, k, v, mask)
     out = Linear((h, hd), d, ("heads", "head_dim", "embed"), name="o", **lin)(out)

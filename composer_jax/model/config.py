@@ -120,8 +120,10 @@ class ModelConfig:
     d = dict(d)
     unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
     if unknown:
-      raise ValueError(f"Unknown ModelConfig field(s) {unknown}; valid fields: "
-                       f"{sorted(f.name for f in dataclasses.fields(cls))}")
+      raise ValueError(
+        f"Unknown ModelConfig field(s) {unknown}; valid fields: "
+        f"{sorted(f.name for f in dataclasses.fields(cls))}"
+      )
     if isinstance(d.get("rope_scaling"), dict):
       d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
     return cls(**d)
@@ -146,14 +148,29 @@ def _validate(c: ModelConfig) -> None:
       bad(f"{name}={getattr(c, name)!r}; valid: {DTYPES}")
   # inf passes every bound below (an rms_norm_eps of inf zeroes every activation).
   scaling = dataclasses.asdict(c.rope_scaling) if c.rope_scaling is not None else {}
-  for name, value in [*dataclasses.asdict(c).items(), *(("rope_scaling." + k, v)
-                                                         for k, v in scaling.items())]:
+  for name, value in [
+    *dataclasses.asdict(c).items(),
+    *(("rope_scaling." + k, v) for k, v in scaling.items()),
+  ]:
     if isinstance(value, float) and not math.isfinite(value):
       bad(f"{name}={value} must be finite")
-  positive = ["vocab_size", "hidden_size", "num_layers", "num_heads", "kv_lora_rank",
-              "qk_rope_head_dim", "v_head_dim", "moe_intermediate_size", "n_routed_experts",
-              "max_position_embeddings", "rope_theta", "rms_norm_eps", "capacity_factor",
-              "moe_tile_rows", "attention_block"]
+  positive = [
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "moe_intermediate_size",
+    "n_routed_experts",
+    "max_position_embeddings",
+    "rope_theta",
+    "rms_norm_eps",
+    "capacity_factor",
+    "moe_tile_rows",
+    "attention_block",
+  ]
   if c.first_k_dense_replace:
     positive.append("intermediate_size")
   if c.attention == "gqa":
@@ -161,8 +178,7 @@ def _validate(c: ModelConfig) -> None:
   for name in positive:
     if not getattr(c, name) > 0:
       bad(f"{name}={getattr(c, name)} must be > 0")
-  for name in ("qk_nope_head_dim", "n_shared_experts", "seq_aux_loss_coef",
-               "initializer_range"):
+  for name in ("qk_nope_head_dim", "n_shared_experts", "seq_aux_loss_coef", "initializer_range"):
     if getattr(c, name) < 0:
       bad(f"{name}={getattr(c, name)} must be >= 0")
   if c.ep_capacity_factor is not None and not c.ep_capacity_factor > 0:
@@ -176,22 +192,30 @@ def _validate(c: ModelConfig) -> None:
   if c.scoring_func != "sigmoid":
     bad(f"scoring_func={c.scoring_func!r}; only 'sigmoid' (DeepSeek-V3/Kimi-K2) is supported")
   if not 0 <= c.first_k_dense_replace <= c.num_layers:
-    bad(f"first_k_dense_replace={c.first_k_dense_replace} must be in [0, num_layers={c.num_layers}]")
+    bad(
+      f"first_k_dense_replace={c.first_k_dense_replace} must be in [0, num_layers={c.num_layers}]"
+    )
   if c.num_moe_layers > 0:
     if not 1 <= c.num_experts_per_tok <= c.n_routed_experts:
-      bad(f"num_experts_per_tok (top_k)={c.num_experts_per_tok} must be in "
-          f"[1, n_routed_experts={c.n_routed_experts}]")
+      bad(
+        f"num_experts_per_tok (top_k)={c.num_experts_per_tok} must be in "
+        f"[1, n_routed_experts={c.n_routed_experts}]"
+      )
     if c.n_group < 1 or c.n_routed_experts % c.n_group:
       bad(f"n_group={c.n_group} must divide n_routed_experts={c.n_routed_experts}")
     if not 1 <= c.topk_group <= c.n_group:
       bad(f"topk_group={c.topk_group} must be in [1, n_group={c.n_group}]")
     per_group = c.n_routed_experts // c.n_group
     if c.n_group > 1 and per_group < 2:
-      bad(f"n_group={c.n_group} leaves {per_group} expert per group; groups are ranked by "
-          "their top-2 scores, so each needs >= 2 experts")
+      bad(
+        f"n_group={c.n_group} leaves {per_group} expert per group; groups are ranked by "
+        "their top-2 scores, so each needs >= 2 experts"
+      )
     if c.topk_group * per_group < c.num_experts_per_tok:
-      bad(f"topk_group={c.topk_group} groups of {per_group} experts hold fewer than "
-          f"num_experts_per_tok={c.num_experts_per_tok} experts")
+      bad(
+        f"topk_group={c.topk_group} groups of {per_group} experts hold fewer than "
+        f"num_experts_per_tok={c.num_experts_per_tok} experts"
+      )
   if c.attention == "gqa" and c.num_heads % c.num_kv_heads:
     bad(f"num_kv_heads={c.num_kv_heads} must divide num_heads={c.num_heads}")
   if c.qk_rope_head_dim % 2 or (c.attention == "gqa" and c.head_dim % 2):
@@ -202,41 +226,109 @@ def _validate(c: ModelConfig) -> None:
 # Presets. Real dims from the released config.json files.
 
 _KIMI_K2 = ModelConfig(
-    vocab_size=163840, hidden_size=7168, intermediate_size=18432,
-    moe_intermediate_size=2048, num_layers=61, first_k_dense_replace=1, num_heads=64,
-    q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-    v_head_dim=128, n_routed_experts=384, n_shared_experts=1, num_experts_per_tok=8,
-    n_group=1, topk_group=1, routed_scaling_factor=2.827, norm_topk_prob=True,
-    rope_theta=50000.0,
-    rope_scaling=RopeScaling(factor=32.0, original_max_position_embeddings=4096,
-                             beta_fast=1.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0),
-    max_position_embeddings=131072, rms_norm_eps=1e-6, tie_word_embeddings=False,
-    dtype="bfloat16", param_dtype="float32", remat_policy="full")
+  vocab_size=163840,
+  hidden_size=7168,
+  intermediate_size=18432,
+  moe_intermediate_size=2048,
+  num_layers=61,
+  first_k_dense_replace=1,
+  num_heads=64,
+  q_lora_rank=1536,
+  kv_lora_rank=512,
+  qk_nope_head_dim=128,
+  qk_rope_head_dim=64,
+  v_head_dim=128,
+  n_routed_experts=384,
+  n_shared_experts=1,
+  num_experts_per_tok=8,
+  n_group=1,
+  topk_group=1,
+  routed_scaling_factor=2.827,
+  norm_topk_prob=True,
+  rope_theta=50000.0,
+  rope_scaling=RopeScaling(
+    factor=32.0,
+    original_max_position_embeddings=4096,
+    beta_fast=1.0,
+    beta_slow=1.0,
+    mscale=1.0,
+    mscale_all_dim=1.0,
+  ),
+  max_position_embeddings=131072,
+  rms_norm_eps=1e-6,
+  tie_word_embeddings=False,
+  dtype="bfloat16",
+  param_dtype="float32",
+  remat_policy="full",
+)
 
 _DEEPSEEK_V3 = _KIMI_K2.replace(
-    vocab_size=129280, first_k_dense_replace=3, num_heads=128, n_routed_experts=256,
-    n_group=8, topk_group=4, routed_scaling_factor=2.5, rope_theta=10000.0,
-    rope_scaling=RopeScaling(factor=40.0, original_max_position_embeddings=4096,
-                             beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0),
-    max_position_embeddings=163840)
+  vocab_size=129280,
+  first_k_dense_replace=3,
+  num_heads=128,
+  n_routed_experts=256,
+  n_group=8,
+  topk_group=4,
+  routed_scaling_factor=2.5,
+  rope_theta=10000.0,
+  rope_scaling=RopeScaling(
+    factor=40.0,
+    original_max_position_embeddings=4096,
+    beta_fast=32.0,
+    beta_slow=1.0,
+    mscale=1.0,
+    mscale_all_dim=1.0,
+  ),
+  max_position_embeddings=163840,
+)
 
 # Runs a train step on a laptop CPU in seconds; exercises every feature
 # (MLA with q-LoRA, YaRN, group-limited routing, shared experts, a dense first layer).
 _TINY = ModelConfig(
-    rope_scaling=RopeScaling(factor=4.0, original_max_position_embeddings=256,
-                             beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0),
-    max_position_embeddings=1024)
+  rope_scaling=RopeScaling(
+    factor=4.0,
+    original_max_position_embeddings=256,
+    beta_fast=32.0,
+    beta_slow=1.0,
+    mscale=1.0,
+    mscale_all_dim=1.0,
+  ),
+  max_position_embeddings=1024,
+)
 
 # ~0.6B total / ~0.2B active: one GPU.
 _SMALL = ModelConfig(
-    vocab_size=32768, hidden_size=1024, intermediate_size=2816, moe_intermediate_size=512,
-    num_layers=12, first_k_dense_replace=1, num_heads=8, q_lora_rank=384, kv_lora_rank=256,
-    qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64, n_routed_experts=32,
-    n_shared_experts=2, num_experts_per_tok=4, n_group=4, topk_group=2,
-    routed_scaling_factor=2.5, rope_theta=10000.0,
-    rope_scaling=RopeScaling(factor=4.0, original_max_position_embeddings=4096,
-                             beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0),
-    max_position_embeddings=16384, dtype="bfloat16", remat_policy="dots")
+  vocab_size=32768,
+  hidden_size=1024,
+  intermediate_size=2816,
+  moe_intermediate_size=512,
+  num_layers=12,
+  first_k_dense_replace=1,
+  num_heads=8,
+  q_lora_rank=384,
+  kv_lora_rank=256,
+  qk_nope_head_dim=64,
+  qk_rope_head_dim=32,
+  v_head_dim=64,
+  n_routed_experts=32,
+  n_shared_experts=2,
+  num_experts_per_tok=4,
+  n_group=4,
+  topk_group=2,
+  routed_scaling_factor=2.5,
+  rope_theta=10000.0,
+  rope_scaling=RopeScaling(
+    factor=4.0,
+    original_max_position_embeddings=4096,
+    beta_fast=32.0,
+    beta_slow=1.0,
+    mscale=1.0,
+    mscale_all_dim=1.0,
+  ),
+  max_position_embeddings=16384,
+  dtype="bfloat16",
+  remat_policy="dots",
+)
 
 PRESETS = {"kimi_k2": _KIMI_K2, "deepseek_v3": _DEEPSEEK_V3, "tiny": _TINY, "small": _SMALL}
 

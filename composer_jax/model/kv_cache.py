@@ -37,12 +37,15 @@ def init(cfg: ModelConfig, batch: int, max_len: int) -> dict[str, Any]:
   (a stack is absent when the model has no such layers), shapes from `layer_shapes`.
   """
   if max_len > cfg.max_position_embeddings:
-    raise ValueError(f"cache max_len={max_len} exceeds max_position_embeddings="
-                     f"{cfg.max_position_embeddings}")
+    raise ValueError(
+      f"cache max_len={max_len} exceeds max_position_embeddings={cfg.max_position_embeddings}"
+    )
   stacks = {"dense_layers": cfg.first_k_dense_replace, "moe_layers": cfg.num_moe_layers}
-  return {name: {k: jnp.zeros((n,) + s, cfg.dtype)
-                 for k, s in layer_shapes(cfg, batch, max_len).items()}
-          for name, n in stacks.items() if n}
+  return {
+    name: {k: jnp.zeros((n,) + s, cfg.dtype) for k, s in layer_shapes(cfg, batch, max_len).items()}
+    for name, n in stacks.items()
+    if n
+  }
 
 
 def write(buf: jax.Array, new: jax.Array, positions: jax.Array) -> jax.Array:

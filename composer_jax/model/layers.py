@@ -6,7 +6,6 @@ names of `composer_jax.model.axes` travel with it. Parameters are stored in
 statistics are always float32.
 """
 
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -36,11 +35,17 @@ class Linear(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    kernel = self.param("kernel", param_init(self.init_std, self.names),
-                        tuple(self.in_shape) + tuple(self.out_shape), self.param_dtype)
+    kernel = self.param(
+      "kernel",
+      param_init(self.init_std, self.names),
+      tuple(self.in_shape) + tuple(self.out_shape),
+      self.param_dtype,
+    )
     n_in = len(self.in_shape)
     contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
-    return jax.lax.dot_general(x.astype(self.dtype), kernel.astype(self.dtype), (contract, ((), ())))
+    return jax.lax.dot_general(
+      x.astype(self.dtype), kernel.astype(self.dtype), (contract, ((), ()))
+    )
 
 
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
@@ -62,8 +67,12 @@ class RMSNorm(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
-                       (self.dim,), self.param_dtype)
+    scale = self.param(
+      "scale",
+      nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
+      (self.dim,),
+      self.param_dtype,
+    )
     return rms_norm(x, scale, self.eps)
 
 
@@ -85,7 +94,8 @@ class SwiGLU(nn.Module):
     gate = Linear((self.embed,), (self.hidden,), ("embed", "mlp"), name="gate", **kw)(x)
     up = Linear((self.embed,), (self.hidden,), ("embed", "mlp"), name="up", **kw)(x)
     return Linear((self.hidden,), (self.embed,), ("mlp", "embed"), name="down", **kw)(
-        nn.silu(gate) * up)
+      nn.silu(gate) * up
+    )
 
 
 class Embed(nn.Module):
@@ -99,11 +109,14 @@ class Embed(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: jax.Array) -> jax.Array:
-    table = self.param("embedding", param_init(self.init_std, ("vocab", "embed")),
-                       (self.vocab, self.embed), self.param_dtype)
+    table = self.param(
+      "embedding",
+      param_init(self.init_std, ("vocab", "embed")),
+      (self.vocab, self.embed),
+      self.param_dtype,
+    )
     # Gathered (FSDP) before the lookup: a lookup into the table as stored, `embed` split over
     # fsdp x context, comes out split on D, and GSPMD can only reshard that to batch x seq
     # (fsdp, context) by replicating it (XLA's "involuntary full rematerialization").
     table = context_mesh.constrain(table, ("vocab", "act_embed"))
     return jnp.take(table, tokens, axis=0).astype(self.dtype)
-

@@ -7,7 +7,6 @@ recomputed in the backward pass, so neither the forward nor the backward ever ho
 logits.
 """
 
-
 import jax
 import jax.numpy as jnp
 
@@ -27,14 +26,21 @@ def _token_terms(hidden, targets, head):
   hidden = context_mesh.constrain(hidden, (_TOKENS, "act_embed"))
   targets = context_mesh.constrain(targets, (_TOKENS,))
   state, target_logit = vocab_chunks.lse_and_target_logit(
-      hidden, head.astype(hidden.dtype), targets, head.shape[1])
+    hidden, head.astype(hidden.dtype), targets, head.shape[1]
+  )
   lse = state.lse()
   return lse - target_logit, jnp.square(lse)
 
 
-def chunked_cross_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array,
-                          mask: jax.Array, *, chunk_size: int = 4096,
-                          z_loss_coef: float = 0.0) -> tuple[jax.Array, dict[str, jax.Array]]:
+def chunked_cross_entropy(
+  hidden: jax.Array,
+  head: jax.Array,
+  targets: jax.Array,
+  mask: jax.Array,
+  *,
+  chunk_size: int = 4096,
+  z_loss_coef: float = 0.0,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Mean next-token cross-entropy (+ optional z-loss) over masked tokens.
 
   z-loss (PaLM, arXiv 2204.02311 §5): `z_loss_coef * logsumexp(logits)^2`, keeping the
@@ -53,17 +59,22 @@ def chunked_cross_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array
     `sum(mask)`. Means are over `sum(mask)` (1 if the mask is empty).
   """
   if hidden.ndim != 3 or head.ndim != 2 or hidden.shape[-1] != head.shape[0]:
-    raise ValueError(f"hidden [B, L, D] and head [D, V] expected, got {hidden.shape} and "
-                     f"{head.shape}")
+    raise ValueError(
+      f"hidden [B, L, D] and head [D, V] expected, got {hidden.shape} and {head.shape}"
+    )
   if targets.shape != hidden.shape[:2] or mask.shape != hidden.shape[:2]:
-    raise ValueError(f"targets {targets.shape} and mask {mask.shape} must be [B, L] = "
-                     f"{hidden.shape[:2]}")
+    raise ValueError(
+      f"targets {targets.shape} and mask {mask.shape} must be [B, L] = {hidden.shape[:2]}"
+    )
   if chunk_size < 1:
     raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
   n = hidden.shape[0] * hidden.shape[1]
   ce, z = vocab_chunks.map_tokens(
-      lambda h, y: _token_terms(h, y, head), chunk_size,
-      hidden.reshape(n, hidden.shape[-1]), targets.reshape(n).astype(jnp.int32))
+    lambda h, y: _token_terms(h, y, head),
+    chunk_size,
+    hidden.reshape(n, hidden.shape[-1]),
+    targets.reshape(n).astype(jnp.int32),
+  )
   mask = mask.reshape(n).astype(jnp.float32)
   count = jnp.sum(mask)
   denom = jnp.maximum(count, 1.0)

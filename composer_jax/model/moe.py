@@ -57,8 +57,7 @@ def tile_layout(group_sizes: jax.Array, num_rows: int, tile_rows: int):
   row = jnp.arange(num_rows)
   row_expert = jnp.minimum(jnp.searchsorted(end, row, side="right"), num_experts - 1)
   in_group = row < end[-1]
-  dest = jnp.where(in_group, pad_start[row_expert] + row - start[row_expert],
-                   n_tiles * tile_rows)
+  dest = jnp.where(in_group, pad_start[row_expert] + row - start[row_expert], n_tiles * tile_rows)
   slot = jnp.arange(n_tiles * tile_rows)
   slot_expert = jnp.minimum(jnp.searchsorted(pad_end, slot, side="right"), num_experts - 1)
   offset = slot - pad_start[slot_expert]
@@ -131,8 +130,7 @@ def grouped_swiglu(h, group_sizes, gate, up, down, impl="auto", tile_rows=32):
   `group_sizes.sum()` (empty buffer slots) give 0. `impl`: a `GROUPED_MATMULS` name or
   'auto'; `tile_rows`: the largest tile of `tiled`.
   """
-  return GROUPED_MATMULS[resolve_grouped_matmul(impl)](h, group_sizes, gate, up, down,
-                                                       tile_rows)
+  return GROUPED_MATMULS[resolve_grouped_matmul(impl)](h, group_sizes, gate, up, down, tile_rows)
 
 
 def dropless(x, weights, experts, valid, gate, up, down, expert_fn=grouped_swiglu):
@@ -175,8 +173,9 @@ def capacity(x, weights, experts, valid, gate, up, down, capacity_factor):
 def dense(x, weights, experts, valid, gate, up, down):
   """One-hot reference: every expert on every token -> (`[T, D]`, 0)."""
   del valid
-  combine = jnp.sum(jax.nn.one_hot(experts, gate.shape[0], dtype=weights.dtype)
-                    * weights[..., None], axis=1)  # [T, E]
+  combine = jnp.sum(
+    jax.nn.one_hot(experts, gate.shape[0], dtype=weights.dtype) * weights[..., None], axis=1
+  )  # [T, E]
   hidden = nn.silu(jnp.einsum("td,edf->tef", x, gate)) * jnp.einsum("td,edf->tef", x, up)
   y = jnp.einsum("tef,efd->ted", hidden, down)
   return jnp.einsum("ted,te->td", y, combine.astype(y.dtype)), jnp.zeros((), jnp.float32)
@@ -195,18 +194,24 @@ class Experts(nn.Module):
     c = self.cfg
     e, d, f = c.n_routed_experts, c.hidden_size, c.moe_intermediate_size
     mk = lambda name, shape, names: self.param(
-        name, param_init(c.initializer_range, names), shape, c.param_dtype).astype(c.dtype)
+      name, param_init(c.initializer_range, names), shape, c.param_dtype
+    ).astype(c.dtype)
     gate = mk("gate", (e, d, f), ("experts", "embed", "expert_mlp"))
     up = mk("up", (e, d, f), ("experts", "embed", "expert_mlp"))
     down = mk("down", (e, f, d), ("experts", "expert_mlp", "embed"))
     args = (x.astype(c.dtype), weights, experts, valid, gate, up, down)
-    expert_fn = functools.partial(grouped_swiglu, impl=c.moe_grouped_matmul,
-                                  tile_rows=c.moe_tile_rows)
+    expert_fn = functools.partial(
+      grouped_swiglu, impl=c.moe_grouped_matmul, tile_rows=c.moe_tile_rows
+    )
     dual_mesh = context_mesh.current()
     if c.moe_dispatch == "expert_parallel" and dual_mesh is not None:
-      return expert_parallel.dispatch(*args, expert_fn=expert_fn, mesh=dual_mesh.expert,
-                                      rules=context_mesh.current_rules().expert,
-                                      capacity_factor=c.ep_capacity_factor)
+      return expert_parallel.dispatch(
+        *args,
+        expert_fn=expert_fn,
+        mesh=dual_mesh.expert,
+        rules=context_mesh.current_rules().expert,
+        capacity_factor=c.ep_capacity_factor,
+      )
     if c.moe_dispatch in ("dropless", "expert_parallel"):  # no mesh: one device
       return dropless(*args, expert_fn=expert_fn)
     if c.moe_dispatch == "capacity":
@@ -229,23 +234,40 @@ class MoE(nn.Module):
     c = self.cfg
     b, length, d = x.shape
     e = c.n_routed_experts
-    logits = Linear((d,), (e,), ("embed", "router"), init_std=c.initializer_range,
-                    dtype="float32", param_dtype=c.param_dtype, name="router")(x)
-    bias = self.variable("router", "bias", nn.with_logical_partitioning(
-        lambda shape: jnp.zeros(shape, jnp.float32), ("router",)), (e,)).value
+    logits = Linear(
+      (d,),
+      (e,),
+      ("embed", "router"),
+      init_std=c.initializer_range,
+      dtype="float32",
+      param_dtype=c.param_dtype,
+      name="router",
+    )(x)
+    bias = self.variable(
+      "router",
+      "bias",
+      nn.with_logical_partitioning(lambda shape: jnp.zeros(shape, jnp.float32), ("router",)),
+      (e,),
+    ).value
     weights, experts, scores = route(logits.reshape(b * length, e), bias, c)
     flat_valid = valid.reshape(-1)
     y, dropped = Experts(c, name="experts")(x.reshape(b * length, d), weights, experts, flat_valid)
     y = y.reshape(b, length, d)
     if c.n_shared_experts:
-      y = y + SwiGLU(d, c.n_shared_experts * c.moe_intermediate_size, c.initializer_range,
-                     c.dtype, c.param_dtype, name="shared")(x)
+      y = y + SwiGLU(
+        d,
+        c.n_shared_experts * c.moe_intermediate_size,
+        c.initializer_range,
+        c.dtype,
+        c.param_dtype,
+        name="shared",
+      )(x)
     stats = router_stats(experts, scores, flat_valid)
     stats["dropped_tokens"] = jax.lax.stop_gradient(dropped)
     if c.seq_aux_loss_coef > 0:
-      stats["balance_loss"] = balance_loss(experts.reshape(b, length, -1),
-                                           scores.reshape(b, length, e), valid,
-                                           c.seq_aux_loss_coef)
+      stats["balance_loss"] = balance_loss(
+        experts.reshape(b, length, -1), scores.reshape(b, length, e), valid, c.seq_aux_loss_coef
+      )
     else:
       stats["balance_loss"] = jnp.zeros((), jnp.float32)
     return y.astype(c.dtype), stats

@@ -34,8 +34,9 @@ def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
   return 0.1 * mscale * math.log(scale) + 1.0
 
 
-def inverse_frequencies(dim: int, theta: float,
-                        scaling: RopeScaling | None) -> tuple[np.ndarray, float]:
+def inverse_frequencies(
+  dim: int, theta: float, scaling: RopeScaling | None
+) -> tuple[np.ndarray, float]:
   """(inv_freq float32 [dim // 2], cos/sin attention_factor) for a rotary dim `dim`."""
   exponents = np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
   pos_freqs = np.float32(theta) ** exponents
@@ -48,8 +49,11 @@ def inverse_frequencies(dim: int, theta: float,
   def correction_dim(num_rotations):
     # Dimension index whose wavelength completes `num_rotations` turns over the
     # original context (YaRN eq. 17-18).
-    return (dim * math.log(scaling.original_max_position_embeddings / (num_rotations * 2 * math.pi))
-            / (2 * math.log(theta)))
+    return (
+      dim
+      * math.log(scaling.original_max_position_embeddings / (num_rotations * 2 * math.pi))
+      / (2 * math.log(theta))
+    )
 
   low = max(math.floor(correction_dim(scaling.beta_fast)), 0)
   high = min(math.ceil(correction_dim(scaling.beta_slow)), dim - 1)
@@ -59,8 +63,9 @@ def inverse_frequencies(dim: int, theta: float,
   extrapolation_weight = (1 - ramp).astype(np.float32)
   inv_freq = interpolation * (1 - extrapolation_weight) + extrapolation * extrapolation_weight
   if scaling.mscale and scaling.mscale_all_dim:
-    attention_factor = yarn_mscale(factor, scaling.mscale) / yarn_mscale(factor,
-                                                                          scaling.mscale_all_dim)
+    attention_factor = yarn_mscale(factor, scaling.mscale) / yarn_mscale(
+      factor, scaling.mscale_all_dim
+    )
   else:
     attention_factor = yarn_mscale(factor)
   return inv_freq.astype(np.float32), float(attention_factor)
@@ -68,14 +73,15 @@ def inverse_frequencies(dim: int, theta: float,
 
 def softmax_scale(qk_head_dim: int, scaling: RopeScaling | None) -> float:
   """Attention logit scale `qk_head_dim^-0.5`, times `mscale(factor, mscale_all_dim)^2` (YaRN)."""
-  scale = qk_head_dim ** -0.5
+  scale = qk_head_dim**-0.5
   if scaling is not None and scaling.mscale_all_dim:
     scale *= yarn_mscale(scaling.factor, scaling.mscale_all_dim) ** 2
   return scale
 
 
-def rope_tables(positions: jax.Array, dim: int, theta: float,
-                scaling: RopeScaling | None) -> tuple[jax.Array, jax.Array]:
+def rope_tables(
+  positions: jax.Array, dim: int, theta: float, scaling: RopeScaling | None
+) -> tuple[jax.Array, jax.Array]:
   """float32 (cos, sin), each `[B, L, dim // 2]`, scaled by the YaRN attention factor.
 
   Args:

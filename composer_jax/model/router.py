@@ -12,15 +12,15 @@
 All router math is float32.
 """
 
-
 import jax
 import jax.numpy as jnp
 
 from composer_jax.model.config import ModelConfig
 
 
-def route(logits: jax.Array, bias: jax.Array,
-          cfg: ModelConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
+def route(
+  logits: jax.Array, bias: jax.Array, cfg: ModelConfig
+) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Selects experts per token.
 
   Args:
@@ -73,8 +73,7 @@ def router_stats(experts: jax.Array, scores: jax.Array, valid: jax.Array) -> dic
   return jax.lax.stop_gradient(stats)
 
 
-def balance_loss(experts: jax.Array, scores: jax.Array, valid: jax.Array,
-                 coef: float) -> jax.Array:
+def balance_loss(experts: jax.Array, scores: jax.Array, valid: jax.Array, coef: float) -> jax.Array:
   """Sequence-wise balance loss `coef * sum_i f_i P_i` (DeepSeek-V3 eq. 17-20).
 
   Per row (a packed row counts as one sequence): `f_i = E / (K T) * #{t: i in TopK(t)}`,
@@ -87,7 +86,7 @@ def balance_loss(experts: jax.Array, scores: jax.Array, valid: jax.Array,
   num_experts, k = scores.shape[-1], experts.shape[-1]
   v = valid.astype(jnp.float32)
   n = jnp.maximum(v.sum(-1), 1.0)  # [B]
-  selected = (jax.nn.one_hot(experts, num_experts, dtype=jnp.float32).sum(2) * v[..., None])
+  selected = jax.nn.one_hot(experts, num_experts, dtype=jnp.float32).sum(2) * v[..., None]
   f = num_experts / (k * n[:, None]) * selected.sum(1)  # [B, E]
   probs = scores / scores.sum(-1, keepdims=True)
   p = (probs * v[..., None]).sum(1) / n[:, None]  # [B, E]

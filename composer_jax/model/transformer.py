@@ -28,9 +28,9 @@ from composer_jax.model.rope import rope_tables
 from composer_jax.parallel import context
 
 _REMAT_POLICIES = {
-    "full": jax.checkpoint_policies.nothing_saveable,
-    "dots": jax.checkpoint_policies.checkpoint_dots,
-    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+  "full": jax.checkpoint_policies.nothing_saveable,
+  "dots": jax.checkpoint_policies.checkpoint_dots,
+  "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
 }
 
 
@@ -48,8 +48,14 @@ class Block(nn.Module):
   def __call__(self, x, cos, sin, mask, valid, cache=None, positions=None):
     c = self.cfg
     attn = (MLA if c.attention == "mla" else GQA)(c, name="attn")
-    y = attn(RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype, name="attn_norm")(x),
-             cos, sin, mask, cache, positions)
+    y = attn(
+      RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype, name="attn_norm")(x),
+      cos,
+      sin,
+      mask,
+      cache,
+      positions,
+    )
     if cache is not None:
       y, cache = y
     x = x + y
@@ -57,8 +63,9 @@ class Block(nn.Module):
     if self.moe:
       y, stats = MoE(c, name="moe")(h, valid)
     else:
-      y = SwiGLU(c.hidden_size, c.intermediate_size, c.initializer_range, c.dtype,
-                 c.param_dtype, name="mlp")(h)
+      y = SwiGLU(
+        c.hidden_size, c.intermediate_size, c.initializer_range, c.dtype, c.param_dtype, name="mlp"
+      )(h)
       stats = None
     return (x + y).astype(c.dtype), (stats, cache)
 
@@ -74,10 +81,15 @@ def _stack(cfg: ModelConfig, moe: bool, length: int, name: str) -> nn.Module:
     # prevent_cse=False is safe (and faster) inside scan.
     block = nn.remat(Block, policy=_REMAT_POLICIES[cfg.remat_policy], prevent_cse=False)
   # The layer cache is scanned (one slice per layer); everything else is shared.
-  scanned = nn.scan(block, variable_axes={"params": 0, "router": 0},
-                    split_rngs={"params": True}, in_axes=(nn.broadcast,) * 4 + (0, nn.broadcast),
-                    length=length, unroll=1 if cfg.scan_layers else length,
-                    metadata_params={nn.PARTITION_NAME: "layers"})
+  scanned = nn.scan(
+    block,
+    variable_axes={"params": 0, "router": 0},
+    split_rngs={"params": True},
+    in_axes=(nn.broadcast,) * 4 + (0, nn.broadcast),
+    length=length,
+    unroll=1 if cfg.scan_layers else length,
+    metadata_params={nn.PARTITION_NAME: "layers"},
+  )
   return scanned(cfg, moe, name=name)
 
 
@@ -89,8 +101,12 @@ class Head(nn.Module):
   @nn.compact
   def __call__(self):
     c = self.cfg
-    return self.param("kernel", param_init(c.initializer_range, ("embed", "vocab")),
-                      (c.hidden_size, c.vocab_size), c.param_dtype)
+    return self.param(
+      "kernel",
+      param_init(c.initializer_range, ("embed", "vocab")),
+      (c.hidden_size, c.vocab_size),
+      c.param_dtype,
+    )
 
 
 class Transformer(nn.Module):
@@ -107,8 +123,9 @@ class Transformer(nn.Module):
     if cache is not None and positions is None:
       raise ValueError("decoding with a kv cache needs explicit positions [batch, seq]")
     segment_ids, positions = _check_inputs(tokens, segment_ids, positions)
-    x = Embed(c.vocab_size, c.hidden_size, c.initializer_range, c.dtype, c.param_dtype,
-              name="embed")(tokens)
+    x = Embed(
+      c.vocab_size, c.hidden_size, c.initializer_range, c.dtype, c.param_dtype, name="embed"
+    )(tokens)
     rope_dim = c.qk_rope_head_dim if c.attention == "mla" else c.head_dim
     cos, sin = rope_tables(positions, rope_dim, c.rope_theta, c.rope_scaling)
     valid, new_cache = segment_ids != 0, {}
@@ -121,30 +138,38 @@ class Transformer(nn.Module):
     layer_cache = lambda name: None if cache is None else cache[name]
     if c.first_k_dense_replace:
       x, (_, new_cache["dense_layers"]) = _stack(c, False, c.first_k_dense_replace, "dense_layers")(
-          x, cos, sin, mask, valid, layer_cache("dense_layers"), positions)
+        x, cos, sin, mask, valid, layer_cache("dense_layers"), positions
+      )
     if c.num_moe_layers:
       x, (stats, new_cache["moe_layers"]) = _stack(c, True, c.num_moe_layers, "moe_layers")(
-          x, cos, sin, mask, valid, layer_cache("moe_layers"), positions)
+        x, cos, sin, mask, valid, layer_cache("moe_layers"), positions
+      )
     else:
       e = c.n_routed_experts
-      stats = dict(router_counts=jnp.zeros((0, e)), router_entropy=jnp.zeros((0,)),
-                   load_max_over_mean=jnp.zeros((0,)), balance_loss=jnp.zeros((0,)),
-                   dropped_tokens=jnp.zeros((0,)))
+      stats = dict(
+        router_counts=jnp.zeros((0, e)),
+        router_entropy=jnp.zeros((0,)),
+        load_max_over_mean=jnp.zeros((0,)),
+        balance_loss=jnp.zeros((0,)),
+        dropped_tokens=jnp.zeros((0,)),
+      )
     x = RMSNorm(c.hidden_size, c.rms_norm_eps, c.param_dtype, name="final_norm")(x)
     if not c.tie_word_embeddings:
       Head(c, name="lm_head")()
     if cache is not None:
       return x, new_cache
-    aux = dict(stats, balance_loss=stats["balance_loss"].sum(),
-               dropped_tokens=stats["dropped_tokens"].sum())
+    aux = dict(
+      stats, balance_loss=stats["balance_loss"].sum(), dropped_tokens=stats["dropped_tokens"].sum()
+    )
     return x, aux
 
 
 def _check_inputs(tokens, segment_ids, positions):
   """Validates shapes/dtypes; defaults: one document per row, positions 0..L-1."""
   if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
-    raise ValueError(f"tokens must be an integer [batch, seq] array, got {tokens.dtype} "
-                     f"{tokens.shape}")
+    raise ValueError(
+      f"tokens must be an integer [batch, seq] array, got {tokens.dtype} {tokens.shape}"
+    )
   if segment_ids is None:
     segment_ids = jnp.ones_like(tokens)
   if positions is None:
@@ -191,8 +216,9 @@ def logical_axes(cfg: ModelConfig) -> dict[str, Any]:
   Built with `jax.eval_shape` (no allocation). Use `is_leaf=lambda x: isinstance(x,
   tuple)` when mapping over it together with the variables.
   """
-  return jax.tree.map(lambda p: tuple(p.names), _boxed_shapes(cfg),
-                      is_leaf=lambda x: isinstance(x, nn.Partitioned))
+  return jax.tree.map(
+    lambda p: tuple(p.names), _boxed_shapes(cfg), is_leaf=lambda x: isinstance(x, nn.Partitioned)
+  )
 
 
 def shapes(cfg: ModelConfig) -> dict[str, Any]:
@@ -222,9 +248,13 @@ def param_counts(cfg: ModelConfig) -> tuple[int, int]:
   return int(total), int(total - inactive)
 
 
-def forward(cfg: ModelConfig, variables: dict[str, Any], tokens: jax.Array,
-            segment_ids: jax.Array | None = None,
-            positions: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+def forward(
+  cfg: ModelConfig,
+  variables: dict[str, Any],
+  tokens: jax.Array,
+  segment_ids: jax.Array | None = None,
+  positions: jax.Array | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Runs the model. Returns (hidden `[B, L, D]` after the final norm, aux).
 
   aux: 'router_counts' `[Lm, E]` float32 tokens per expert (padding excluded),
@@ -236,8 +266,13 @@ def forward(cfg: ModelConfig, variables: dict[str, Any], tokens: jax.Array,
   return Transformer(cfg).apply(variables, tokens, segment_ids, positions)
 
 
-def decode(cfg: ModelConfig, variables: dict[str, Any], tokens: jax.Array, positions: jax.Array,
-           cache: dict[str, Any]) -> tuple[jax.Array, dict[str, Any]]:
+def decode(
+  cfg: ModelConfig,
+  variables: dict[str, Any],
+  tokens: jax.Array,
+  positions: jax.Array,
+  cache: dict[str, Any],
+) -> tuple[jax.Array, dict[str, Any]]:
   """Runs `tokens [B, L]` at `positions [B, L]` against a `kv_cache` (prefill or one step).
 
   Writes the tokens' keys into cache slot = position; each attends the slots `<= ` its own

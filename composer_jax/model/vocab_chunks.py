@@ -112,8 +112,9 @@ def pick(z: jax.Array, cols: jax.Array, ids: jax.Array) -> jax.Array:
   return jnp.where(cols[None, :] == ids[:, None], z, 0.0).sum(-1)
 
 
-def lse_and_target_logit(hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int
-                         ) -> tuple[OnlineLse, jax.Array]:
+def lse_and_target_logit(
+  hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int
+) -> tuple[OnlineLse, jax.Array]:
   """Log-normalizer state [N] and target logit z[n, targets[n]] [N] of hidden [N, D] @ head
   [D, V], over vocabulary chunks of `chunk` columns: log p(targets) = z_y - lse.lse()."""
 

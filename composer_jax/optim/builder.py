@@ -42,11 +42,17 @@ def param_labels(optim_cfg, logical_axes_tree: Any) -> Any:
 
 def _adamw(optim_cfg, logical_axes_tree: Any) -> optax.GradientTransformation:
   # Norm scales multiply activations; decaying them towards 0 only fights the model.
-  decay_mask = jax.tree.map(lambda names: "norm" not in names, logical_axes_tree,
-                            is_leaf=muon.is_axes_leaf)
-  return optax.adamw(schedules.make_schedule(optim_cfg, optim_cfg.adam_lr), b1=optim_cfg.b1,
-                     b2=optim_cfg.b2, eps=optim_cfg.eps, weight_decay=optim_cfg.weight_decay,
-                     mask=decay_mask)
+  decay_mask = jax.tree.map(
+    lambda names: "norm" not in names, logical_axes_tree, is_leaf=muon.is_axes_leaf
+  )
+  return optax.adamw(
+    schedules.make_schedule(optim_cfg, optim_cfg.adam_lr),
+    b1=optim_cfg.b1,
+    b2=optim_cfg.b2,
+    eps=optim_cfg.eps,
+    weight_decay=optim_cfg.weight_decay,
+    mask=decay_mask,
+  )
 
 
 def _spans_devices(param_shardings: Any) -> bool:
@@ -54,8 +60,9 @@ def _spans_devices(param_shardings: Any) -> bool:
   return any(len(s.device_set) > 1 for s in jax.tree.leaves(param_shardings))
 
 
-def build_optimizer(optim_cfg, logical_axes_tree: Any,
-                    param_shardings: Any = None) -> optax.GradientTransformation:
+def build_optimizer(
+  optim_cfg, logical_axes_tree: Any, param_shardings: Any = None
+) -> optax.GradientTransformation:
   """Full optimizer for a parameter tree.
 
   Args:
@@ -73,18 +80,23 @@ def build_optimizer(optim_cfg, logical_axes_tree: Any,
   labels = param_labels(optim_cfg, logical_axes_tree)
   adamw = _adamw(optim_cfg, logical_axes_tree)
   if optim_cfg.name == MUON:
-    kwargs = dict(momentum=optim_cfg.momentum, nesterov=optim_cfg.nesterov,
-                  ns_coeffs=optim_cfg.ns_coeffs, ns_steps=optim_cfg.ns_steps,
-                  scale_mode=optim_cfg.muon_scale,
-                  ns_precision=optim_cfg.get("ns_precision", "float32"))
+    kwargs = dict(
+      momentum=optim_cfg.momentum,
+      nesterov=optim_cfg.nesterov,
+      ns_coeffs=optim_cfg.ns_coeffs,
+      ns_steps=optim_cfg.ns_steps,
+      scale_mode=optim_cfg.muon_scale,
+      ns_precision=optim_cfg.get("ns_precision", "float32"),
+    )
     if param_shardings is not None and _spans_devices(param_shardings):
       direction = sharded_muon.sharded_scale_by_muon(logical_axes_tree, param_shardings, **kwargs)
     else:
       direction = muon.scale_by_muon(logical_axes_tree, **kwargs)
     muon_group = optax.chain(
-        direction,
-        optax.add_decayed_weights(optim_cfg.weight_decay),
-        optax.scale_by_learning_rate(schedules.make_schedule(optim_cfg, optim_cfg.lr)))
+      direction,
+      optax.add_decayed_weights(optim_cfg.weight_decay),
+      optax.scale_by_learning_rate(schedules.make_schedule(optim_cfg, optim_cfg.lr)),
+    )
     tx = optax.partition({MUON: muon_group, ADAMW: adamw}, labels)
   else:
     tx = adamw

@@ -81,8 +81,9 @@ def update_scale(shape: Sequence[int], names: tuple[str, ...], mode: str) -> flo
   raise ValueError(f"Unknown Muon update scale mode {mode!r}; valid: {SCALE_MODES}")
 
 
-def to_matrices(x: jax.Array, names: tuple[str, ...]
-                ) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]]:
+def to_matrices(
+  x: jax.Array, names: tuple[str, ...]
+) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]]:
   """Moves the (fan_in, fan_out) axes last: x -> [*batch, fan_in, fan_out], and its inverse.
 
   Batch axes keep their relative order. Returns (matrices, restore).
@@ -104,52 +105,59 @@ def _is_masked(x: Any) -> bool:
   return isinstance(x, optax.MaskedNode)
 
 
-def map_muon_leaves(fn: Callable[[jax.Array, tuple[str, ...]], Any], tree: Any,
-                    logical_axes: Any) -> Any:
+def map_muon_leaves(
+  fn: Callable[[jax.Array, tuple[str, ...]], Any], tree: Any, logical_axes: Any
+) -> Any:
   """fn(leaf, names) on every array leaf of `tree`; MaskedNode leaves pass through.
 
   `logical_axes` has the structure of `tree` (it may also be the full tree when
   `tree` is masked by `optax.partition`), with tuples of names as leaves.
   """
-  return jax.tree.map(lambda x, names: x if _is_masked(x) else fn(x, names), tree,
-                      logical_axes, is_leaf=_is_masked)
+  return jax.tree.map(
+    lambda x, names: x if _is_masked(x) else fn(x, names), tree, logical_axes, is_leaf=_is_masked
+  )
 
 
-def momentum_step(updates: optax.Updates, state: MuonState, beta: float,
-                  nesterov: bool) -> tuple[optax.Updates, MuonState]:
+def momentum_step(
+  updates: optax.Updates, state: MuonState, beta: float, nesterov: bool
+) -> tuple[optax.Updates, MuonState]:
   """(N_t, next state): the elementwise momentum of the module doc, any tree (MaskedNode ok)."""
   mu = optax.tree.update_moment(updates, state.mu, beta, 1)
   count = optax.safe_increment(state.count)
   if nesterov:
-    m_hat = jax.tree.map(lambda m, g: beta * m + (1 - beta) * g,
-                         optax.tree.bias_correction(mu, beta, optax.safe_increment(count)),
-                         optax.tree.bias_correction(updates, beta, count))
+    m_hat = jax.tree.map(
+      lambda m, g: beta * m + (1 - beta) * g,
+      optax.tree.bias_correction(mu, beta, optax.safe_increment(count)),
+      optax.tree.bias_correction(updates, beta, count),
+    )
   else:
     m_hat = optax.tree.bias_correction(mu, beta, count)
   return m_hat, MuonState(count=count, mu=mu)
 
 
-def checked_table(scale_mode: str, ns_coeffs: newton_schulz.Coeffs,
-                  ns_steps: int) -> np.ndarray:
+def checked_table(scale_mode: str, ns_coeffs: newton_schulz.Coeffs, ns_steps: int) -> np.ndarray:
   """The static NS coefficient table [ns_steps, 3]; raises early on a bad mode or table."""
   if scale_mode not in SCALE_MODES:
     raise ValueError(f"Unknown Muon update scale mode {scale_mode!r}; valid: {SCALE_MODES}")
   return newton_schulz.coefficient_schedule(ns_coeffs, ns_steps)
 
 
-def scaled_direction(o: jax.Array, shape: Sequence[int], names: tuple[str, ...], mode: str,
-                     dtype) -> jax.Array:
+def scaled_direction(
+  o: jax.Array, shape: Sequence[int], names: tuple[str, ...], mode: str, dtype
+) -> jax.Array:
   """U_t = s(fan_in, fan_out) · O_t in the update dtype (O_t rounded to it first)."""
   return (update_scale(shape, names, mode) * o.astype(dtype)).astype(dtype)
 
 
-def muon_transform(directions: Callable[[optax.Updates], optax.Updates], momentum: float,
-                   nesterov: bool) -> optax.GradientTransformation:
+def muon_transform(
+  directions: Callable[[optax.Updates], optax.Updates], momentum: float, nesterov: bool
+) -> optax.GradientTransformation:
   """Momentum (`momentum_step`) followed by `directions(N_t) -> U_t` on the whole tree.
 
   The one Muon skeleton: `scale_by_muon` orthogonalizes leaf by leaf, the sharded
   Muon (`composer_jax.optim.sharded_muon`) by shape groups across the tree.
   """
+
   def init_fn(params):
     return MuonState(count=jnp.zeros([], jnp.int32), mu=optax.tree.zeros_like(params))
 
@@ -161,10 +169,17 @@ def muon_transform(directions: Callable[[optax.Updates], optax.Updates], momentu
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-def scale_by_muon(logical_axes: Any, *, momentum: float = 0.95, nesterov: bool = True,
-                  ns_coeffs: newton_schulz.Coeffs = "quintic", ns_steps: int = 5,
-                  scale_mode: str = "consistent_rms", eps: float = 1e-7,
-                  ns_precision: str = "float32") -> optax.GradientTransformation:
+def scale_by_muon(
+  logical_axes: Any,
+  *,
+  momentum: float = 0.95,
+  nesterov: bool = True,
+  ns_coeffs: newton_schulz.Coeffs = "quintic",
+  ns_steps: int = 5,
+  scale_mode: str = "consistent_rms",
+  eps: float = 1e-7,
+  ns_precision: str = "float32",
+) -> optax.GradientTransformation:
   """Muon direction U_t (module doc) for every leaf; no learning rate, no weight decay.
 
   Args:
@@ -188,5 +203,6 @@ def scale_by_muon(logical_axes: Any, *, momentum: float = 0.95, nesterov: bool =
     o = restore(newton_schulz.orthogonalize(mats, table, len(table), eps, ns_precision))
     return scaled_direction(o, m_hat.shape, names, scale_mode, m_hat.dtype)
 
-  return muon_transform(lambda m_hat: map_muon_leaves(direction, m_hat, logical_axes),
-                        momentum, nesterov)
+  return muon_transform(
+    lambda m_hat: map_muon_leaves(direction, m_hat, logical_axes), momentum, nesterov
+  )

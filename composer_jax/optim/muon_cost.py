@@ -44,7 +44,7 @@ class MatrixSet(NamedTuple):
 def ns_flops(m: int, n: int, steps: int = 5) -> int:
   """FLOPs of `steps` Newton–Schulz iterations on one [m, n] matrix (module doc)."""
   m, n = min(m, n), max(m, n)
-  return steps * (4 * m * m * n + 2 * m ** 3)
+  return steps * (4 * m * m * n + 2 * m**3)
 
 
 def all_to_all_bytes(m: int, n: int, k: int, bytes_per_elem: int = 4) -> float:
@@ -61,8 +61,15 @@ def muon_matrices(logical_axes: Any, shapes: Any) -> list[MatrixSet]:
       continue
     batch, _ = axes_lib.muon_dims(names)
     fan_in, fan_out = muon.fan_in_out(x.shape, names)
-    out.append(MatrixSet(jax.tree_util.keystr(path), view_of(names),
-                         math.prod(x.shape[i] for i in batch), fan_in, fan_out))
+    out.append(
+      MatrixSet(
+        jax.tree_util.keystr(path),
+        view_of(names),
+        math.prod(x.shape[i] for i in batch),
+        fan_in,
+        fan_out,
+      )
+    )
   return out
 
 
@@ -86,9 +93,19 @@ class StepCost(NamedTuple):
     return self.compute_s + self.comm_s
 
 
-def step_cost(matrices: list[MatrixSet], devices: int, *, node: int, n_experts: int,
-              peak_flops: float, efficiency: float, intra_bw: float, inter_bw: float,
-              steps: int = 5, bytes_per_elem: int = 4) -> StepCost:
+def step_cost(
+  matrices: list[MatrixSet],
+  devices: int,
+  *,
+  node: int,
+  n_experts: int,
+  peak_flops: float,
+  efficiency: float,
+  intra_bw: float,
+  inter_bw: float,
+  steps: int = 5,
+  bytes_per_elem: int = 4,
+) -> StepCost:
   """Cost of one step under the dual-mesh layout of the Composer report.
 
   Dense view: HSDP, FSDP over the `node` GPUs of a node (replicas compute the
@@ -99,10 +116,15 @@ def step_cost(matrices: list[MatrixSet], devices: int, *, node: int, n_experts: 
   FSDP-sharded k = devices / EP ways, so every GPU orthogonalizes an equal share
   of whole expert matrices, moved over `inter_bw`.
   """
-  if devices % node or (devices > n_experts and devices % n_experts) or (
-      devices < n_experts and n_experts % devices):
-    raise ValueError(f"devices={devices} must be a multiple of node={node} and divide or be a "
-                     f"multiple of n_experts={n_experts}")
+  if (
+    devices % node
+    or (devices > n_experts and devices % n_experts)
+    or (devices < n_experts and n_experts % devices)
+  ):
+    raise ValueError(
+      f"devices={devices} must be a multiple of node={node} and divide or be a "
+      f"multiple of n_experts={n_experts}"
+    )
   k_expert = max(1, devices // n_experts)
   # Like the optimizer, batch same-shape matrices of a view into one group; a
   # group's matrices are split evenly (whole matrices, padded), so the busiest

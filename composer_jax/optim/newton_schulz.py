@@ -52,14 +52,14 @@ import numpy as np
 _QUINTIC = ((3.4445, -4.7750, 2.0315),)
 
 _POLAR_EXPRESS_PUBLISHED = (
-    (8.28721201814563, -23.595886519098837, 17.300387312530933),
-    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
-    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
-    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
-    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
-    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
-    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
-    (1.875, -1.25, 0.375),
+  (8.28721201814563, -23.595886519098837, 17.300387312530933),
+  (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
+  (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
+  (3.3184196573706015, -2.488488024314874, 0.51004894012372),
+  (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
+  (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
+  (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
+  (1.875, -1.25, 0.375),
 )
 _POLAR_EXPRESS_SAFETY = 1.01
 
@@ -94,15 +94,18 @@ def coefficient_schedule(coeffs: Coeffs, steps: int) -> np.ndarray:
   """
   if isinstance(coeffs, str):
     if coeffs not in COEFF_PRESETS:
-      raise ValueError(f"Unknown Newton-Schulz coefficients {coeffs!r}; valid presets: "
-                       f"{sorted(COEFF_PRESETS)} or an array of shape [3] or [n, 3]")
+      raise ValueError(
+        f"Unknown Newton-Schulz coefficients {coeffs!r}; valid presets: "
+        f"{sorted(COEFF_PRESETS)} or an array of shape [3] or [n, 3]"
+      )
     coeffs = COEFF_PRESETS[coeffs]
   table = np.asarray(coeffs, dtype=np.float64)
   if table.ndim == 1:
     table = table[None]
   if table.ndim != 2 or table.shape[-1] != 3 or table.shape[0] == 0:
-    raise ValueError(f"Newton-Schulz coefficients must have shape [3] or [n, 3], got "
-                     f"{np.shape(coeffs)}")
+    raise ValueError(
+      f"Newton-Schulz coefficients must have shape [3] or [n, 3], got {np.shape(coeffs)}"
+    )
   if int(steps) != steps or steps < 1:
     raise ValueError(f"Newton-Schulz steps must be a positive integer, got {steps!r}")
   idx = np.minimum(np.arange(steps), table.shape[0] - 1)
@@ -137,19 +140,20 @@ def frobenius_normalize(x: jax.Array, eps: float = 1e-7) -> jax.Array:
 
 
 # precision -> (matmul input dtype, iterate dtype); None = the input's compute dtype.
-PRECISIONS = {"float32": (None, None), "mixed": (jnp.bfloat16, None),
-              "bfloat16": (jnp.bfloat16, jnp.bfloat16)}
+PRECISIONS = {
+  "float32": (None, None),
+  "mixed": (jnp.bfloat16, None),
+  "bfloat16": (jnp.bfloat16, jnp.bfloat16),
+}
 
 
 def check_precision(precision: str) -> None:
   """One-line ValueError for a name not in `PRECISIONS`."""
   if precision not in PRECISIONS:
-    raise ValueError(f"Unknown Newton-Schulz precision {precision!r}; valid: "
-                     f"{sorted(PRECISIONS)}")
+    raise ValueError(f"Unknown Newton-Schulz precision {precision!r}; valid: {sorted(PRECISIONS)}")
 
 
-def newton_schulz_iterate(x: jax.Array, table: np.ndarray,
-                          precision: str = "float32") -> jax.Array:
+def newton_schulz_iterate(x: jax.Array, table: np.ndarray, precision: str = "float32") -> jax.Array:
   """Applies X <- aX + (bA + cA^2)X, A = X X^T, for each row of `table` [steps, 3].
 
   Args:
@@ -177,8 +181,13 @@ def newton_schulz_iterate(x: jax.Array, table: np.ndarray,
   return out.astype(x.dtype)
 
 
-def orthogonalize(x: jax.Array, coeffs: Coeffs = "quintic", steps: int = 5,
-                  eps: float = 1e-7, precision: str = "float32") -> jax.Array:
+def orthogonalize(
+  x: jax.Array,
+  coeffs: Coeffs = "quintic",
+  steps: int = 5,
+  eps: float = 1e-7,
+  precision: str = "float32",
+) -> jax.Array:
   """Approximate polar factor U V^T of every trailing matrix of x [..., m, n].
 
   Leading axes are independent matrices (batched matmuls, no vmap). Tall
@@ -197,8 +206,7 @@ def orthogonalize(x: jax.Array, coeffs: Coeffs = "quintic", steps: int = 5,
     `precision` says otherwise.
   """
   if x.ndim < 2:
-    raise ValueError(f"orthogonalize needs an array [..., m, n] of rank >= 2, got shape "
-                     f"{x.shape}")
+    raise ValueError(f"orthogonalize needs an array [..., m, n] of rank >= 2, got shape {x.shape}")
   table = coefficient_schedule(coeffs, steps)
   # One flat batch axis [B, m, n] (B = 1 for a single matrix): the batched matmuls then
   # equal optax's vmapped 2-D ones bit for bit.

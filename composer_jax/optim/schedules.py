@@ -31,8 +31,9 @@ def make_schedule(optim_cfg, peak: float) -> optax.Schedule:
   if kind not in SCHEDULES:
     raise ValueError(f"Unknown LR schedule {kind!r}; valid: {SCHEDULES}")
   if not 0 <= warmup < total:
-    raise ValueError(f"Need 0 <= warmup_steps < total_steps, got warmup_steps={warmup}, "
-                     f"total_steps={total}")
+    raise ValueError(
+      f"Need 0 <= warmup_steps < total_steps, got warmup_steps={warmup}, total_steps={total}"
+    )
   ratio = optim_cfg.min_lr_ratio
   if not 0.0 <= ratio <= 1.0:
     raise ValueError(f"min_lr_ratio must be in [0, 1], got {ratio}")
@@ -45,8 +46,10 @@ def make_schedule(optim_cfg, peak: float) -> optax.Schedule:
     fraction = optim_cfg.wsd_decay_fraction
     decay_steps = round(fraction * total)
     if not 0.0 <= fraction <= 1.0 or warmup + decay_steps > total:
-      raise ValueError(f"wsd_decay_fraction={fraction} must be in [0, 1] with warmup_steps="
-                       f"{warmup} + decay steps {decay_steps} <= total_steps={total}")
+      raise ValueError(
+        f"wsd_decay_fraction={fraction} must be in [0, 1] with warmup_steps="
+        f"{warmup} + decay steps {decay_steps} <= total_steps={total}"
+      )
     pieces.append((optax.constant_schedule(peak), warmup))
     if decay_steps:
       pieces.append((optax.linear_schedule(peak, floor, decay_steps), total - decay_steps))

@@ -70,8 +70,13 @@ def plan_groups(leaves: list[Leaf], mesh) -> list[Group]:
   groups: dict[Any, list[Leaf]] = defaultdict(list)
   for leaf in leaves:
     _, (r, o) = axes_lib.muon_dims(leaf.names)
-    key = (leaf.dtype, leaf.shape[r], leaf.shape[o], _dim_axes(leaf.spec, r, mesh),
-           _dim_axes(leaf.spec, o, mesh))
+    key = (
+      leaf.dtype,
+      leaf.shape[r],
+      leaf.shape[o],
+      _dim_axes(leaf.spec, r, mesh),
+      _dim_axes(leaf.spec, o, mesh),
+    )
     groups[key].append(leaf)
   return [Group(tuple(ls), k[3], k[4]) for k, ls in groups.items()]
 
@@ -86,8 +91,9 @@ def _all_to_all(x, group: Group):
   Sent as [k, -1]: XLA:CPU rejects an all-to-all whose operand is a transpose with
   a non-default layout ("operands with different shapes"); the flat view avoids it.
   """
-  flat = jax.lax.all_to_all(x.reshape(x.shape[0], -1), group.row_axes + group.col_axes,
-                            0, 0, tiled=True)
+  flat = jax.lax.all_to_all(
+    x.reshape(x.shape[0], -1), group.row_axes + group.col_axes, 0, 0, tiled=True
+  )
   return flat.reshape(x.shape)
 
 
@@ -107,8 +113,9 @@ def _scatter_matrices(y, a: int, c: int, group: Group):
   return y.reshape(a * c * b, m // a, n // c)
 
 
-def orthogonalize_sharded(xs: list[jax.Array], leaves: list[Leaf], mesh, table, eps,
-                          precision: str = "float32"):
+def orthogonalize_sharded(
+  xs: list[jax.Array], leaves: list[Leaf], mesh, table, eps, precision: str = "float32"
+):
   """NS of every matrix of every leaf (global arrays sharded on `mesh` as `leaf.spec`).
 
   Returns arrays in `newton_schulz.compute_dtype` with the same shapes and shardings.
@@ -133,17 +140,16 @@ def orthogonalize_sharded(xs: list[jax.Array], leaves: list[Leaf], mesh, table, 
         x = _gather_matrices(x, a, c, g)
       stacked.append(x)
     # All forward all-to-alls above, all NS chains here, all backward ones below.
-    stacked = [newton_schulz.orthogonalize(x, table, len(table), eps, precision)
-               for x in stacked]
+    stacked = [newton_schulz.orthogonalize(x, table, len(table), eps, precision) for x in stacked]
     outs = [None] * len(blocks)
     for g, y, n in zip(groups, stacked, sizes):
       a, c = _size(mesh, g.row_axes), _size(mesh, g.col_axes)
       if a * c > 1:
-        y = _scatter_matrices(y, a, c, g)[:sum(n)]
+        y = _scatter_matrices(y, a, c, g)[: sum(n)]
       start = 0
       for leaf, count in zip(g.leaves, n):
         restore, shape = restores[leaf.index]
-        outs[pos[leaf.index]] = restore(y[start:start + count].reshape(shape))
+        outs[pos[leaf.index]] = restore(y[start : start + count].reshape(shape))
         start += count
     return tuple(outs)
 
@@ -167,16 +173,24 @@ def muon_leaves(tree: Any, logical_axes: Any, shardings: Any) -> dict[Any, list[
       continue
     if not isinstance(s, NamedSharding):
       raise ValueError(f"sharded Muon needs a NamedSharding per leaf, got {s!r} for {n}")
-    by_mesh[s.mesh].append(Leaf(i, tuple(n), s.spec, tuple(x.shape),
-                                 newton_schulz.compute_dtype(x.dtype)))
+    by_mesh[s.mesh].append(
+      Leaf(i, tuple(n), s.spec, tuple(x.shape), newton_schulz.compute_dtype(x.dtype))
+    )
   return dict(by_mesh)
 
 
-def sharded_scale_by_muon(logical_axes: Any, shardings: Any, *, momentum: float = 0.95,
-                          nesterov: bool = True, ns_coeffs: newton_schulz.Coeffs = "quintic",
-                          ns_steps: int = 5, scale_mode: str = "consistent_rms",
-                          eps: float = 1e-7,
-                          ns_precision: str = "float32") -> optax.GradientTransformation:
+def sharded_scale_by_muon(
+  logical_axes: Any,
+  shardings: Any,
+  *,
+  momentum: float = 0.95,
+  nesterov: bool = True,
+  ns_coeffs: newton_schulz.Coeffs = "quintic",
+  ns_steps: int = 5,
+  scale_mode: str = "consistent_rms",
+  eps: float = 1e-7,
+  ns_precision: str = "float32",
+) -> optax.GradientTransformation:
   """`muon.scale_by_muon` for sharded parameters, NS via grouped all-to-alls.
 
   Args:
@@ -199,8 +213,9 @@ def sharded_scale_by_muon(logical_axes: Any, shardings: Any, *, momentum: float 
     shards = treedef.flatten_up_to(shardings)
     out = list(flat)
     for mesh, leaves in muon_leaves(m_hat, logical_axes, shardings).items():
-      ys = orthogonalize_sharded([flat[leaf.index] for leaf in leaves], leaves, mesh, table, eps,
-                                 ns_precision)
+      ys = orthogonalize_sharded(
+        [flat[leaf.index] for leaf in leaves], leaves, mesh, table, eps, ns_precision
+      )
       for leaf, y in zip(leaves, ys):
         y = muon.scaled_direction(y, leaf.shape, leaf.names, scale_mode, flat[leaf.index].dtype)
         out[leaf.index] = jax.lax.with_sharding_constraint(y, shards[leaf.index])

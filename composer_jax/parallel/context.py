@@ -87,12 +87,21 @@ def enabled() -> bool:
 def _spec(dims: Dims) -> PartitionSpec:
   """Dense-view spec of logical `dims` under the traced layout's rules."""
   rules = context_mesh.current_rules()
-  return rules_lib.logical_to_spec(dims, rules.dense, context_mesh.current().dense,
-                                   where="context-parallel attention")
+  return rules_lib.logical_to_spec(
+    dims, rules.dense, context_mesh.current().dense, where="context-parallel attention"
+  )
 
 
-def attention(attend: Callable, q: jax.Array, kv: jax.Array, mask: jax.Array, *, kv_dims: Dims,
-              weights: Sequence[jax.Array] = (), weight_dims: Sequence[Dims] = ()) -> jax.Array:
+def attention(
+  attend: Callable,
+  q: jax.Array,
+  kv: jax.Array,
+  mask: jax.Array,
+  *,
+  kv_dims: Dims,
+  weights: Sequence[jax.Array] = (),
+  weight_dims: Sequence[Dims] = (),
+) -> jax.Array:
   """`attend(q, kv, mask, *weights)` with queries sharded over `context`, kv all-gathered.
 
   Runs in `jax.shard_map` over the dense view of `context_mesh.current()`, dims placed by
@@ -117,14 +126,19 @@ def attention(attend: Callable, q: jax.Array, kv: jax.Array, mask: jax.Array, *,
   mesh = context_mesh.current().dense
   q_spec = _spec(("batch", "seq", "act_heads", None))
   if q_spec[1] != "context":  # the zig-zag order and the kv all-gather are over `context`
-    raise ValueError(f"context-parallel attention needs the dense rule 'seq' -> 'context'; the "
-                     f"layout's rules shard the sequence over {q_spec[1]!r}")
+    raise ValueError(
+      f"context-parallel attention needs the dense rule 'seq' -> 'context'; the "
+      f"layout's rules shard the sequence over {q_spec[1]!r}"
+    )
 
   def local(q, kv, mask, *weights):
     kv = jax.lax.all_gather(kv, "context", axis=1, tiled=True)
     return attend(q, kv, mask, *weights)
 
-  in_specs = (q_spec, _spec(kv_dims), _spec(("batch", None, "seq", None)),
-              *(_spec(d) for d in weight_dims))
-  return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=q_spec)(
-      q, kv, mask, *weights)
+  in_specs = (
+    q_spec,
+    _spec(kv_dims),
+    _spec(("batch", None, "seq", None)),
+    *(_spec(d) for d in weight_dims),
+  )
+  return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=q_spec)(q, kv, mask, *weights)

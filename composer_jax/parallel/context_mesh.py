@@ -41,12 +41,15 @@ def use_mesh(dual_mesh: DualMesh, rules_cfg) -> Iterator[DualMesh]:
   """Makes `dual_mesh` and `rules_cfg` what `current()` / `current_rules()` return while the
   block runs (nests)."""
   if not isinstance(dual_mesh, DualMesh):
-    raise TypeError(f"use_mesh needs a DualMesh (parallel.mesh.make_meshes), got "
-                    f"{type(dual_mesh).__name__}")
+    raise TypeError(
+      f"use_mesh needs a DualMesh (parallel.mesh.make_meshes), got {type(dual_mesh).__name__}"
+    )
   missing = [v for v in DualMesh._fields if v not in rules_cfg]
   if missing:
-    raise ValueError(f"use_mesh needs rules for both mesh views; rules lack {missing} "
-                     "(see parallel.rules.default_rules())")
+    raise ValueError(
+      f"use_mesh needs rules for both mesh views; rules lack {missing} "
+      "(see parallel.rules.default_rules())"
+    )
   _stack.append(Layout(dual_mesh, rules_cfg))
   try:
     yield dual_mesh
@@ -86,4 +89,5 @@ def constrain(x: jax.Array, names: Sequence[str | None], view: str = "dense") ->
     return x
   layout = _stack[-1]
   return jax.lax.with_sharding_constraint(
-      x, rules_lib.activation_sharding(names, layout.mesh, layout.rules, view))
+    x, rules_lib.activation_sharding(names, layout.mesh, layout.rules, view)
+  )

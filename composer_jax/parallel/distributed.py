@@ -30,8 +30,13 @@ from collections.abc import Mapping, Sequence
 
 import jax
 
-_SLURM_STEP_VARS = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID",
-                    "SLURM_LOCALID")  # What JAX's SLURM detection reads: set inside `srun`.
+_SLURM_STEP_VARS = (
+  "SLURM_JOB_ID",
+  "SLURM_STEP_NODELIST",
+  "SLURM_NTASKS",
+  "SLURM_PROCID",
+  "SLURM_LOCALID",
+)  # What JAX's SLURM detection reads: set inside `srun`.
 _GOOGLE_PCI_VENDOR = "0x1ae0"
 _PCI_DEVICES = "/sys/bus/pci/devices"
 
@@ -69,8 +74,10 @@ def _env_int(environ: Mapping[str, str], name: str) -> int:
 def _check_coordinator(address: str) -> None:
   host, sep, port = address.rpartition(":")
   if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
-    raise ValueError(f"--coordinator={address!r} must be HOST:PORT with PORT in [1, 65535], "
-                     "e.g. 10.0.0.1:1234 (the address of process 0)")
+    raise ValueError(
+      f"--coordinator={address!r} must be HOST:PORT with PORT in [1, 65535], "
+      "e.g. 10.0.0.1:1234 (the address of process 0)"
+    )
 
 
 def parse_device_ids(text: str | None) -> tuple[int, ...] | None:
@@ -80,44 +87,61 @@ def parse_device_ids(text: str | None) -> tuple[int, ...] | None:
   try:
     return tuple(int(i) for i in text.split(","))
   except ValueError:
-    raise ValueError(f"--local_device_ids={text!r} must be comma-separated device numbers, "
-                     "e.g. 0,1,2,3") from None
+    raise ValueError(
+      f"--local_device_ids={text!r} must be comma-separated device numbers, e.g. 0,1,2,3"
+    ) from None
 
 
 def _check_ids(ids: Sequence[int]) -> None:
   if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-    raise ValueError(f"--local_device_ids={','.join(map(str, ids))} must be distinct "
-                     "non-negative device numbers, e.g. 0,1,2,3")
+    raise ValueError(
+      f"--local_device_ids={','.join(map(str, ids))} must be distinct "
+      "non-negative device numbers, e.g. 0,1,2,3"
+    )
 
 
 def _explicit(s: Settings) -> Plan:
-  given = {"--coordinator": s.coordinator, "--num_processes": s.num_processes,
-           "--process_id": s.process_id}
+  given = {
+    "--coordinator": s.coordinator,
+    "--num_processes": s.num_processes,
+    "--process_id": s.process_id,
+  }
   missing = [k for k, v in given.items() if v is None]
   if missing:
     shown = ", ".join(f"{k}={v}" for k, v in given.items() if v is not None)
-    raise ValueError(f"{' and '.join(missing)} missing (given: {shown}): a multi-process run "
-                     "needs all of --coordinator=HOST:PORT, --num_processes and --process_id, "
-                     "or none of them under SLURM (srun) or on a TPU VM")
+    raise ValueError(
+      f"{' and '.join(missing)} missing (given: {shown}): a multi-process run "
+      "needs all of --coordinator=HOST:PORT, --num_processes and --process_id, "
+      "or none of them under SLURM (srun) or on a TPU VM"
+    )
   _check_coordinator(s.coordinator)
   if not 0 <= s.process_id < s.num_processes:
-    raise ValueError(f"--process_id={s.process_id} must be in [0, --num_processes="
-                     f"{s.num_processes})")
+    raise ValueError(
+      f"--process_id={s.process_id} must be in [0, --num_processes={s.num_processes})"
+    )
   # 'deactivate': exactly what was asked, even inside a SLURM job.
-  return Plan("explicit", dict(coordinator_address=s.coordinator,
-                               num_processes=s.num_processes, process_id=s.process_id,
-                               local_device_ids=s.local_device_ids,
-                               cluster_detection_method="deactivate"))
+  return Plan(
+    "explicit",
+    dict(
+      coordinator_address=s.coordinator,
+      num_processes=s.num_processes,
+      process_id=s.process_id,
+      local_device_ids=s.local_device_ids,
+      cluster_detection_method="deactivate",
+    ),
+  )
 
 
 def _slurm(s: Settings, environ: Mapping[str, str]) -> Plan:
   ntasks, procid = _env_int(environ, "SLURM_NTASKS"), _env_int(environ, "SLURM_PROCID")
   if not 0 <= procid < ntasks:
-    raise ValueError(f"SLURM environment SLURM_PROCID={procid} must be in [0, SLURM_NTASKS="
-                     f"{ntasks})")
+    raise ValueError(
+      f"SLURM environment SLURM_PROCID={procid} must be in [0, SLURM_NTASKS={ntasks})"
+    )
   ids = s.local_device_ids
-  per_node = ("SLURM_STEP_NUM_NODES" in environ
-              and _env_int(environ, "SLURM_STEP_NUM_NODES") == ntasks)
+  per_node = (
+    "SLURM_STEP_NUM_NODES" in environ and _env_int(environ, "SLURM_STEP_NUM_NODES") == ntasks
+  )
   if ids is None and per_node and "SLURM_GPUS_ON_NODE" in environ:
     # JAX would give the process only GPU SLURM_LOCALID = 0; it drives the whole node.
     ids = tuple(range(_env_int(environ, "SLURM_GPUS_ON_NODE")))
@@ -135,8 +159,9 @@ def on_tpu_vm(pci_devices: str = _PCI_DEVICES) -> bool:
   return False
 
 
-def resolve(settings: Settings, environ: Mapping[str, str] | None = None,
-            tpu_vm: bool | None = None) -> Plan:
+def resolve(
+  settings: Settings, environ: Mapping[str, str] | None = None, tpu_vm: bool | None = None
+) -> Plan:
   """The plan for `settings` in `environ` (default `os.environ`); see the module docstring.
 
   Args:
@@ -162,13 +187,16 @@ def resolve(settings: Settings, environ: Mapping[str, str] | None = None,
   elif all(v in environ for v in _SLURM_STEP_VARS) and _env_int(environ, "SLURM_NTASKS") > 1:
     plan = _slurm(s, environ)
   elif on_tpu_vm() if tpu_vm is None else tpu_vm:
-    plan = Plan("tpu", {} if s.local_device_ids is None else
-                {"local_device_ids": s.local_device_ids})
+    plan = Plan(
+      "tpu", {} if s.local_device_ids is None else {"local_device_ids": s.local_device_ids}
+    )
   else:
     plan = Plan("single", {})
   if plan.source == "single" and s.local_device_ids is not None:
-    raise ValueError(f"--local_device_ids={','.join(map(str, s.local_device_ids))} applies to "
-                     "multi-process runs only; this is a single process")
+    raise ValueError(
+      f"--local_device_ids={','.join(map(str, s.local_device_ids))} applies to "
+      "multi-process runs only; this is a single process"
+    )
   return plan
 
 

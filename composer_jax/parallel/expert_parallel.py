@@ -47,8 +47,9 @@ from jax.sharding import Mesh, PartitionSpec
 from composer_jax.parallel import rules as rules_lib
 
 
-def buffer_capacity(tokens_per_shard: int, k: int, num_experts: int, ep: int,
-                    capacity_factor: float | None) -> int:
+def buffer_capacity(
+  tokens_per_shard: int, k: int, num_experts: int, ep: int, capacity_factor: float | None
+) -> int:
   """Rows `C` of one per-peer buffer: the worst case `T_s * min(K, E/EP)` if
   `capacity_factor` is None, else `ceil(f * T_s * K / EP)` (at most the worst case)."""
   worst = tokens_per_shard * min(k, num_experts // ep)
@@ -87,20 +88,28 @@ def specs(mesh: Mesh, rules: Sequence) -> Specs:
     ValueError: the rules shard experts over more than one mesh axis, or split a token's
       row or an expert's matrices (whole ones are what the grouped matmul multiplies).
   """
-  spec = functools.partial(rules_lib.logical_to_spec, rules=rules, mesh=mesh,
-                           where="expert-parallel dispatch")
+  spec = functools.partial(
+    rules_lib.logical_to_spec, rules=rules, mesh=mesh, where="expert-parallel dispatch"
+  )
   tokens = spec(("batch", "act_embed"))
   gate_up = spec(("experts", "embed", "expert_mlp"))
   down = spec(("experts", "expert_mlp", "embed"))
   ep_axes = _axes(gate_up[0])
-  if len(ep_axes) > 1 or tokens[1:] != (None,) or gate_up[1:] != (None, None) or (
-      down[1:] != (None, None)):
-    raise ValueError(f"expert-parallel dispatch needs expert rules that shard 'experts' over one "
-                     f"mesh axis and leave 'embed', 'expert_mlp', 'act_embed' whole; these give "
-                     f"tokens {tokens}, gate/up {gate_up}, down {down} (use moe_dispatch="
-                     f"'dropless' with this layout)")
-  return Specs(tokens, spec(("batch",)), gate_up, down, ep_axes[0] if ep_axes else None,
-               _axes(tokens[0]))
+  if (
+    len(ep_axes) > 1
+    or tokens[1:] != (None,)
+    or gate_up[1:] != (None, None)
+    or (down[1:] != (None, None))
+  ):
+    raise ValueError(
+      f"expert-parallel dispatch needs expert rules that shard 'experts' over one "
+      f"mesh axis and leave 'embed', 'expert_mlp', 'act_embed' whole; these give "
+      f"tokens {tokens}, gate/up {gate_up}, down {down} (use moe_dispatch="
+      f"'dropless' with this layout)"
+    )
+  return Specs(
+    tokens, spec(("batch",)), gate_up, down, ep_axes[0] if ep_axes else None, _axes(tokens[0])
+  )
 
 
 def _dense_exchange(rows, ids, dest, rank, counts, *, axis, ep, cap, empty):
@@ -117,8 +126,13 @@ def _dense_exchange(rows, ids, dest, rank, counts, *, axis, ep, cap, empty):
   slot = jnp.where(keep, dest * cap + rank, ep * cap)  # overflow -> a dummy slot, cut below
   send = jnp.zeros((ep * cap + 1, rows.shape[-1]), rows.dtype).at[slot].set(rows)[:-1]
   send_ids = jnp.full((ep * cap + 1,), empty, jnp.int32).at[slot].set(ids)[:-1]
-  a2a = (lambda a: a) if axis is None else functools.partial(
-      jax.lax.all_to_all, axis_name=axis, split_axis=0, concat_axis=0, tiled=True)
+  a2a = (
+    (lambda a: a)
+    if axis is None
+    else functools.partial(
+      jax.lax.all_to_all, axis_name=axis, split_axis=0, concat_axis=0, tiled=True
+    )
+  )
 
   def back(out):
     out = jnp.concatenate([a2a(out), jnp.zeros_like(out[:1])])
@@ -141,20 +155,25 @@ def _ragged_exchange(rows, ids, dest, rank, counts, *, axis, ep, cap, empty):
   starts = jnp.cumsum(all_counts, axis=1) - all_counts  # [i, j]: j's rows in i's `rows`
   keep = rank < sent[me][dest]
   ragged = functools.partial(jax.lax.ragged_all_to_all, axis_name=axis)
-  recv = ragged(rows, jnp.zeros((size, rows.shape[-1]), rows.dtype), starts[me], sent[me],
-                offset[me], sent[:, me])
-  recv_ids = ragged(ids, jnp.full((size,), empty, jnp.int32), starts[me], sent[me], offset[me],
-                    sent[:, me])
+  recv = ragged(
+    rows,
+    jnp.zeros((size, rows.shape[-1]), rows.dtype),
+    starts[me],
+    sent[me],
+    offset[me],
+    sent[:, me],
+  )
+  recv_ids = ragged(
+    ids, jnp.full((size,), empty, jnp.int32), starts[me], sent[me], offset[me], sent[:, me]
+  )
 
   def back(out):  # the reverse exchange: sender i's rows return to where i keeps them
-    return ragged(out, jnp.zeros_like(rows), offset[:, me], sent[:, me], starts[:, me],
-                  sent[me])
+    return ragged(out, jnp.zeros_like(rows), offset[:, me], sent[:, me], starts[:, me], sent[me])
 
   return recv, recv_ids, keep, back
 
 
-def _shard_moe(x, weights, experts, valid, gate, up, down, *, expert_fn, ep_specs, ep, cap,
-               ragged):
+def _shard_moe(x, weights, experts, valid, gate, up, down, *, expert_fn, ep_specs, ep, cap, ragged):
   """One device: `x [T_s, D]`, `weights/experts [T_s, K]`, `valid [T_s]`, local expert
   weights `[E/EP, ...]` -> (`[T_s, D]`, dropped valid assignments summed over devices)."""
   num_tokens, k = experts.shape
@@ -167,8 +186,16 @@ def _shard_moe(x, weights, experts, valid, gate, up, down, *, expert_fn, ep_spec
   rank = jnp.arange(flat.size) - (jnp.cumsum(counts) - counts)[dest]
   exchange = _ragged_exchange if ragged else _dense_exchange
   recv, recv_ids, keep, back = exchange(
-      x[order // k], (sorted_experts % local).astype(jnp.int32), dest, rank, counts,
-      axis=ep_specs.ep_axis, ep=ep, cap=cap, empty=local)
+    x[order // k],
+    (sorted_experts % local).astype(jnp.int32),
+    dest,
+    rank,
+    counts,
+    axis=ep_specs.ep_axis,
+    ep=ep,
+    cap=cap,
+    empty=local,
+  )
   by_expert = jnp.argsort(recv_ids, stable=True)  # unused slots (id `local`) last
   group_sizes = jnp.bincount(recv_ids, length=local + 1)[:local].astype(jnp.int32)
   out = expert_fn(recv[by_expert], group_sizes, gate, up, down)
@@ -180,10 +207,21 @@ def _shard_moe(x, weights, experts, valid, gate, up, down, *, expert_fn, ep_spec
   return y, jax.lax.psum(dropped, ep_specs.token_axes) if ep_specs.token_axes else dropped
 
 
-def dispatch(x: jax.Array, weights: jax.Array, experts: jax.Array, valid: jax.Array,
-             gate: jax.Array, up: jax.Array, down: jax.Array, *, expert_fn: Callable,
-             mesh: Mesh, rules: Sequence, capacity_factor: float | None = None,
-             ragged: bool | None = None) -> tuple[jax.Array, jax.Array]:
+def dispatch(
+  x: jax.Array,
+  weights: jax.Array,
+  experts: jax.Array,
+  valid: jax.Array,
+  gate: jax.Array,
+  up: jax.Array,
+  down: jax.Array,
+  *,
+  expert_fn: Callable,
+  mesh: Mesh,
+  rules: Sequence,
+  capacity_factor: float | None = None,
+  ragged: bool | None = None,
+) -> tuple[jax.Array, jax.Array]:
   """Expert-parallel routed experts -> (`y [T, D]`, dropped assignments, float32 scalar).
 
   Args:
@@ -202,8 +240,10 @@ def dispatch(x: jax.Array, weights: jax.Array, experts: jax.Array, valid: jax.Ar
   ep = 1 if sp.ep_axis is None else mesh.shape[sp.ep_axis]
   num_experts = gate.shape[0]
   if num_experts % ep:
-    raise ValueError(f"n_routed_experts={num_experts} is not divisible by expert parallelism "
-                     f"{ep} (mesh axis {sp.ep_axis!r}); use an expert axis size dividing it")
+    raise ValueError(
+      f"n_routed_experts={num_experts} is not divisible by expert parallelism "
+      f"{ep} (mesh axis {sp.ep_axis!r}); use an expert axis size dividing it"
+    )
   if ragged is None:
     concrete = isinstance(mesh, Mesh)  # an AbstractMesh (memory plans) has no devices
     ragged = (mesh.devices.flat[0].platform if concrete else jax.default_backend()) != "cpu"
@@ -212,14 +252,15 @@ def dispatch(x: jax.Array, weights: jax.Array, experts: jax.Array, valid: jax.Ar
   num_tokens = x.shape[0]
   pad = -num_tokens % shards  # tokens are split evenly over the token axes
   if pad:
-    x, weights, experts, valid = (jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))
-                                  for a in (x, weights, experts, valid))
-  cap = buffer_capacity(x.shape[0] // shards, experts.shape[1], num_experts, ep,
-                        capacity_factor)
+    x, weights, experts, valid = (
+      jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (x, weights, experts, valid)
+    )
+  cap = buffer_capacity(x.shape[0] // shards, experts.shape[1], num_experts, ep, capacity_factor)
   fn = jax.shard_map(
-      functools.partial(_shard_moe, expert_fn=expert_fn, ep_specs=sp, ep=ep, cap=cap,
-                        ragged=ragged), mesh=mesh,
-      in_specs=(sp.tokens,) + (sp.rows,) * 3 + (sp.gate_up,) * 2 + (sp.down,),
-      out_specs=(sp.tokens, PartitionSpec()))
+    functools.partial(_shard_moe, expert_fn=expert_fn, ep_specs=sp, ep=ep, cap=cap, ragged=ragged),
+    mesh=mesh,
+    in_specs=(sp.tokens,) + (sp.rows,) * 3 + (sp.gate_up,) * 2 + (sp.down,),
+    out_specs=(sp.tokens, PartitionSpec()),
+  )
   y, dropped = fn(x, weights, experts, valid, gate, up, down)
   return y[:num_tokens], dropped

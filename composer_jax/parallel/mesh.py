@@ -53,7 +53,8 @@ class DualMesh(NamedTuple):
 def default_mesh_config(**sizes) -> ml_collections.ConfigDict:
   """A `mesh` config section: pure FSDP over all devices unless overridden."""
   cfg = ml_collections.ConfigDict(
-      dict(replica=1, fsdp=-1, context=1, tensor=1, expert_replica=1, expert=-1))
+    dict(replica=1, fsdp=-1, context=1, tensor=1, expert_replica=1, expert=-1)
+  )
   cfg.update(sizes)
   return cfg
 
@@ -76,12 +77,16 @@ def resolve_sizes(mesh_cfg, axes: Sequence[str], num_devices: int) -> tuple[int,
   fixed = math.prod(s for s in sizes if s != -1)
   if free:
     if num_devices % fixed:
-      raise ValueError(f"mesh sizes {dict(zip(axes, sizes))}: fixed product {fixed} does not "
-                       f"divide the device count {num_devices}")
+      raise ValueError(
+        f"mesh sizes {dict(zip(axes, sizes))}: fixed product {fixed} does not "
+        f"divide the device count {num_devices}"
+      )
     sizes[free[0]] = num_devices // fixed
   if math.prod(sizes) != num_devices:
-    raise ValueError(f"mesh sizes {dict(zip(axes, sizes))} multiply to {math.prod(sizes)}, "
-                     f"not the device count {num_devices}")
+    raise ValueError(
+      f"mesh sizes {dict(zip(axes, sizes))} multiply to {math.prod(sizes)}, "
+      f"not the device count {num_devices}"
+    )
   return tuple(sizes)
 
 

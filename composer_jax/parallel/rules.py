@@ -33,38 +33,39 @@ from composer_jax.parallel.mesh import DualMesh
 # different tokens but the same weights, so they can split the weights too
 # (ZeRO-3 over fsdp x context, as MaxText does).
 _DENSE_RULES = (
-    ("layers", None),
-    ("heads", "tensor"),
-    ("kv_heads", "tensor"),
-    ("embed", ("fsdp", "context")),
-    ("mlp", "tensor"),
-    ("q_lora", ("fsdp", "context")),
-    ("kv_lora", ("fsdp", "context")),
-    ("head_dim", None),
-    ("vocab", "tensor"),
-    ("router", None),
-    ("norm", None),
-    # Activations.
-    ("batch", ("replica", "fsdp")),
-    ("seq", "context"),
-    ("act_embed", None),
-    ("act_heads", "tensor"),  # attention heads (and weights' heads dims) inside attention
+  ("layers", None),
+  ("heads", "tensor"),
+  ("kv_heads", "tensor"),
+  ("embed", ("fsdp", "context")),
+  ("mlp", "tensor"),
+  ("q_lora", ("fsdp", "context")),
+  ("kv_lora", ("fsdp", "context")),
+  ("head_dim", None),
+  ("vocab", "tensor"),
+  ("router", None),
+  ("norm", None),
+  # Activations.
+  ("batch", ("replica", "fsdp")),
+  ("seq", "context"),
+  ("act_embed", None),
+  ("act_heads", "tensor"),  # attention heads (and weights' heads dims) inside attention
 )
 _EXPERT_RULES = (
-    ("layers", None),
-    ("experts", "expert"),
-    ("embed", None),
-    ("expert_mlp", None),
-    # Activations: routed tokens are spread over every device of the view.
-    ("batch", ("expert_replica", "expert")),
-    ("act_embed", None),
+  ("layers", None),
+  ("experts", "expert"),
+  ("embed", None),
+  ("expert_mlp", None),
+  # Activations: routed tokens are spread over every device of the view.
+  ("batch", ("expert_replica", "expert")),
+  ("act_embed", None),
 )
 
 
 def default_rules() -> ml_collections.ConfigDict:
   """The default `rules` config section (dense and expert views)."""
   return ml_collections.ConfigDict(
-      dict(dense=[tuple(r) for r in _DENSE_RULES], expert=[tuple(r) for r in _EXPERT_RULES]))
+    dict(dense=[tuple(r) for r in _DENSE_RULES], expert=[tuple(r) for r in _EXPERT_RULES])
+  )
 
 
 def _is_names(x) -> bool:
@@ -76,8 +77,13 @@ def view_of(names: Sequence[str]) -> str:
   return "expert" if "experts" in names else "dense"
 
 
-def logical_to_spec(names: Sequence[Any], rules: Sequence, mesh: Mesh,
-                    shape: Sequence[int] | None = None, where: Any = "") -> PartitionSpec:
+def logical_to_spec(
+  names: Sequence[Any],
+  rules: Sequence,
+  mesh: Mesh,
+  shape: Sequence[int] | None = None,
+  where: Any = "",
+) -> PartitionSpec:
   """PartitionSpec on `mesh` for a tensor with logical axes `names`.
 
   Args:
@@ -105,28 +111,39 @@ def logical_to_spec(names: Sequence[Any], rules: Sequence, mesh: Mesh,
       if name is None:
         continue
       if name not in table:
-        raise ValueError(f"No sharding rule for logical axis {name!r} of {where} "
-                         f"{tuple(names)}; rules cover {sorted(table)}")
+        raise ValueError(
+          f"No sharding rule for logical axis {name!r} of {where} "
+          f"{tuple(names)}; rules cover {sorted(table)}"
+        )
       axes = table[name]
       axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
       for a in axes:
         if a not in mesh.shape:
-          raise ValueError(f"Rule {name!r} -> {axes} names mesh axis {a!r}, not in this "
-                           f"view's axes {tuple(mesh.shape)}")
+          raise ValueError(
+            f"Rule {name!r} -> {axes} names mesh axis {a!r}, not in this "
+            f"view's axes {tuple(mesh.shape)}"
+          )
       axes = tuple(a for a in axes if a not in used and mesh.shape[a] > 1)
       used.update(axes)
       dim_axes += axes
     if shape is not None:
       size = math.prod(mesh.shape[a] for a in dim_axes)
       if shape[d] % size:
-        raise ValueError(f"{where} dim {d} ({entry!r}) of size {shape[d]} is not divisible by "
-                         f"mesh axes {tuple(dim_axes)} of total size {size}")
+        raise ValueError(
+          f"{where} dim {d} ({entry!r}) of size {shape[d]} is not divisible by "
+          f"mesh axes {tuple(dim_axes)} of total size {size}"
+        )
     spec.append(None if not dim_axes else dim_axes[0] if len(dim_axes) == 1 else tuple(dim_axes))
   return PartitionSpec(*spec)
 
 
-def param_sharding(names: Sequence[str], dual_mesh: DualMesh, rules_cfg,
-                   shape: Sequence[int] | None = None, where: Any = "") -> NamedSharding:
+def param_sharding(
+  names: Sequence[str],
+  dual_mesh: DualMesh,
+  rules_cfg,
+  shape: Sequence[int] | None = None,
+  where: Any = "",
+) -> NamedSharding:
   """NamedSharding of one parameter (or a state leaf that mirrors one) on its view.
 
   Routed-expert leaves (`view_of(names)`) go to `dual_mesh.expert` with the `expert`
@@ -152,17 +169,20 @@ def param_shardings(logical_axes_tree, dual_mesh: DualMesh, rules_cfg, shapes=No
     Tree of NamedSharding: expert parameters on `dual_mesh.expert`, others on
     `dual_mesh.dense`.
   """
+
   def one(path, names, shape=None):
     return param_sharding(names, dual_mesh, rules_cfg, shape, where=jax.tree_util.keystr(path))
 
   if shapes is None:
     return jax.tree_util.tree_map_with_path(one, logical_axes_tree, is_leaf=_is_names)
   return jax.tree_util.tree_map_with_path(
-      lambda p, n, x: one(p, n, x.shape), logical_axes_tree, shapes, is_leaf=_is_names)
+    lambda p, n, x: one(p, n, x.shape), logical_axes_tree, shapes, is_leaf=_is_names
+  )
 
 
-def activation_sharding(names: Sequence[str], dual_mesh: DualMesh, rules_cfg,
-                        view: str = "dense") -> NamedSharding:
+def activation_sharding(
+  names: Sequence[str], dual_mesh: DualMesh, rules_cfg, view: str = "dense"
+) -> NamedSharding:
   """NamedSharding for an activation with logical axes `names` on one view.
 
   E.g. `activation_sharding(('batch', 'seq', 'act_embed'), dm, rules)` for the

@@ -13,8 +13,15 @@ from __future__ import annotations
 from composer_jax.parallel.mesh import DENSE_AXES, EXPERT_AXES, resolve_sizes
 
 
-def validate_layout(mesh_cfg, num_devices: int, *, routed_experts: int = 0, heads: int = 1,
-                    kv_heads: int | None = None, seq_len: int | None = None) -> None:
+def validate_layout(
+  mesh_cfg,
+  num_devices: int,
+  *,
+  routed_experts: int = 0,
+  heads: int = 1,
+  kv_heads: int | None = None,
+  seq_len: int | None = None,
+) -> None:
   """Raises ValueError if the layout cannot run a model of these sizes on `num_devices`.
 
   Checks: each view's axis sizes multiply to `num_devices`; routed experts divide
@@ -34,8 +41,9 @@ def validate_layout(mesh_cfg, num_devices: int, *, routed_experts: int = 0, head
   dense = dict(zip(DENSE_AXES, resolve_sizes(mesh_cfg, DENSE_AXES, num_devices)))
   expert = dict(zip(EXPERT_AXES, resolve_sizes(mesh_cfg, EXPERT_AXES, num_devices)))
   if routed_experts % expert["expert"]:
-    raise ValueError(f"n_routed_experts={routed_experts} is not divisible by expert "
-                     f"parallelism {expert['expert']}")
+    raise ValueError(
+      f"n_routed_experts={routed_experts} is not divisible by expert parallelism {expert['expert']}"
+    )
   tp = dense["tensor"]
   if heads % tp:
     raise ValueError(f"num_heads={heads} is not divisible by tensor parallelism {tp}")
@@ -48,5 +56,7 @@ def validate_layout(mesh_cfg, num_devices: int, *, routed_experts: int = 0, head
 def check_context_split(seq_len: int, cp: int) -> None:
   """Raises ValueError unless `seq_len` splits into 2 * `cp` equal zig-zag chunks."""
   if seq_len % (2 * cp):
-    raise ValueError(f"seq_len={seq_len} is not divisible by 2 * context parallelism = {2 * cp}; "
-                     f"use a sequence length that is a multiple of {2 * cp}")
+    raise ValueError(
+      f"seq_len={seq_len} is not divisible by 2 * context parallelism = {2 * cp}; "
+      f"use a sequence length that is a multiple of {2 * cp}"
+    )

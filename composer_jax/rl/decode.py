@@ -82,8 +82,9 @@ def _draw(key, logits, temperature, top_p):
   greedy = temperature == 0
   q = jax.nn.log_softmax(logits / jnp.where(greedy, 1.0, temperature), axis=-1)
   q = jax.lax.cond(top_p < 1, top_p_logprobs, lambda q, _: q, q, top_p)  # skip the sort at 1
-  tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1),
-                     jax.random.categorical(key, q, axis=-1)).astype(jnp.int32)
+  tokens = jnp.where(
+    greedy, jnp.argmax(logits, axis=-1), jax.random.categorical(key, q, axis=-1)
+  ).astype(jnp.int32)
   pick = lambda lp: jnp.take_along_axis(lp, tokens[:, None], axis=-1)[:, 0]
   return tokens, pick(jax.nn.log_softmax(logits, axis=-1)), jnp.where(greedy, 0.0, pick(q))
 
@@ -92,7 +93,7 @@ def _ends_with_stop(recent: jax.Array, stops: tuple[tuple[int, ...], ...]) -> ja
   """`[B]` bool: the last generated tokens `recent [B, M]` (-1 = none yet) end with a stop."""
   hit = jnp.zeros(recent.shape[:1], bool)
   for s in stops:
-    hit |= jnp.all(recent[:, recent.shape[1] - len(s):] == jnp.asarray(s, jnp.int32), axis=-1)
+    hit |= jnp.all(recent[:, recent.shape[1] - len(s) :] == jnp.asarray(s, jnp.int32), axis=-1)
   return hit
 
 
@@ -108,8 +109,9 @@ class _State(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "stops", "pad_id"))
-def _sample(cfg, variables, prompts, prompt_lens, key, *, max_new_tokens, temperature, top_p,
-            stops, pad_id):
+def _sample(
+  cfg, variables, prompts, prompt_lens, key, *, max_new_tokens, temperature, top_p, stops, pad_id
+):
   b, p = prompts.shape
   n = max_new_tokens
   head = transformer.output_head(cfg, variables["params"])
@@ -125,33 +127,39 @@ def _sample(cfg, variables, prompts, prompt_lens, key, *, max_new_tokens, temper
     recent = jnp.concatenate([state.recent[:, 1:], tok[:, None]], axis=1)
     stopped = live & _ends_with_stop(recent, stops)
     return state._replace(
-        step=t + 1,
-        tokens=state.tokens.at[:, t].set(jnp.where(live, tok, pad_id)),
-        logprobs=state.logprobs.at[:, t].set(jnp.where(live, lp, 0.0)),
-        sampling_logprobs=state.sampling_logprobs.at[:, t].set(jnp.where(live, slp, 0.0)),
-        lengths=jnp.where(stopped, t + 1, state.lengths),
-        done=state.done | stopped,
-        recent=recent)
+      step=t + 1,
+      tokens=state.tokens.at[:, t].set(jnp.where(live, tok, pad_id)),
+      logprobs=state.logprobs.at[:, t].set(jnp.where(live, lp, 0.0)),
+      sampling_logprobs=state.sampling_logprobs.at[:, t].set(jnp.where(live, slp, 0.0)),
+      lengths=jnp.where(stopped, t + 1, state.lengths),
+      done=state.done | stopped,
+      recent=recent,
+    )
 
   # Prefill: the whole padded prompt; the next-token logits of row b are at len_b - 1.
   cache = kv_cache.init(cfg, b, p + n - 1)
-  hidden, cache = transformer.decode(cfg, variables, prompts,
-                                     jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p)),
-                                     cache)
+  hidden, cache = transformer.decode(
+    cfg, variables, prompts, jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p)), cache
+  )
   state = _State(
-      step=jnp.zeros((), jnp.int32), cache=cache,
-      tokens=jnp.full((b, n), pad_id, jnp.int32), logprobs=jnp.zeros((b, n), jnp.float32),
-      sampling_logprobs=jnp.zeros((b, n), jnp.float32), lengths=jnp.full((b,), n, jnp.int32),
-      done=jnp.zeros((b,), bool),
-      recent=jnp.full((b, max([len(s) for s in stops], default=1)), -1, jnp.int32))
+    step=jnp.zeros((), jnp.int32),
+    cache=cache,
+    tokens=jnp.full((b, n), pad_id, jnp.int32),
+    logprobs=jnp.zeros((b, n), jnp.float32),
+    sampling_logprobs=jnp.zeros((b, n), jnp.float32),
+    lengths=jnp.full((b,), n, jnp.int32),
+    done=jnp.zeros((b,), bool),
+    recent=jnp.full((b, max([len(s) for s in stops], default=1)), -1, jnp.int32),
+  )
   state = emit(state, logits_at(hidden[jnp.arange(b), prompt_lens - 1]))
 
   def body(state):
     # Feed token t-1 at position len_b + t - 1, then draw token t.
     t = state.step
     prev = state.tokens[:, t - 1]  # pad_id for stopped rows: their outputs are discarded
-    hidden, cache = transformer.decode(cfg, variables, prev[:, None],
-                                       (prompt_lens + t - 1)[:, None], state.cache)
+    hidden, cache = transformer.decode(
+      cfg, variables, prev[:, None], (prompt_lens + t - 1)[:, None], state.cache
+    )
     return emit(state._replace(cache=cache), logits_at(hidden[:, 0]))
 
   state = jax.lax.while_loop(lambda s: (s.step < n) & ~jnp.all(s.done), body, state)
@@ -167,10 +175,19 @@ def _stop_sequences(stop_ids, vocab_size: int) -> tuple[tuple[int, ...], ...]:
   return stops
 
 
-def sample(cfg: ModelConfig, variables: dict[str, Any], prompts: jax.Array,
-           prompt_lens: jax.Array, key: jax.Array, *, max_new_tokens: int,
-           temperature: float = 1.0, top_p: float = 1.0, stop_ids=(),
-           pad_id: int = 0) -> SampleOutput:
+def sample(
+  cfg: ModelConfig,
+  variables: dict[str, Any],
+  prompts: jax.Array,
+  prompt_lens: jax.Array,
+  key: jax.Array,
+  *,
+  max_new_tokens: int,
+  temperature: float = 1.0,
+  top_p: float = 1.0,
+  stop_ids=(),
+  pad_id: int = 0,
+) -> SampleOutput:
   """Samples up to `max_new_tokens` tokens after each right-padded prompt.
 
   Args:
@@ -192,31 +209,47 @@ def sample(cfg: ModelConfig, variables: dict[str, Any], prompts: jax.Array,
   prompts = jnp.asarray(prompts)
   prompt_lens = jnp.asarray(prompt_lens)
   if prompts.ndim != 2 or not jnp.issubdtype(prompts.dtype, jnp.integer):
-    raise ValueError(f"prompts must be an integer [batch, prompt_len] array, got {prompts.dtype} "
-                     f"{prompts.shape}")
+    raise ValueError(
+      f"prompts must be an integer [batch, prompt_len] array, got {prompts.dtype} {prompts.shape}"
+    )
   b, p = prompts.shape
   if prompt_lens.shape != (b,) or not jnp.issubdtype(prompt_lens.dtype, jnp.integer):
-    raise ValueError(f"prompt_lens must be an integer [{b}] array, got {prompt_lens.dtype} "
-                     f"{prompt_lens.shape}")
+    raise ValueError(
+      f"prompt_lens must be an integer [{b}] array, got {prompt_lens.dtype} {prompt_lens.shape}"
+    )
   if not isinstance(prompt_lens, jax.core.Tracer):
     # Each process checks the rows it holds (all rows, unless they span several processes).
-    lens = (np.asarray(prompt_lens) if prompt_lens.is_fully_addressable else
-            np.concatenate([np.ravel(s.data) for s in prompt_lens.addressable_shards]))
+    lens = (
+      np.asarray(prompt_lens)
+      if prompt_lens.is_fully_addressable
+      else np.concatenate([np.ravel(s.data) for s in prompt_lens.addressable_shards])
+    )
     if lens.min() < 1 or lens.max() > p:
-      raise ValueError(f"prompt_lens {lens.tolist()} must lie in [1, {p}] (the padded prompt "
-                       "length)")
+      raise ValueError(
+        f"prompt_lens {lens.tolist()} must lie in [1, {p}] (the padded prompt length)"
+      )
   if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
     raise ValueError(f"max_new_tokens={max_new_tokens} must be an integer >= 1")
   if p + max_new_tokens - 1 > cfg.max_position_embeddings:
-    raise ValueError(f"prompt length {p} + max_new_tokens {max_new_tokens} - 1 exceeds "
-                     f"max_position_embeddings={cfg.max_position_embeddings}")
+    raise ValueError(
+      f"prompt length {p} + max_new_tokens {max_new_tokens} - 1 exceeds "
+      f"max_position_embeddings={cfg.max_position_embeddings}"
+    )
   if not temperature >= 0 or not np.isfinite(temperature):
     raise ValueError(f"temperature={temperature} must be finite and >= 0 (0 = greedy)")
   if not 0 < top_p <= 1:
     raise ValueError(f"top_p={top_p} must be in (0, 1] (1 = no nucleus truncation)")
   if cfg.moe_dispatch == "capacity":
     cfg = cfg.replace(moe_dispatch="dropless")
-  return _sample(cfg, variables, prompts.astype(jnp.int32), prompt_lens.astype(jnp.int32), key,
-                 max_new_tokens=int(max_new_tokens), temperature=jnp.float32(temperature),
-                 top_p=jnp.float32(top_p), stops=_stop_sequences(stop_ids, cfg.vocab_size),
-                 pad_id=int(pad_id))
+  return _sample(
+    cfg,
+    variables,
+    prompts.astype(jnp.int32),
+    prompt_lens.astype(jnp.int32),
+    key,
+    max_new_tokens=int(max_new_tokens),
+    temperature=jnp.float32(temperature),
+    top_p=jnp.float32(top_p),
+    stops=_stop_sequences(stop_ids, cfg.vocab_size),
+    pad_id=int(pad_id),
+  )

@@ -44,8 +44,9 @@ def minibatch_indices(key: jax.Array, rows: int, *, epochs: int, minibatches: in
   """`[epochs, minibatches, rows / minibatches]` row indices: epoch e is a permutation of the
   rows drawn with `fold_in(key, e)`, cut into M equal consecutive pieces."""
   validate(epochs, minibatches, rows)
-  perms = [np.asarray(jax.random.permutation(jax.random.fold_in(key, e), rows))
-           for e in range(epochs)]
+  perms = [
+    np.asarray(jax.random.permutation(jax.random.fold_in(key, e), rows)) for e in range(epochs)
+  ]
   return np.stack(perms).reshape(epochs, minibatches, rows // minibatches)
 
 

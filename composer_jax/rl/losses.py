@@ -157,8 +157,15 @@ def token_logprob_entropy(hidden: jax.Array, head: jax.Array, targets: jax.Array
   return z_y - lse.lse(), lse.entropy()
 
 
-_NON_NEGATIVE = ("sd_coef", "turn_penalty", "ref_kl_coef", "tis_cap", "advantage_eps",
-                 "rl_constant", "sd_constant")
+_NON_NEGATIVE = (
+  "sd_coef",
+  "turn_penalty",
+  "ref_kl_coef",
+  "tis_cap",
+  "advantage_eps",
+  "rl_constant",
+  "sd_constant",
+)
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:
@@ -185,8 +192,9 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     if not (math.isfinite(cfg[name]) and cfg[name] >= 0):
       raise ValueError(f"{name}={cfg[name]} must be finite and >= 0")
   if cfg.teacher == "ema" and not 0 < cfg.ema_rate <= 1:  # as teacher_weights.ema_update
-    raise ValueError(f"ema_rate={cfg.ema_rate} must be in (0, 1] (the EMA teacher's step "
-                     "towards the policy)")
+    raise ValueError(
+      f"ema_rate={cfg.ema_rate} must be in (0, 1] (the EMA teacher's step towards the policy)"
+    )
   if not 0 < cfg.jsd_beta < 1:
     raise ValueError(f"jsd_beta={cfg.jsd_beta} must be in (0, 1); use forward_kl/reverse_kl")
   if cfg.skip_first_tokens < 0 or cfg.vocab_chunk_size <= 0:
@@ -206,8 +214,10 @@ def _rl_term(cfg, hidden, head, batch, ref):
   adv = jnp.broadcast_to(adv[:, None], mask.shape)
   if cfg.turn_penalty > 0:
     if "flagged_mask" not in batch:
-      raise ValueError("turn_penalty > 0 needs batch['flagged_mask'] [B, L] "
-                       "(trajectory.turn_token_mask of the flagged turns)")
+      raise ValueError(
+        "turn_penalty > 0 needs batch['flagged_mask'] [B, L] "
+        "(trajectory.turn_token_mask of the flagged turns)"
+      )
     adv = adv - cfg.turn_penalty * batch["flagged_mask"]
   old = batch.get("old_logprobs", jax.lax.stop_gradient(logp))
   loss, stats = policy_loss(

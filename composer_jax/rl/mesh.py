@@ -51,8 +51,9 @@ class BatchLayout(NamedTuple):
 def batch_layout(dm: DualMesh, rules_cfg) -> BatchLayout:
   """The trainer's `BatchLayout` on the dense view: logical ('batch', 'seq') and ('batch',)
   through the layout's `dense` rules."""
-  spec = lambda names: NamedSharding(dm.dense, rules_lib.logical_to_spec(
-    names, rules_cfg.dense, dm.dense, where="RL batch"))
+  spec = lambda names: NamedSharding(
+    dm.dense, rules_lib.logical_to_spec(names, rules_cfg.dense, dm.dense, where="RL batch")
+  )
   return BatchLayout(spec(("batch", "seq")), spec(("batch",)))
 
 
@@ -68,8 +69,9 @@ def row_blocks(rows: NamedSharding) -> int:
   return n // rows.shard_shape((n,))[0]
 
 
-def place_batch(batch: dict[str, np.ndarray], layout: BatchLayout,
-                student_length: int | None = None) -> dict[str, jax.Array]:
+def place_batch(
+  batch: dict[str, np.ndarray], layout: BatchLayout, student_length: int | None = None
+) -> dict[str, jax.Array]:
   """Host batch -> global arrays: arrays shaped like `batch['tokens']` per `layout.tokens`
   (rows over data axes, L over `context`), the others per `layout.rows`.
 
@@ -80,8 +82,10 @@ def place_batch(batch: dict[str, np.ndarray], layout: BatchLayout,
   length `student_length` (teacher batches).
   """
   cp = layout.tokens.mesh.shape.get("context", 1)
-  slot_lengths = {"slot_teacher_pos": np.shape(batch["tokens"])[1],
-                  "slot_student_pos": student_length}
+  slot_lengths = {
+    "slot_teacher_pos": np.shape(batch["tokens"])[1],
+    "slot_student_pos": student_length,
+  }
   out = {}
   for k, v in batch.items():
     v = np.asarray(v)
@@ -97,8 +101,9 @@ def place_batch(batch: dict[str, np.ndarray], layout: BatchLayout,
   return out
 
 
-def select_rows(batch: dict[str, jax.Array], rows: jax.Array, layout: BatchLayout
-                ) -> dict[str, jax.Array]:
+def select_rows(
+  batch: dict[str, jax.Array], rows: jax.Array, layout: BatchLayout
+) -> dict[str, jax.Array]:
   """Rows `rows [R]` of a batch placed by `place_batch` (jittable: a minibatch), laid out as
   `place_batch` lays out a batch when R splits over the row shards (else as XLA propagates).
   Rows are gathered whole, so a context-parallel zig-zag order of the columns is kept."""
@@ -108,7 +113,8 @@ def select_rows(batch: dict[str, jax.Array], rows: jax.Array, layout: BatchLayou
     picked = v[rows]
     if rows.shape[0] % shards == 0:
       picked = jax.lax.with_sharding_constraint(
-          picked, layout.tokens if v.shape == batch["tokens"].shape else layout.rows)
+        picked, layout.tokens if v.shape == batch["tokens"].shape else layout.rows
+      )
     out[k] = picked
   return out
 
@@ -135,11 +141,13 @@ class SamplerMesh:
     self.replicated = self.sharding(())
     self._rows = self.sharding(("batch",))
 
-  def sharding(self, names: Sequence[str], shape: Sequence[int] | None = None,
-               where: str = "sampler") -> NamedSharding:
+  def sharding(
+    self, names: Sequence[str], shape: Sequence[int] | None = None, where: str = "sampler"
+  ) -> NamedSharding:
     """The sampler's sharding of a tensor with logical axes `names`."""
-    return NamedSharding(self.mesh, rules_lib.logical_to_spec(names, self._rules, self.mesh,
-                                                              shape, where))
+    return NamedSharding(
+      self.mesh, rules_lib.logical_to_spec(names, self._rules, self.mesh, shape, where)
+    )
 
   @property
   def device_ids(self) -> list[int]:
@@ -152,18 +160,24 @@ class SamplerMesh:
     t0 = time.perf_counter()
     dst = jax.tree_util.tree_map_with_path(
       lambda path, names, x: self.sharding(names, x.shape, jax.tree_util.keystr(path)),
-      logical_axes, tree, is_leaf=lambda x: isinstance(x, tuple))
+      logical_axes,
+      tree,
+      is_leaf=lambda x: isinstance(x, tuple),
+    )
     moved = sum(moved_bytes(x, s) for x, s in zip(jax.tree.leaves(tree), jax.tree.leaves(dst)))
     out = jax.block_until_ready(jax.device_put(tree, dst))
-    return out, {"sampler/reshard_bytes": float(moved),
-                 "sampler/reshard_seconds": time.perf_counter() - t0}
+    return out, {
+      "sampler/reshard_bytes": float(moved),
+      "sampler/reshard_seconds": time.perf_counter() - t0,
+    }
 
   def put_rows(self, x: np.ndarray) -> jax.Array:
     """A host `[B, ...]` array (the same in every process) with its rows ('batch') split as
     the rules say (replicated when B does not divide)."""
     x = np.asarray(x)
-    return jax.device_put(x, self._rows if len(x) % row_blocks(self._rows) == 0
-                          else self.replicated)
+    return jax.device_put(
+      x, self._rows if len(x) % row_blocks(self._rows) == 0 else self.replicated
+    )
 
   @staticmethod
   def to_host(x: jax.Array) -> np.ndarray:

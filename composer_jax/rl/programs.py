@@ -47,16 +47,20 @@ def update_program(config, model_cfg: ModelConfig) -> UpdateProgram:
     update, old_policy = make_update(model_cfg, loss_cfg, progs.optimizer)
     per_token = rl_mesh.batch_layout(progs.mesh, config.rules)
 
-    def minibatch_update(params, opt_state, router, batch, rows, staleness, teacher_params,
-                         teacher_batch):
+    def minibatch_update(
+      params, opt_state, router, batch, rows, staleness, teacher_params, teacher_batch
+    ):
       mini = dict(rl_mesh.select_rows(batch, rows, per_token), staleness=staleness)
       if teacher_batch is not None:
         teacher_batch = teacher.restrict_to_rows(teacher_batch, rows)
       return update(params, opt_state, router, mini, teacher_params, teacher_batch)
 
     target = progs.target
-    out = (jax.tree.map(lambda t: t.sharding, target.params),
-           jax.tree.map(lambda t: t.sharding, target.opt_state), None)
+    out = (
+      jax.tree.map(lambda t: t.sharding, target.params),
+      jax.tree.map(lambda t: t.sharding, target.opt_state),
+      None,
+    )
     on_mesh = lambda f, **kw: programs.on_mesh(progs.mesh, config.rules, f, **kw)
     return UpdateProgram(
       progs=progs,
@@ -64,8 +68,10 @@ def update_program(config, model_cfg: ModelConfig) -> UpdateProgram:
       minibatch_update=on_mesh(minibatch_update, out_shardings=out),
       old_policy=on_mesh(old_policy),
       per_token=per_token,
-      replicated=NamedSharding(progs.mesh.dense, rules_lib.logical_to_spec(
-        (), config.rules.dense, progs.mesh.dense)))
+      replicated=NamedSharding(
+        progs.mesh.dense, rules_lib.logical_to_spec((), config.rules.dense, progs.mesh.dense)
+      ),
+    )
 
   return programs.extend("rl_update", config, model_cfg, config.loss.to_dict(), build)
 
@@ -75,7 +81,8 @@ def probe_program(config, model_cfg: ModelConfig):
   `rl.sd_probes.make_probe_fn`."""
 
   def build(progs: programs.Programs):
-    return programs.on_mesh(progs.mesh, config.rules,
-                            sd_probes.make_probe_fn(model_cfg, config.loss))
+    return programs.on_mesh(
+      progs.mesh, config.rules, sd_probes.make_probe_fn(model_cfg, config.loss)
+    )
 
   return programs.extend("rl_probe", config, model_cfg, config.loss.to_dict(), build)

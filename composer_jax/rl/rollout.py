@@ -61,8 +61,9 @@ class Rollout:
   rng_state: dict
 
 
-def empty_teacher_batch(rows: int, length: int, slots: int, reuse_prefix: bool = False
-                        ) -> dict[str, np.ndarray]:
+def empty_teacher_batch(
+  rows: int, length: int, slots: int, reuse_prefix: bool = False
+) -> dict[str, np.ndarray]:
   """A teacher batch of padding rows only (all slot_mask 0): the SD term and its gradient are 0,
   so steps without flagged turns run the same compiled update (with `reuse_prefix`, the
   prefix-reuse layout's, `prefix_len` included)."""
@@ -93,8 +94,13 @@ def check_sampling(rl_cfg) -> None:
     raise ValueError(f"rl.top_p={rl_cfg.top_p} must be in (0, 1] (1 = no nucleus truncation)")
 
 
-def make_policy(model_cfg: ModelConfig, rl_cfg, stop_ids: tuple[int, ...], pad_id: int,
-                mesh: SamplerMesh | None = None):
+def make_policy(
+  model_cfg: ModelConfig,
+  rl_cfg,
+  stop_ids: tuple[int, ...],
+  pad_id: int,
+  mesh: SamplerMesh | None = None,
+):
   """`policy(variables, prompts [B, P], prompt_lens [B], key) -> (tokens, logprobs, lengths)`
   (host arrays); with `mesh`, the prompts are placed on it (`SamplerMesh.put_rows`) and the
   outputs gathered from it (`SamplerMesh.to_host`), else on the default device.
@@ -166,19 +172,28 @@ class RolloutWorker:
     targets = distill_targets(env, episodes)
     row = dict(**env.episode_metrics(episodes), flagged_turns=len(targets))
     if self._config.loss.turn_penalty > 0:
-      batch["flagged_mask"] = turn_token_mask(batch, [(t.trajectory_index, t.turn)
-                                                      for t in targets])
+      batch["flagged_mask"] = turn_token_mask(
+        batch, [(t.trajectory_index, t.turn) for t in targets]
+      )
     teacher_batch = None
     if self._config.loss.sd_coef > 0:
       kept = targets[: r.teacher_rows]
       row["flagged_turns_dropped"] = len(targets) - len(kept)
       teacher_batch = (
-        build_teacher_batch(trajs, batch, kept, buckets=[r.teacher_seq_len],
-                            turn_buckets=[r.max_new_tokens], num_rows=r.teacher_rows,
-                            pad_id=env.pad_id, reuse_prefix=r.teacher_prefix_reuse)
+        build_teacher_batch(
+          trajs,
+          batch,
+          kept,
+          buckets=[r.teacher_seq_len],
+          turn_buckets=[r.max_new_tokens],
+          num_rows=r.teacher_rows,
+          pad_id=env.pad_id,
+          reuse_prefix=r.teacher_prefix_reuse,
+        )
         if kept
-        else empty_teacher_batch(r.teacher_rows, r.teacher_seq_len, r.max_new_tokens,
-                                 r.teacher_prefix_reuse)
+        else empty_teacher_batch(
+          r.teacher_rows, r.teacher_seq_len, r.max_new_tokens, r.teacher_prefix_reuse
+        )
       )
     row["sampler/seconds"] = time.perf_counter() - t0
     return Rollout(step, self._version, episodes, batch, teacher_batch, row, rng_state)
@@ -192,8 +207,15 @@ class AsyncRolloutWorker:
   (re-raising the thread's error, if any); `close()` stops the thread.
   """
 
-  def __init__(self, sampler_: RolloutWorker, rng: np.random.Generator, *, start: int, steps: int,
-               max_staleness: int):
+  def __init__(
+    self,
+    sampler_: RolloutWorker,
+    rng: np.random.Generator,
+    *,
+    start: int,
+    steps: int,
+    max_staleness: int,
+  ):
     self._sampler, self._rng = sampler_, rng
     self._start, self._steps, self._staleness = start, steps, max_staleness
     self._weights: dict[int, Any] = {}

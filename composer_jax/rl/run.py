@@ -36,26 +36,39 @@ def validate(config) -> None:
   raised before any work (warm-up, compiling, sampling)."""
   loop.validate(config)
   r = config.rl
-  for name in ("groups", "group_size", "seq_len", "prompt_len", "teacher_seq_len",
-               "teacher_rows", "max_new_tokens"):
+  for name in (
+    "groups",
+    "group_size",
+    "seq_len",
+    "prompt_len",
+    "teacher_seq_len",
+    "teacher_rows",
+    "max_new_tokens",
+  ):
     if r[name] < 1:
       raise ValueError(f"rl.{name}={r[name]} must be >= 1")
   if r.probe_count < 0 or r.probe_every < 1:
-    raise ValueError(f"rl.probe_count={r.probe_count} must be >= 0 (0 = off) and "
-                     f"rl.probe_every={r.probe_every} >= 1")
+    raise ValueError(
+      f"rl.probe_count={r.probe_count} must be >= 0 (0 = off) and "
+      f"rl.probe_every={r.probe_every} >= 1"
+    )
   rollout.check_sampling(r)
   positions = model_config(config.model).max_position_embeddings
   if r.prompt_len + r.max_new_tokens - 1 > positions:
-    raise ValueError(f"rl.prompt_len={r.prompt_len} + rl.max_new_tokens={r.max_new_tokens} - 1 "
-                     f"exceeds the model's max_position_embeddings={positions} (the sampler's "
-                     "KV cache)")
+    raise ValueError(
+      f"rl.prompt_len={r.prompt_len} + rl.max_new_tokens={r.max_new_tokens} - 1 "
+      f"exceeds the model's max_position_embeddings={positions} (the sampler's "
+      "KV cache)"
+    )
   if r.max_staleness < 0:
     raise ValueError(f"rl.max_staleness={r.max_staleness} must be >= 0 (0 = on-policy)")
   if r.mode not in MODES:
     raise ValueError(f"rl.mode={r.mode!r}; valid: {MODES}")
   if r.max_staleness and r.mode != "disaggregated":
-    raise ValueError(f"rl.max_staleness={r.max_staleness} needs rl.mode='disaggregated' "
-                     "(colocated sampling is on-policy)")
+    raise ValueError(
+      f"rl.max_staleness={r.max_staleness} needs rl.mode='disaggregated' "
+      "(colocated sampling is on-policy)"
+    )
   try:
     epochs.validate(r.epochs, r.minibatches, r.groups * r.group_size)
   except ValueError as e:
@@ -69,8 +82,12 @@ def validate(config) -> None:
 
 
 def _restore(ckpt, step: int, config, workdir: str, env: Env) -> RLState:
-  checkpointing.check_same_settings(ckpt.saved_config(step)["run"], config, _STATE_KEYS,
-                                    f"--workdir {workdir} holds an RL checkpoint")
+  checkpointing.check_same_settings(
+    ckpt.saved_config(step)["run"],
+    config,
+    _STATE_KEYS,
+    f"--workdir {workdir} holds an RL checkpoint",
+  )
   prog = update_program(config, model_config(config.model))
   target = {"params": prog.progs.target.params, "opt_state": prog.progs.target.opt_state}
   if config.loss.teacher == "ema":
@@ -103,8 +120,9 @@ def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
   ckpt = checkpointing.Checkpointer(workdir, keep=t.keep)
   steps = None
   try:
-    state = loop.restore_newest(model_cfg, ckpt,
-                                lambda step: _restore(ckpt, step, config, workdir, env), workdir)
+    state = loop.restore_newest(
+      model_cfg, ckpt, lambda step: _restore(ckpt, step, config, workdir, env), workdir
+    )
     if state is not None and state.step >= t.steps:
       logging.info("Checkpoint step %d >= train.steps=%d: nothing to do", state.step, t.steps)
       ckpt.close()
@@ -115,8 +133,17 @@ def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
     ckpt.close()
     raise
   try:
-    return loop.drive(steps, state, state.step, ckpt, workdir=workdir, total_steps=t.steps,
-                      ckpt_every=t.ckpt_every, console_every=t.log_every,
-                      model_cfg=model_cfg, run_config=config.to_dict())
+    return loop.drive(
+      steps,
+      state,
+      state.step,
+      ckpt,
+      workdir=workdir,
+      total_steps=t.steps,
+      ckpt_every=t.ckpt_every,
+      console_every=t.log_every,
+      model_cfg=model_cfg,
+      run_config=config.to_dict(),
+    )
   finally:
     steps.close()

@@ -35,8 +35,15 @@ _KEYS = ("tokens", "targets", "segment_ids", "positions")
 class EpisodeBatches(grain.DatasetIterator):
   """[batch_size, seq_len] supervised batches of scripted episodes (module docstring)."""
 
-  def __init__(self, episode: Callable[[np.random.Generator], Trajectory],
-               rng: np.random.Generator, *, batch_size: int, seq_len: int, pad_id: int):
+  def __init__(
+    self,
+    episode: Callable[[np.random.Generator], Trajectory],
+    rng: np.random.Generator,
+    *,
+    batch_size: int,
+    seq_len: int,
+    pad_id: int,
+  ):
     super().__init__()
     self._episode, self._rng = episode, rng
     self._batch_size, self._seq_len, self._pad_id = batch_size, seq_len, pad_id
@@ -67,9 +74,19 @@ def warmup_config(config) -> ml_collections.ConfigDict:
   w = config.warmup
   c = ml_collections.ConfigDict(config.to_dict())
   c.optim = ml_collections.ConfigDict(w.optim.to_dict())
-  c.train.update(dict(steps=w.steps, batch_size=w.batch_size, seq_len=w.seq_len, grad_accum=1,
-                      loss_chunk=model_config(config.model).vocab_size, z_loss=0.0,
-                      router_bias_rate=w.router_bias_rate, log_every=w.log_every,
-                      ckpt_every=w.ckpt_every, keep=w.get("keep", 1),
-                      eval_every=w.get("check_every", 0)))
+  c.train.update(
+    dict(
+      steps=w.steps,
+      batch_size=w.batch_size,
+      seq_len=w.seq_len,
+      grad_accum=1,
+      loss_chunk=model_config(config.model).vocab_size,
+      z_loss=0.0,
+      router_bias_rate=w.router_bias_rate,
+      log_every=w.log_every,
+      ckpt_every=w.ckpt_every,
+      keep=w.get("keep", 1),
+      eval_every=w.get("check_every", 0),
+    )
+  )
   return c

@@ -51,15 +51,20 @@ def build_probe_set(
   """{'batch': student batch [P, L], 'teacher_batch': teacher rows [T, Lt] with `probe_slot`
   [T] and `good_id` [T] added}, one teacher row per target (T = len(targets))."""
   if not len(targets) == len(probe_slots) == len(good_ids):
-    raise ValueError(f"{len(targets)} targets, {len(probe_slots)} probe_slots and "
-                     f"{len(good_ids)} good_ids: give one of each per probe")
+    raise ValueError(
+      f"{len(targets)} targets, {len(probe_slots)} probe_slots and "
+      f"{len(good_ids)} good_ids: give one of each per probe"
+    )
   batch = pack_batch(trajectories, [seq_len], pad_id=pad_id)
-  tb = build_teacher_batch(trajectories, batch, targets, buckets=[teacher_seq_len],
-                           turn_buckets=[turn_len], pad_id=pad_id)
+  tb = build_teacher_batch(
+    trajectories, batch, targets, buckets=[teacher_seq_len], turn_buckets=[turn_len], pad_id=pad_id
+  )
   slots = np.asarray(probe_slots, np.int32)
   if np.any(tb["slot_mask"][np.arange(len(slots)), slots] == 0):
-    raise ValueError(f"probe_slots {slots.tolist()} must be sampled tokens of their turns "
-                     f"(slot counts {tb['slot_mask'].sum(-1).astype(int).tolist()})")
+    raise ValueError(
+      f"probe_slots {slots.tolist()} must be sampled tokens of their turns "
+      f"(slot counts {tb['slot_mask'].sum(-1).astype(int).tolist()})"
+    )
   tb["probe_slot"], tb["good_id"] = slots, np.asarray(good_ids, np.int32)
   return {"batch": batch, "teacher_batch": tb}
 
@@ -101,7 +106,9 @@ def probe_metrics(
   p_bad_h, p_good_h = _probs_at(hinted_hidden[rows, at_teacher], head, (bad, good), chunk)
   # The teacher's own probability of the good id: its mixed logits (trust region) when several.
   weights = teacher_weights.mixing_weights(cfg)
-  t_logits = sum(w * (h[rows, at_teacher] @ th) for w, (h, th) in zip(weights, teacher, strict=True))
+  t_logits = sum(
+    w * (h[rows, at_teacher] @ th) for w, (h, th) in zip(weights, teacher, strict=True)
+  )
   p_teacher = jnp.exp(jax.nn.log_softmax(t_logits)[rows, good])
   return dict(
     probe_kl=sd["sd_gap_kl"],
@@ -120,15 +127,27 @@ def make_probe_fn(model_cfg: ModelConfig, loss_cfg: ml_collections.ConfigDict) -
   cfg = ml_collections.FrozenConfigDict(loss_cfg)
 
   def hidden(params, router, b):
-    return transformer.forward(model_cfg, {"params": params, "router": router}, b["tokens"],
-                               segment_ids=b["segment_ids"], positions=b["positions"])[0]
+    return transformer.forward(
+      model_cfg,
+      {"params": params, "router": router},
+      b["tokens"],
+      segment_ids=b["segment_ids"],
+      positions=b["positions"],
+    )[0]
 
   def probe(params, router, teacher_params, probe_set):
     tb = probe_set["teacher_batch"]
-    teacher = tuple((hidden(p, router, tb), transformer.output_head(model_cfg, p))
-                    for p in teacher_params)
-    return probe_metrics(cfg, hidden(params, router, probe_set["batch"]), hidden(params, router, tb),
-                         transformer.output_head(model_cfg, params), teacher, probe_set)
+    teacher = tuple(
+      (hidden(p, router, tb), transformer.output_head(model_cfg, p)) for p in teacher_params
+    )
+    return probe_metrics(
+      cfg,
+      hidden(params, router, probe_set["batch"]),
+      hidden(params, router, tb),
+      transformer.output_head(model_cfg, params),
+      teacher,
+      probe_set,
+    )
 
   return probe
 
@@ -138,5 +157,6 @@ def term_grad_stats(g_rl, g_sd) -> dict[str, jax.Array]:
   either is zero)."""
   n_rl, n_sd = optax.tree.norm(g_rl), optax.tree.norm(g_sd)
   dot = optax.tree.vdot(g_rl, g_sd)
-  return dict(rl_grad_norm=n_rl, sd_grad_norm=n_sd,
-              rl_sd_grad_cos=dot / jnp.maximum(n_rl * n_sd, 1e-30))
+  return dict(
+    rl_grad_norm=n_rl, sd_grad_norm=n_sd, rl_sd_grad_cos=dot / jnp.maximum(n_rl * n_sd, 1e-30)
+  )

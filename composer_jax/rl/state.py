@@ -33,5 +33,6 @@ def initial_state(config, init: dict) -> RLState:
   prog = update_program(config, model_config(config.model))
   state = prog.progs.init(jax.random.PRNGKey(config.train.seed), init)
   ema = teacher_weights.ema_init(state.params) if config.loss.teacher == "ema" else None
-  return RLState(0, state.params, state.opt_state, ema,
-                 np.random.default_rng([config.train.seed, 1]))
+  return RLState(
+    0, state.params, state.opt_state, ema, np.random.default_rng([config.train.seed, 1])
+  )

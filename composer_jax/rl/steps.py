@@ -40,29 +40,45 @@ def sampler_devices(config, trainer_ids: list[int]) -> list[int]:
     raise ValueError(f"rl.mode={r.mode!r}; valid: {MODES}")
   if r.mode == "colocated":
     if r.sampler_devices:
-      raise ValueError(f"rl.sampler_devices={tuple(r.sampler_devices)} needs "
-                       "rl.mode='disaggregated' (colocated samples on the trainer's devices)")
+      raise ValueError(
+        f"rl.sampler_devices={tuple(r.sampler_devices)} needs "
+        "rl.mode='disaggregated' (colocated samples on the trainer's devices)"
+      )
     return trainer_ids
   ids, known = list(r.sampler_devices), [d.id for d in jax.devices()]
   count = len(known)
   if not ids or any(i not in known for i in ids) or len(set(ids)) != len(ids):
     # Ids are 0..n-1 in one process; a multi-process run numbers each process's devices apart.
     valid = f"in [0, {count})" if known == list(range(count)) else f"of this run {tuple(known)}"
-    raise ValueError(f"rl.sampler_devices={tuple(ids)} must be distinct device ids {valid} "
-                     "for rl.mode='disaggregated'")
+    raise ValueError(
+      f"rl.sampler_devices={tuple(ids)} must be distinct device ids {valid} "
+      "for rl.mode='disaggregated'"
+    )
   overlap = sorted(set(ids) & set(trainer_ids))
   if overlap:
     raise ValueError(
       f"rl.mode='disaggregated': sampler devices {tuple(ids)} overlap the trainer's devices "
       f"{tuple(trainer_ids)} (layout {config.layout!r}) on {overlap}; give the trainer a "
       f"mesh on other devices (e.g. --config.mesh.fsdp={count - len(ids)}) or other "
-      "rl.sampler_devices")
+      "rl.sampler_devices"
+    )
   return ids
 
 
-def epoch_updates(prog: UpdateProgram, params, opt_state, router, batch: dict,
-                  teacher_params_fn, teacher_batch: dict | None, *, epochs: int,
-                  minibatches: int, key: jax.Array, staleness: int):
+def epoch_updates(
+  prog: UpdateProgram,
+  params,
+  opt_state,
+  router,
+  batch: dict,
+  teacher_params_fn,
+  teacher_batch: dict | None,
+  *,
+  epochs: int,
+  minibatches: int,
+  key: jax.Array,
+  staleness: int,
+):
   """K epochs of M minibatch updates on one batch (`rl.epochs.run_epochs`, PPO's convention):
   pi_old and the advantages from `prog.old_policy` at `params`, held fixed; the truncated
   importance weight min(pi_old / pi_sampler, C) against the batch's behaviour log-probs.
@@ -77,19 +93,29 @@ def epoch_updates(prog: UpdateProgram, params, opt_state, router, batch: dict,
   """
   batch = {**batch, **prog.old_policy(params, router, batch)}
   rows = np.shape(batch["valid"])[0]
-  index = {"rows": np.arange(rows, dtype=np.int32),
-           "staleness": np.full((rows,), staleness, np.int32)}
+  index = {
+    "rows": np.arange(rows, dtype=np.int32),
+    "staleness": np.full((rows,), staleness, np.int32),
+  }
 
   def update_fn(carry, mini):
     p, o = carry
     teacher_params = None if teacher_batch is None else teacher_params_fn(p)
-    p, o, metrics = prog.minibatch_update(p, o, router, batch, np.asarray(mini["rows"]),
-                                          np.asarray(mini["staleness"]), teacher_params,
-                                          teacher_batch)
+    p, o, metrics = prog.minibatch_update(
+      p,
+      o,
+      router,
+      batch,
+      np.asarray(mini["rows"]),
+      np.asarray(mini["staleness"]),
+      teacher_params,
+      teacher_batch,
+    )
     return (p, o), metrics
 
   (params, opt_state), history = epochs_lib.run_epochs(
-    update_fn, (params, opt_state), index, epochs=epochs, minibatches=minibatches, key=key)
+    update_fn, (params, opt_state), index, epochs=epochs, minibatches=minibatches, key=key
+  )
   return params, opt_state, history
 
 
@@ -109,16 +135,25 @@ class RLSteps:
     by_id = {d.id: d for d in jax.devices()}
     self._router = jax.device_put(init["router"], self._prog.replicated)
     target = self._prog.progs.target
-    self._initial = jax.device_put(init["params"], jax.tree.map(lambda t: t.sharding,
-                                                                target.params))
-    sampler = rollout_lib.RolloutWorker(config, env, model_cfg,
-                                  rl_mesh.SamplerMesh([by_id[i] for i in ids],
-                                                      config.rules.sampler), init["router"])
+    self._initial = jax.device_put(
+      init["params"], jax.tree.map(lambda t: t.sharding, target.params)
+    )
+    sampler = rollout_lib.RolloutWorker(
+      config,
+      env,
+      model_cfg,
+      rl_mesh.SamplerMesh([by_id[i] for i in ids], config.rules.sampler),
+      init["router"],
+    )
     self._async = None
     if config.rl.mode == "disaggregated":
       self._async = rollout_lib.AsyncRolloutWorker(
-        sampler, state.rng, start=state.step, steps=config.train.steps,
-        max_staleness=config.rl.max_staleness)
+        sampler,
+        state.rng,
+        start=state.step,
+        steps=config.train.steps,
+        max_staleness=config.rl.max_staleness,
+      )
       self._async.push(state.params, state.step)
     self._sampler = sampler
     self._epoch_key = jax.random.fold_in(jax.random.key(config.train.seed), 2)  # minibatch order
@@ -126,16 +161,24 @@ class RLSteps:
     r = config.rl
     if r.probe_count > 0:
       if not hasattr(env, "probe_set"):
-        raise ValueError(f"rl.probe_count={r.probe_count} needs an environment with "
-                         f"probe_set(...) (rl.env); {type(env).__name__} has none: set "
-                         "rl.probe_count=0")
-      held_out = env.probe_set(np.random.default_rng([config.train.seed, 2]), r.probe_count,
-                               seq_len=r.seq_len, teacher_seq_len=r.teacher_seq_len,
-                               turn_len=r.max_new_tokens)
+        raise ValueError(
+          f"rl.probe_count={r.probe_count} needs an environment with "
+          f"probe_set(...) (rl.env); {type(env).__name__} has none: set "
+          "rl.probe_count=0"
+        )
+      held_out = env.probe_set(
+        np.random.default_rng([config.train.seed, 2]),
+        r.probe_count,
+        seq_len=r.seq_len,
+        teacher_seq_len=r.teacher_seq_len,
+        turn_len=r.max_new_tokens,
+      )
       self._probe_set = dict(
         batch=rl_mesh.place_batch(held_out["batch"], self._prog.per_token),
-        teacher_batch=rl_mesh.place_batch(held_out["teacher_batch"], self._prog.per_token,
-                                          student_length=r.seq_len))
+        teacher_batch=rl_mesh.place_batch(
+          held_out["teacher_batch"], self._prog.per_token, student_length=r.seq_len
+        ),
+      )
       self._probe = probe_program(config, model_cfg)
 
   def step(self, state: RLState, step: int) -> tuple[RLState, dict]:
@@ -154,23 +197,41 @@ class RLSteps:
     batch = rl_mesh.place_batch(roll.batch, self._prog.per_token)
     teacher_batch = None
     if roll.teacher_batch is not None:
-      teacher_batch = rl_mesh.place_batch(roll.teacher_batch, self._prog.per_token,
-                                          student_length=r.seq_len)
+      teacher_batch = rl_mesh.place_batch(
+        roll.teacher_batch, self._prog.per_token, student_length=r.seq_len
+      )
     teachers = lambda params: teacher_weights.teacher_variables(
-      loss_cfg, params, ema=state.ema, initial=self._initial)
+      loss_cfg, params, ema=state.ema, initial=self._initial
+    )
     if r.epochs * r.minibatches == 1:  # one update on the batch: pi_old = pi_theta, ratio 1
       params, opt_state, metrics = self._prog.update(
-        state.params, state.opt_state, self._router, batch,
-        None if teacher_batch is None else teachers(state.params), teacher_batch)
+        state.params,
+        state.opt_state,
+        self._router,
+        batch,
+        None if teacher_batch is None else teachers(state.params),
+        teacher_batch,
+      )
     else:
       updates = r.epochs * r.minibatches
       params, opt_state, history = epoch_updates(
-        self._prog, state.params, state.opt_state, self._router, batch, teachers,
-        teacher_batch, epochs=r.epochs, minibatches=r.minibatches,
+        self._prog,
+        state.params,
+        state.opt_state,
+        self._router,
+        batch,
+        teachers,
+        teacher_batch,
+        epochs=r.epochs,
+        minibatches=r.minibatches,
         key=jax.random.fold_in(self._epoch_key, state.step),
-        staleness=(roll.step - roll.version) * updates)
-      metrics = {k: v.max() if k.endswith("_max") else v.mean()
-                 for k, v in history.items() if k not in ("epoch", "minibatch")}
+        staleness=(roll.step - roll.version) * updates,
+      )
+      metrics = {
+        k: v.max() if k.endswith("_max") else v.mean()
+        for k, v in history.items()
+        if k not in ("epoch", "minibatch")
+      }
       metrics.update(updates=float(updates), loss_last=history["loss"][-1])
     ema = state.ema
     if ema is not None:
@@ -182,8 +243,9 @@ class RLSteps:
     done = state.step + 1
     if self._probe is not None and (done % r.probe_every == 0 or done == self._config.train.steps):
       # The probe teacher is this arm's teacher kind (also for arms without the SD term).
-      probe_teacher = teacher_weights.teacher_variables(loss_cfg, params, ema=ema,
-                                                        initial=self._initial)
+      probe_teacher = teacher_weights.teacher_variables(
+        loss_cfg, params, ema=ema, initial=self._initial
+      )
       out.update(self._probe(params, self._router, probe_teacher, self._probe_set))
     # Host time of the step: sampling (colocated: after waiting for the previous update,
     # `sampler/reshard_seconds`) and dispatching this update.

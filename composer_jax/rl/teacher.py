@@ -124,8 +124,10 @@ def build_teacher_batch(
   if overflow not in OVERFLOW_MODES:
     raise ValueError(f"overflow={overflow!r}; valid: {OVERFLOW_MODES}")
   if reuse_prefix and overflow != "error":
-    raise ValueError(f"reuse_prefix=True needs overflow='error', got {overflow!r}: a truncated "
-                     "prefix is not the student's, so its cache cannot be reused")
+    raise ValueError(
+      f"reuse_prefix=True needs overflow='error', got {overflow!r}: a truncated "
+      "prefix is not the student's, so its cache cannot be reused"
+    )
   if reuse_prefix and max_len is None:
     max_len = int(np.asarray(student_batch["tokens"]).shape[1]) + max(buckets)
   if not targets:
@@ -145,8 +147,9 @@ def build_teacher_batch(
     start, end = traj.turn_span(target.turn)
     sampled = start + np.flatnonzero(traj.model_mask[start:end])  # stream indices, >= 1
     first = max(start - 1, 0) if reuse_prefix else 0  # stream index of the row's first token
-    built.append((target, stream[first:], sampled, sampled - start + offset - first, first,
-                  dropped))
+    built.append(
+      (target, stream[first:], sampled, sampled - start + offset - first, first, dropped)
+    )
   length = bucket_length(max(len(b[1]) for b in built), buckets)
   slots = bucket_length(max(len(b[2]) for b in built), turn_buckets)
   out = dict(
@@ -212,8 +215,13 @@ def _decode_cfg(cfg: ModelConfig) -> ModelConfig:
   return cfg.replace(moe_dispatch="dropless") if cfg.moe_dispatch == "capacity" else cfg
 
 
-def prefill_prefix(cfg: ModelConfig, variables: dict, student_tokens: jax.Array,
-                   student_positions: jax.Array, extension_len: int) -> dict:
+def prefill_prefix(
+  cfg: ModelConfig,
+  variables: dict,
+  student_tokens: jax.Array,
+  student_positions: jax.Array,
+  extension_len: int,
+) -> dict:
   """The student rows' cache: `student_tokens [B, L]` at `student_positions [B, L]` (a
   permutation of 0..L-1 per row, padding included, as `pack_batch` gives: so a row's padding
   lands past its prefix, in any row order, e.g. context parallelism's zig-zag) into `L +
@@ -221,28 +229,38 @@ def prefill_prefix(cfg: ModelConfig, variables: dict, student_tokens: jax.Array,
   flagged turns of a trajectory."""
   b, length = student_tokens.shape
   if length + extension_len > cfg.max_position_embeddings:
-    raise ValueError(f"prefix cache of student length {length} + teacher extension "
-                     f"{extension_len} exceeds max_position_embeddings="
-                     f"{cfg.max_position_embeddings}")
+    raise ValueError(
+      f"prefix cache of student length {length} + teacher extension "
+      f"{extension_len} exceeds max_position_embeddings="
+      f"{cfg.max_position_embeddings}"
+    )
   cfg = _decode_cfg(cfg)
   cache = kv_cache.init(cfg, b, length + extension_len)
-  _, cache = transformer.decode(cfg, jax.lax.stop_gradient(variables), student_tokens,
-                                student_positions, cache)
+  _, cache = transformer.decode(
+    cfg, jax.lax.stop_gradient(variables), student_tokens, student_positions, cache
+  )
   return cache
 
 
-def extend_teacher(cfg: ModelConfig, variables: dict, cache: dict, teacher_batch: dict
-                   ) -> jax.Array:
+def extend_teacher(
+  cfg: ModelConfig, variables: dict, cache: dict, teacher_batch: dict
+) -> jax.Array:
   """Teacher hidden `[T, Lt, D]` of the extension rows over `cache` (from `prefill_prefix`):
   row t reads its student row's cache (`student_row`) and runs only its own tokens."""
   cache = jax.tree.map(lambda c: c[:, teacher_batch["student_row"]], cache)  # [layers, T, S, ..]
-  hidden, _ = transformer.decode(_decode_cfg(cfg), jax.lax.stop_gradient(variables),
-                                 teacher_batch["tokens"], teacher_batch["positions"], cache)
+  hidden, _ = transformer.decode(
+    _decode_cfg(cfg),
+    jax.lax.stop_gradient(variables),
+    teacher_batch["tokens"],
+    teacher_batch["positions"],
+    cache,
+  )
   return hidden
 
 
-def teacher_hidden(cfg: ModelConfig, variables: dict, student_batch: dict, teacher_batch: dict
-                   ) -> jax.Array:
+def teacher_hidden(
+  cfg: ModelConfig, variables: dict, student_batch: dict, teacher_batch: dict
+) -> jax.Array:
   """Teacher hidden states `[T, Lt, D]` on `teacher_batch['tokens']` (after the final norm).
 
   Full layout: one forward over each teacher row. Prefix-reuse layout (`prefix_len` present):
@@ -250,10 +268,20 @@ def teacher_hidden(cfg: ModelConfig, variables: dict, student_batch: dict, teach
   decode: equal to the full forward to float rounding).
   """
   if "prefix_len" not in teacher_batch:
-    return transformer.forward(cfg, variables, teacher_batch["tokens"],
-                               teacher_batch["segment_ids"], teacher_batch["positions"])[0]
-  cache = prefill_prefix(cfg, variables, student_batch["tokens"], student_batch["positions"],
-                         teacher_batch["tokens"].shape[1])
+    return transformer.forward(
+      cfg,
+      variables,
+      teacher_batch["tokens"],
+      teacher_batch["segment_ids"],
+      teacher_batch["positions"],
+    )[0]
+  cache = prefill_prefix(
+    cfg,
+    variables,
+    student_batch["tokens"],
+    student_batch["positions"],
+    teacher_batch["tokens"].shape[1],
+  )
   return extend_teacher(cfg, variables, cache, teacher_batch)
 
 
@@ -263,6 +291,8 @@ def restrict_to_rows(teacher_batch: dict, rows: jax.Array) -> dict:
   student row is not in it masked out (static shape: all T teacher rows stay)."""
   match = teacher_batch["student_row"][:, None] == rows[None, :]  # [T, M]
   present = match.any(axis=-1)
-  return dict(teacher_batch,
-              student_row=jnp.argmax(match, axis=-1).astype(jnp.int32),
-              slot_mask=teacher_batch["slot_mask"] * present[:, None])
+  return dict(
+    teacher_batch,
+    student_row=jnp.argmax(match, axis=-1).astype(jnp.int32),
+    slot_mask=teacher_batch["slot_mask"] * present[:, None],
+  )

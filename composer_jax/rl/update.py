@@ -34,8 +34,13 @@ def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTrans
   old_policy_fn = losses.make_old_policy_fn(loss_cfg)
 
   def hidden(params, router, b):
-    h, _ = transformer.forward(model_cfg, {"params": params, "router": router}, b["tokens"],
-                               segment_ids=b["segment_ids"], positions=b["positions"])
+    h, _ = transformer.forward(
+      model_cfg,
+      {"params": params, "router": router},
+      b["tokens"],
+      segment_ids=b["segment_ids"],
+      positions=b["positions"],
+    )
     return h
 
   def objective(params, router, batch, teacher_params, teacher_batch):
@@ -43,12 +48,22 @@ def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTrans
     if teacher_batch is not None:
       teacher_out = tuple(
         jax.lax.stop_gradient(
-          (teacher.teacher_hidden(model_cfg, {"params": p, "router": router}, batch,
-                                  teacher_batch),
-           transformer.output_head(model_cfg, p)))
-        for p in teacher_params)
-    return loss_fn(hidden(params, router, batch), transformer.output_head(model_cfg, params),
-                   batch, teacher_out, teacher_batch)
+          (
+            teacher.teacher_hidden(
+              model_cfg, {"params": p, "router": router}, batch, teacher_batch
+            ),
+            transformer.output_head(model_cfg, p),
+          )
+        )
+        for p in teacher_params
+      )
+    return loss_fn(
+      hidden(params, router, batch),
+      transformer.output_head(model_cfg, params),
+      batch,
+      teacher_out,
+      teacher_batch,
+    )
 
   def _term_grads(params, router, batch, teacher_params, teacher_batch):
     """Total gradient and metrics with `sd_probes.term_grad_stats` of the RL part (loss minus
@@ -69,13 +84,15 @@ def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTrans
       grads, metrics = _term_grads(params, router, batch, teacher_params, teacher_batch)
     else:
       (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(
-        params, router, batch, teacher_params, teacher_batch)
+        params, router, batch, teacher_params, teacher_batch
+      )
     updates, opt_state = optimizer.update(grads, opt_state, params)
     metrics["grad_norm"] = optax.tree.norm(grads)
     return optax.apply_updates(params, updates), opt_state, metrics
 
   def old_policy(params, router, batch):
-    return old_policy_fn(hidden(params, router, batch),
-                         transformer.output_head(model_cfg, params), batch)
+    return old_policy_fn(
+      hidden(params, router, batch), transformer.output_head(model_cfg, params), batch
+    )
 
   return update, old_policy

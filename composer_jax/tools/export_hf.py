@@ -26,8 +26,7 @@ from composer_jax.model.config import DTYPES
 from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
 
-_CKPT = flags.DEFINE_string("ckpt", None, "Checkpoint directory (module docstring).",
-                            required=True)
+_CKPT = flags.DEFINE_string("ckpt", None, "Checkpoint directory (module docstring).", required=True)
 _OUT = flags.DEFINE_string("out", None, "Output HF checkpoint directory.", required=True)
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", DTYPES, "dtype of unquantized tensors.")
 _FP8 = flags.DEFINE_bool("fp8", False, "Store decoder Linear weights as block fp8.")
@@ -45,9 +44,15 @@ def _source(path: str):
 def main(argv):
   del argv
   try:
-    out = outputs.check(_OUT.value, inputs=[_CKPT.value], overwrite=_OVERWRITE.value,
-                        is_own=(functools.partial(load_checkpoint.is_kind, layout="hf"),
-                                load_checkpoint.LAYOUTS["hf"]))
+    out = outputs.check(
+      _OUT.value,
+      inputs=[_CKPT.value],
+      overwrite=_OVERWRITE.value,
+      is_own=(
+        functools.partial(load_checkpoint.is_kind, layout="hf"),
+        load_checkpoint.LAYOUTS["hf"],
+      ),
+    )
     cfg, get = _source(_CKPT.value)
     with outputs.staged(out) as tmp:
       writer.export_hf(cfg, get, tmp, dtype=_DTYPE.value, fp8=_FP8.value)

@@ -22,8 +22,12 @@ from composer_jax.model.config import DTYPES
 from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
 
-_HF_DIR = flags.DEFINE_string("hf_dir", None, "HF checkpoint dir (config.json + *.safetensors); "
-                              "--hf-dir also works.", required=True)
+_HF_DIR = flags.DEFINE_string(
+  "hf_dir",
+  None,
+  "HF checkpoint dir (config.json + *.safetensors); --hf-dir also works.",
+  required=True,
+)
 _OUT = flags.DEFINE_string("out", None, "Output checkpoint directory.", required=True)
 _DTYPE = flags.DEFINE_enum("dtype", "float32", DTYPES, "Parameter dtype.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier import in --out.")
@@ -31,16 +35,23 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier import in
 
 def _parse_flags(argv):
   # Accept `--hf-dir` (the documented spelling) as well as absl's `--hf_dir`.
-  return flags.FLAGS([a.replace("--hf-dir", "--hf_dir", 1) if a.startswith("--hf-dir") else a
-                      for a in argv])
+  return flags.FLAGS(
+    [a.replace("--hf-dir", "--hf_dir", 1) if a.startswith("--hf-dir") else a for a in argv]
+  )
 
 
 def main(argv):
   del argv
   try:
-    out = outputs.check(_OUT.value, inputs=[_HF_DIR.value], overwrite=_OVERWRITE.value,
-                        is_own=(functools.partial(load_checkpoint.is_kind, layout="imported"),
-                                load_checkpoint.LAYOUTS["imported"]))
+    out = outputs.check(
+      _OUT.value,
+      inputs=[_HF_DIR.value],
+      overwrite=_OVERWRITE.value,
+      is_own=(
+        functools.partial(load_checkpoint.is_kind, layout="imported"),
+        load_checkpoint.LAYOUTS["imported"],
+      ),
+    )
     with outputs.staged(out) as tmp:
       cfg = importer.import_to_checkpoint(_HF_DIR.value, tmp, dtype=_DTYPE.value)
   except (ValueError, OSError) as e:

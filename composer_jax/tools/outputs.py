@@ -31,10 +31,16 @@ def _within(path: str, root: str) -> bool:
   return os.path.commonpath([path, root]) == root
 
 
-def check(out: str, *, inputs: Sequence[str] = (), overwrite: bool = False,
-          is_own: tuple[Callable[[str], bool], str] | None = None,
-          replaceable: Collection[str] = (), inside_inputs: bool = False,
-          flag: str = "--out") -> str:
+def check(
+  out: str,
+  *,
+  inputs: Sequence[str] = (),
+  overwrite: bool = False,
+  is_own: tuple[Callable[[str], bool], str] | None = None,
+  replaceable: Collection[str] = (),
+  inside_inputs: bool = False,
+  flag: str = "--out",
+) -> str:
   """The real path of `out`, after the checks of the module docstring.
 
   Raises:
@@ -47,22 +53,30 @@ def check(out: str, *, inputs: Sequence[str] = (), overwrite: bool = False,
     src = os.path.realpath(os.path.expanduser(given))
     if _within(src, real):
       what = "is" if src == real else "holds"
-      raise ValueError(f"{flag} {out} {what} the input {given}: pass another directory (the "
-                       "input is never written)")
+      raise ValueError(
+        f"{flag} {out} {what} the input {given}: pass another directory (the "
+        "input is never written)"
+      )
     if _within(real, src) and not inside_inputs:
-      raise ValueError(f"{flag} {out} is inside the input {given}: pass a directory outside it "
-                       "(the input is never written)")
+      raise ValueError(
+        f"{flag} {out} is inside the input {given}: pass a directory outside it "
+        "(the input is never written)"
+      )
   foreign = sorted(set(os.listdir(real)) - set(replaceable)) if os.path.isdir(real) else []
   if foreign and overwrite and is_own:
     own, what = is_own
     if not own(real):
-      raise ValueError(f"{flag} {out} is not {what}, so --overwrite does not replace it; pass a "
-                       "new or empty directory")
+      raise ValueError(
+        f"{flag} {out} is not {what}, so --overwrite does not replace it; pass a "
+        "new or empty directory"
+      )
   elif foreign:
     hint = " or --overwrite to replace it" if is_own else ""
-    raise ValueError(f"{flag} {out} is not empty (it holds {foreign[0]!r}"
-                     f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}); pass a "
-                     f"new or empty directory{hint}")
+    raise ValueError(
+      f"{flag} {out} is not empty (it holds {foreign[0]!r}"
+      f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}); pass a "
+      f"new or empty directory{hint}"
+    )
   return real
 
 

@@ -46,13 +46,23 @@ from composer_jax.model.config import ModelConfig
 
 # Fields that change numerics or memory but not the parameter tree: a checkpoint written
 # under one value restores under another.
-_RUNTIME_FIELDS = ("dtype", "remat_policy", "moe_dispatch", "capacity_factor",
-                   "ep_capacity_factor", "moe_grouped_matmul", "moe_tile_rows", "scan_layers",
-                   "attention_impl", "attention_block")
+_RUNTIME_FIELDS = (
+  "dtype",
+  "remat_policy",
+  "moe_dispatch",
+  "capacity_factor",
+  "ep_capacity_factor",
+  "moe_grouped_matmul",
+  "moe_tile_rows",
+  "scan_layers",
+  "attention_impl",
+  "attention_block",
+)
 
 
-def model_config_diff(saved: ModelConfig, current: ModelConfig,
-                      ignore: Sequence[str] = ()) -> list[str]:
+def model_config_diff(
+  saved: ModelConfig, current: ModelConfig, ignore: Sequence[str] = ()
+) -> list[str]:
   """`['hidden_size (checkpoint 64, config 128)', ...]` over the architecture fields."""
   diffs = []
   for f in dataclasses.fields(ModelConfig):
@@ -62,13 +72,16 @@ def model_config_diff(saved: ModelConfig, current: ModelConfig,
   return diffs
 
 
-def check_same_model(saved: ModelConfig, current: ModelConfig, where: str,
-                     ignore: Sequence[str] = ()) -> None:
+def check_same_model(
+  saved: ModelConfig, current: ModelConfig, where: str, ignore: Sequence[str] = ()
+) -> None:
   """Raises a one-line ValueError naming the differing fields, if any."""
   diffs = model_config_diff(saved, current, ignore)
   if diffs:
-    raise ValueError(f"{where} holds a checkpoint of a different model config: "
-                     f"{', '.join(diffs)}; use a fresh --workdir or the matching model config")
+    raise ValueError(
+      f"{where} holds a checkpoint of a different model config: "
+      f"{', '.join(diffs)}; use a fresh --workdir or the matching model config"
+    )
 
 
 def _at(tree, path: tuple[str, ...]):
@@ -81,8 +94,9 @@ def _leaves(tree, path: str) -> dict:
   return {path: tree}
 
 
-def check_same_settings(saved_run: dict, config, paths: Sequence[tuple[str, ...]],
-                        where: str) -> None:
+def check_same_settings(
+  saved_run: dict, config, paths: Sequence[tuple[str, ...]], where: str
+) -> None:
   """Raises a one-line ValueError naming every setting under `paths` (paths into the run
   config, e.g. ('loss', 'teacher') or a whole section ('env',)) whose value in `saved_run` (a
   checkpoint's saved run config) differs from `config`'s."""
@@ -91,11 +105,15 @@ def check_same_settings(saved_run: dict, config, paths: Sequence[tuple[str, ...]
   for path in paths:
     name = ".".join(path)
     was, now = _leaves(_at(saved_run, path), name), _leaves(_at(current, path), name)
-    diffs += [f"{k}={was.get(k)!r} (this config: {now.get(k)!r})"
-              for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
+    diffs += [
+      f"{k}={was.get(k)!r} (this config: {now.get(k)!r})"
+      for k in sorted(set(was) | set(now))
+      if was.get(k) != now.get(k)
+    ]
   if diffs:
-    raise ValueError(f"{where} made with {', '.join(diffs)}; use a fresh --workdir or the "
-                     "saved values")
+    raise ValueError(
+      f"{where} made with {', '.join(diffs)}; use a fresh --workdir or the saved values"
+    )
 
 
 class CorruptCheckpointError(ValueError):
@@ -121,10 +139,11 @@ def nonfinite_arrays(state: Any) -> tuple[int, int, str | None]:
 
   One jitted reduction over every floating-point array of `state`; only two scalars come
   back to the host."""
-  named = [(jax.tree_util.keystr(path, simple=True, separator="/"), x)
-           for path, x in jax.tree_util.tree_flatten_with_path(state)[0]
-           if isinstance(x, (jax.Array, np.ndarray, np.generic))
-           and jnp.issubdtype(x.dtype, jnp.inexact)]
+  named = [
+    (jax.tree_util.keystr(path, simple=True, separator="/"), x)
+    for path, x in jax.tree_util.tree_flatten_with_path(state)[0]
+    if isinstance(x, (jax.Array, np.ndarray, np.generic)) and jnp.issubdtype(x.dtype, jnp.inexact)
+  ]
   if not named:
     return 0, 0, None
   bad, first = jax.device_get(_count_and_first_nonfinite([x for _, x in named]))
@@ -166,12 +185,18 @@ class _DropReraisedThreadErrors(py_logging.Filter):
   """Orbax logs an async writer thread's failure with its traceback, then re-raises it to
   the caller of save/wait, which reports it in one line: drop the logged copy."""
 
-  _SAVE_THREAD_FAILURES = ("raised an exception", "in background save thread",
-                           "Save Finalize thread")
+  _SAVE_THREAD_FAILURES = (
+    "raised an exception",
+    "in background save thread",
+    "Save Finalize thread",
+  )
 
   def filter(self, record):
-    return not ("orbax" in record.pathname and record.exc_info is not None
-                and any(m in record.getMessage() for m in self._SAVE_THREAD_FAILURES))
+    return not (
+      "orbax" in record.pathname
+      and record.exc_info is not None
+      and any(m in record.getMessage() for m in self._SAVE_THREAD_FAILURES)
+    )
 
 
 def _ignore_closed_loop_callbacks(unraisable) -> None:
@@ -199,11 +224,12 @@ class Checkpointer:
     # cleanup_tmp_directories: a save cut short (kill, full disk) leaves a temporary
     # directory, not a step; the next run removes it (in the background, done before its
     # first save).
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                           enable_async_checkpointing=True,
-                                           cleanup_tmp_directories=True)
-    self._mngr = ocp.CheckpointManager(self.directory, options=options,
-                                       item_names=("state", "data", "config"))
+    options = ocp.CheckpointManagerOptions(
+      max_to_keep=keep, create=True, enable_async_checkpointing=True, cleanup_tmp_directories=True
+    )
+    self._mngr = ocp.CheckpointManager(
+      self.directory, options=options, item_names=("state", "data", "config")
+    )
     self._save_error: CheckpointSaveError | None = None
     _quiet_failed_saves()
 
@@ -217,8 +243,14 @@ class Checkpointer:
     """True when the JAX distributed runtime has a preemption notice (multi-host jobs)."""
     return self._mngr.reached_preemption(step)
 
-  def save(self, step: int, state: Any, data: grain.DatasetIterator | dict,
-           model_cfg: ModelConfig, run_config: dict) -> None:
+  def save(
+    self,
+    step: int,
+    state: Any,
+    data: grain.DatasetIterator | dict,
+    model_cfg: ModelConfig,
+    run_config: dict,
+  ) -> None:
     """Starts an asynchronous save; `state` and the data position (a grain iterator, or a
     JSON-able dict) are captured before it returns, so training may go on (and donate
     `state`'s buffers) right away.
@@ -233,29 +265,41 @@ class Checkpointer:
     if bad:
       self.wait()  # An earlier save still in flight commits (or fails: that error) first.
       raise NonFiniteStateError(
-          f"checkpoint step {step} not written: the state is not finite ({bad} of {total} "
-          f"arrays hold NaN/inf, the first is {first}); {self._kept()}")
+        f"checkpoint step {step} not written: the state is not finite ({bad} of {total} "
+        f"arrays hold NaN/inf, the first is {first}); {self._kept()}"
+      )
     self._check_free_space(step, state)
     config = {"model": model_cfg.to_dict(), "run": run_config}
-    data_args = (ocp.args.JsonSave(data) if isinstance(data, dict)
-                 else grain.checkpoint.CheckpointSave(data))
+    data_args = (
+      ocp.args.JsonSave(data) if isinstance(data, dict) else grain.checkpoint.CheckpointSave(data)
+    )
     with self._save_errors(step):
-      self._mngr.save(step, args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state), data=data_args,
-          config=ocp.args.JsonSave(config)), force=True)
+      self._mngr.save(
+        step,
+        args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), data=data_args, config=ocp.args.JsonSave(config)
+        ),
+        force=True,
+      )
 
   def _check_free_space(self, step: int, state: Any) -> None:
     # Each process writes its own shards: its addressable bytes (+ metadata headroom).
-    need = sum(sh.data.nbytes for x in jax.tree.leaves(state) if isinstance(x, jax.Array)
-               for sh in x.addressable_shards)
+    need = sum(
+      sh.data.nbytes
+      for x in jax.tree.leaves(state)
+      if isinstance(x, jax.Array)
+      for sh in x.addressable_shards
+    )
     need = int(need * 1.1) + (1 << 20)
     free = shutil.disk_usage(self.directory).free
     if free < need:
       self.wait()  # An earlier save still in flight commits (or fails: that error) first.
       self._save_error = CheckpointSaveError(
-          errno.ENOSPC, f"cannot write checkpoint step {step}: it needs ~{need / 2**20:.1f} "
-          f"MiB, {free / 2**20:.1f} MiB free in {self.directory}; free space or use "
-          f"another --workdir ({self._intact()})")
+        errno.ENOSPC,
+        f"cannot write checkpoint step {step}: it needs ~{need / 2**20:.1f} "
+        f"MiB, {free / 2**20:.1f} MiB free in {self.directory}; free space or use "
+        f"another --workdir ({self._intact()})",
+      )
       raise self._save_error
 
   def committed_steps(self) -> list[int]:
@@ -269,8 +313,11 @@ class Checkpointer:
 
   def _kept(self) -> str:
     steps = self.committed_steps()
-    return (f"the last good checkpoint, {self.directory}/{steps[-1]}, is kept" if steps
-            else "no checkpoint was committed yet")
+    return (
+      f"the last good checkpoint, {self.directory}/{steps[-1]}, is kept"
+      if steps
+      else "no checkpoint was committed yet"
+    )
 
   @contextlib.contextmanager
   def _save_errors(self, step: int | None):
@@ -284,10 +331,12 @@ class Checkpointer:
       # of the root cause names the step directory being written.
       root = _first_line(_root_cause(e), limit=1000)
       code = getattr(_root_cause(e), "errno", None) or (
-          errno.ENOSPC if "No space left" in root else errno.EIO)
+        errno.ENOSPC if "No space left" in root else errno.EIO
+      )
       when = f" (while saving step {step})" if step is not None else ""
       self._save_error = CheckpointSaveError(
-          code, f"a checkpoint save in {self.directory} failed{when}: {root}; {self._intact()}")
+        code, f"a checkpoint save in {self.directory} failed{when}: {root}; {self._intact()}"
+      )
       raise self._save_error from None
 
   def saved_config(self, step: int) -> dict:
@@ -297,8 +346,9 @@ class Checkpointer:
       CorruptCheckpointError: its config file does not read back.
     """
     try:
-      return self._mngr.restore(step, args=ocp.args.Composite(
-          config=ocp.args.JsonRestore()))["config"]
+      return self._mngr.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))[
+        "config"
+      ]
     except Exception as e:
       raise self._corrupt(step, e) from None
 
@@ -317,13 +367,13 @@ class Checkpointer:
       CorruptCheckpointError: it does not read back.
     """
     try:
-      return self._mngr.restore(step, args=ocp.args.Composite(
-          data=ocp.args.JsonRestore()))["data"]
+      return self._mngr.restore(step, args=ocp.args.Composite(data=ocp.args.JsonRestore()))["data"]
     except Exception as e:
       raise self._corrupt(step, e) from None
 
-  def restore(self, step: int, abstract_state: Any,
-              data_iterator: grain.DatasetIterator | None = None) -> Any:
+  def restore(
+    self, step: int, abstract_state: Any, data_iterator: grain.DatasetIterator | None = None
+  ) -> Any:
     """Returns the state (`abstract_state` gives shapes, dtypes and shardings) and moves
     `data_iterator`, if given, to the saved position.
 
@@ -342,15 +392,17 @@ class Checkpointer:
     bad, total, first = nonfinite_arrays(state)
     if bad:  # Saved by an older version that did not check: not a good checkpoint.
       raise CorruptCheckpointError(
-          f"checkpoint step {step} does not restore: {bad} of {total} arrays hold NaN/inf, "
-          f"the first is {first}")
+        f"checkpoint step {step} does not restore: {bad} of {total} arrays hold NaN/inf, "
+        f"the first is {first}"
+      )
     return state
 
   def _corrupt(self, step: int, e: Exception) -> CorruptCheckpointError:
     step_dir = os.path.join(self.directory, str(step))
     where = _unreadable_metadata(step_dir) or step_dir
-    return CorruptCheckpointError(f"checkpoint step {step} does not restore: {where}: "
-                                  f"{_first_line(_root_cause(e))}")
+    return CorruptCheckpointError(
+      f"checkpoint step {step} does not restore: {where}: {_first_line(_root_cause(e))}"
+    )
 
   def set_aside(self, step: int) -> str:
     """Renames checkpoint `step` to `<step>.corrupt[.N]` (kept, no longer a checkpoint)."""

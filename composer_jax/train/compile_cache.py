@@ -116,17 +116,22 @@ def enable(directory: str | None) -> None:
       os.makedirs(directory, mode=0o700)
     st = os.stat(directory)
   except OSError as e:
-    raise ValueError(f"train.compile_cache_dir {directory}: {e.strerror}; give a directory "
-                     f"this user may write, or '{OFF}'") from None
+    raise ValueError(
+      f"train.compile_cache_dir {directory}: {e.strerror}; give a directory "
+      f"this user may write, or '{OFF}'"
+    ) from None
   why = "is not a directory" if not stat.S_ISDIR(st.st_mode) else _unsafe(st)
   if why:
-    raise ValueError(f"train.compile_cache_dir {directory} {why}: a compiled program read "
-                     "from it runs as this user; use a directory only this user can write "
-                     f"(chmod go-w), or '{OFF}'")
+    raise ValueError(
+      f"train.compile_cache_dir {directory} {why}: a compiled program read "
+      "from it runs as this user; use a directory only this user can write "
+      f"(chmod go-w), or '{OFF}'"
+    )
   current = jax.config.jax_compilation_cache_dir
   if current and os.path.abspath(current) != directory:
-    logging.info("Compilation cache %s already set in this process; %s is not used", current,
-                 directory)
+    logging.info(
+      "Compilation cache %s already set in this process; %s is not used", current, directory
+    )
     return
   check_entries(directory)
   jax.config.update("jax_compilation_cache_dir", directory)

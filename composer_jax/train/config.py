@@ -9,7 +9,8 @@ import ml_collections
 def default_config() -> ml_collections.ConfigDict:
   """Defaults of `config.train`: the supervised loop's (`train.loop`) and, for an RL program,
   the RL steps' (`rl.run`: steps, seed, logging, checkpoints, compile cache)."""
-  return ml_collections.ConfigDict({
+  return ml_collections.ConfigDict(
+    {
       "steps": 300,  # optimizer steps of the run
       "batch_size": 16,  # global rows of seq_len tokens per optimizer step
       "seq_len": 128,
@@ -33,7 +34,8 @@ def default_config() -> ml_collections.ConfigDict:
       # JAX's persistent compilation cache (`train.compile_cache`): '' = <workdir>/compile_cache,
       # 'none' = off; a directory owned by this user and writable by no one else.
       "compile_cache_dir": "",
-  })
+    }
+  )
 
 
 def optim_config(config) -> ml_collections.ConfigDict:

@@ -39,15 +39,18 @@ def load(path: str, model_cfg: ModelConfig, target: Any) -> dict:
   """
   where = f"train.init_from={path!r}"
   if not os.path.isfile(os.path.join(path, hf_checkpoint.CONFIG_FILE)):
-    raise FileNotFoundError(f"{where}: no {hf_checkpoint.CONFIG_FILE} there; expected an "
-                            "imported checkpoint (import_hf output) or a Hugging Face directory")
+    raise FileNotFoundError(
+      f"{where}: no {hf_checkpoint.CONFIG_FILE} there; expected an "
+      "imported checkpoint (import_hf output) or a Hugging Face directory"
+    )
   variables_dir = os.path.join(os.path.abspath(path), hf_checkpoint.VARIABLES_DIR)
   if os.path.isdir(variables_dir):
     saved = hf_checkpoint.load_config(path)
     checkpointing.check_same_model(saved, model_cfg, where, ignore=("param_dtype",))
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)
     return ocp.PyTreeCheckpointer().restore(
-        variables_dir, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args))
+      variables_dir, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args)
+    )
   saved = importer.read_config(path).model
   checkpointing.check_same_model(saved, model_cfg, where, ignore=("param_dtype",))
   return importer.load_hf(path, dtype=model_cfg.param_dtype)[1]

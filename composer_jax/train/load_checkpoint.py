@@ -31,9 +31,11 @@ from composer_jax.hf import importer
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 
-LAYOUTS = {"imported": "an imported checkpoint (config.json + variables/)",
-           "hf": "a Hugging Face directory (config.json + *.safetensors)",
-           "workdir": "a training or RL workdir (checkpoints/<step>/)"}
+LAYOUTS = {
+  "imported": "an imported checkpoint (config.json + variables/)",
+  "hf": "a Hugging Face directory (config.json + *.safetensors)",
+  "workdir": "a training or RL workdir (checkpoints/<step>/)",
+}
 
 
 def kind(path: str) -> str:
@@ -79,8 +81,9 @@ def load(path: str) -> tuple[ModelConfig, dict]:
   step = _steps(path)[-1]
   mngr = ocp.CheckpointManager(os.path.join(path, "checkpoints"), item_names=("state", "config"))
   try:
-    restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
-                                                         config=ocp.args.JsonRestore()))
+    restored = mngr.restore(
+      step, args=ocp.args.Composite(state=ocp.args.StandardRestore(), config=ocp.args.JsonRestore())
+    )
   finally:
     mngr.close()
   cfg, state = ModelConfig.from_dict(restored["config"]["model"]), restored["state"]
@@ -97,8 +100,9 @@ def run_config(path: str) -> dict:
       return {}
   except ValueError:  # not a checkpoint at all: load() says so
     return {}
-  with ocp.CheckpointManager(os.path.join(path, "checkpoints"),
-                             item_names=("state", "config")) as mngr:
+  with ocp.CheckpointManager(
+    os.path.join(path, "checkpoints"), item_names=("state", "config")
+  ) as mngr:
     saved = mngr.restore(_steps(path)[-1], args=ocp.args.Composite(config=ocp.args.JsonRestore()))
   return saved["config"].get("run", {})
 

@@ -49,13 +49,24 @@ class NonFiniteLossError(FloatingPointError):
 def validate(config) -> None:
   """One-line ValueErrors for inconsistent `train` and `optim` settings."""
   t = config.train
-  for name in ("steps", "batch_size", "seq_len", "grad_accum", "log_every", "ckpt_every",
-               "keep", "eval_batches", "loss_chunk"):
+  for name in (
+    "steps",
+    "batch_size",
+    "seq_len",
+    "grad_accum",
+    "log_every",
+    "ckpt_every",
+    "keep",
+    "eval_batches",
+    "loss_chunk",
+  ):
     if t[name] < 1:
       raise ValueError(f"train.{name}={t[name]} must be >= 1")
   if t.batch_size % (t.grad_accum * jax.process_count()):
-    raise ValueError(f"train.batch_size={t.batch_size} must be divisible by train.grad_accum="
-                     f"{t.grad_accum} x process count {jax.process_count()}")
+    raise ValueError(
+      f"train.batch_size={t.batch_size} must be divisible by train.grad_accum="
+      f"{t.grad_accum} x process count {jax.process_count()}"
+    )
   if t.eval_every < 0:
     raise ValueError(f"train.eval_every={t.eval_every} must be >= 0 (0 = only at the end)")
   optim = train_config.optim_config(config)
@@ -124,17 +135,25 @@ class Data(NamedTuple):
 def _make_iterator(config, split: str):
   t = config.train
   return data_lib.make_iterator(
-      config.data, seq_len=t.seq_len, batch_size=t.batch_size // jax.process_count(),
-      split=split, seed=t.seed, process_index=jax.process_index(),
-      process_count=jax.process_count())
+    config.data,
+    seq_len=t.seq_len,
+    batch_size=t.batch_size // jax.process_count(),
+    split=split,
+    seed=t.seed,
+    process_index=jax.process_index(),
+    process_count=jax.process_count(),
+  )
 
 
 def corpus_data(config) -> Data:
   """The packed text corpus of `config.data`: its train split, shuffled, and the first
   `train.eval_batches` batches of its validation split."""
-  return Data(train=_make_iterator(config, "train"),
-              validation=lambda: itertools.islice(_make_iterator(config, "validation"),
-                                                  config.train.eval_batches))
+  return Data(
+    train=_make_iterator(config, "train"),
+    validation=lambda: itertools.islice(
+      _make_iterator(config, "validation"), config.train.eval_batches
+    ),
+  )
 
 
 class _Evaluator:
@@ -181,21 +200,26 @@ def restore_newest(model_cfg, ckpt, restore, workdir):
     return state
   if corrupt:
     raise checkpointing.CorruptCheckpointError(
-        f"no checkpoint in {ckpt.directory} restores (steps {[s for s, _ in corrupt]}); newest: "
-        f"{corrupt[0][1]}; move them aside to start afresh")
+      f"no checkpoint in {ckpt.directory} restores (steps {[s for s, _ in corrupt]}); newest: "
+      f"{corrupt[0][1]}; move them aside to start afresh"
+    )
   return None
 
 
 def _initial_state(config, model_cfg, ckpt, progs, train_iter, workdir):
   """The newest checkpoint that restores, else `train.init_from`, else a random init."""
-  state = restore_newest(model_cfg, ckpt,
-                         lambda step: ckpt.restore(step, progs.target, train_iter), workdir)
+  state = restore_newest(
+    model_cfg, ckpt, lambda step: ckpt.restore(step, progs.target, train_iter), workdir
+  )
   if state is not None:
     return state
   variables = None
   if config.train.init_from:
-    variables = init_from.load(config.train.init_from, model_cfg,
-                               {"params": progs.target.params, "router": progs.target.router})
+    variables = init_from.load(
+      config.train.init_from,
+      model_cfg,
+      {"params": progs.target.params, "router": progs.target.router},
+    )
   return progs.init(jax.random.PRNGKey(config.train.seed), variables)
 
 
@@ -220,17 +244,18 @@ def _check_finite(metrics: dict[str, float], step: int, ckpt) -> None:
   """NonFiniteLossError unless the loss (and the gradient and update norms, when logged) is
   finite. A state that turns NaN/inf with none of these showing it is refused by the
   checkpoint save (`checkpointing.NonFiniteStateError`)."""
-  if all(math.isfinite(metrics[k]) for k in ("loss", "grad_norm", "update_norm")
-         if k in metrics):
+  if all(math.isfinite(metrics[k]) for k in ("loss", "grad_norm", "update_norm") if k in metrics):
     return
   ckpt.wait()
   last = (ckpt.committed_steps() or [None])[-1]
-  values = ", ".join(f"{k}={metrics[k]}" for k in ("loss", "grad_norm", "update_norm")
-                     if k in metrics)
+  values = ", ".join(
+    f"{k}={metrics[k]}" for k in ("loss", "grad_norm", "update_norm") if k in metrics
+  )
   raise NonFiniteLossError(
-      f"Non-finite training loss/update at step {step} ({values}); stopped without "
-      f"checkpointing it. Last good checkpoint: "
-      f"{f'{ckpt.directory}/{last}' if last is not None else 'none'}")
+    f"Non-finite training loss/update at step {step} ({values}); stopped without "
+    f"checkpointing it. Last good checkpoint: "
+    f"{f'{ckpt.directory}/{last}' if last is not None else 'none'}"
+  )
 
 
 def _host(value):
@@ -246,16 +271,27 @@ class _Pending:
 
   def fetch(self) -> dict | None:
     """The record with host values (None if the step logs none)."""
-    _check_finite({k: _host(v) for k, v in jax.device_get(self._metrics).items()}, self.step,
-                  self._ckpt)
+    _check_finite(
+      {k: _host(v) for k, v in jax.device_get(self._metrics).items()}, self.step, self._ckpt
+    )
     if self._record is None:
       return None
     return {k: _host(v) for k, v in jax.device_get(self._record).items()}
 
 
-def drive(program: Program, state: Any, step: int, ckpt: checkpointing.Checkpointer, *,
-          workdir: str, total_steps: int, ckpt_every: int, console_every: int,
-          model_cfg: ModelConfig, run_config: dict) -> list[dict]:
+def drive(
+  program: Program,
+  state: Any,
+  step: int,
+  ckpt: checkpointing.Checkpointer,
+  *,
+  workdir: str,
+  total_steps: int,
+  ckpt_every: int,
+  console_every: int,
+  model_cfg: ModelConfig,
+  run_config: dict,
+) -> list[dict]:
   """Runs `program` from `state` after `step` steps up to `total_steps`; returns the records
   written (every record goes to the files, every `console_every`-th step's to the console).
   Closes `ckpt`.
@@ -321,7 +357,8 @@ class _Supervised:
     if step + 1 == t.nan_at_step:  # Testing aid: a corrupt batch, same compiled program.
       batch["loss_mask"] = batch["loss_mask"] * np.float32(np.nan)
     state, metrics = self._progs.train_step(
-        state, placement.to_global(batch, self._progs.train_batch_sharding, self._data.whole))
+      state, placement.to_global(batch, self._progs.train_batch_sharding, self._data.whole)
+    )
     if self._start is not None:  # the run's first step: waits for it once, to time it
       jax.block_until_ready(metrics)
       self._startup, self._start = time.perf_counter() - self._start, None
@@ -385,9 +422,18 @@ def train(config, workdir: str, data: Data | None = None) -> list[dict]:
     ckpt.close()
     return []
 
-  return drive(_Supervised(config, progs, data, start), state, step, ckpt, workdir=workdir,
-               total_steps=t.steps, ckpt_every=t.ckpt_every, console_every=1,
-               model_cfg=model_cfg, run_config=config.to_dict())
+  return drive(
+    _Supervised(config, progs, data, start),
+    state,
+    step,
+    ckpt,
+    workdir=workdir,
+    total_steps=t.steps,
+    ckpt_every=t.ckpt_every,
+    console_every=1,
+    model_cfg=model_cfg,
+    run_config=config.to_dict(),
+  )
 
 
 def trained_variables(config, workdir: str, data: Data | None = None) -> dict:
@@ -413,10 +459,13 @@ def trained_variables(config, workdir: str, data: Data | None = None) -> dict:
   try:
     step = ckpt.latest_step()
     if step is None or step < config.train.steps:  # `train` stopped at a preemption signal
-      raise Preempted(f"{workdir} stopped at step {step} of {config.train.steps} (preemption "
-                      "signal, checkpoint saved); run again to resume")
-    checkpointing.check_same_model(ckpt.saved_model_config(step), model_config(config.model),
-                                   workdir)
+      raise Preempted(
+        f"{workdir} stopped at step {step} of {config.train.steps} (preemption "
+        "signal, checkpoint saved); run again to resume"
+      )
+    checkpointing.check_same_model(
+      ckpt.saved_model_config(step), model_config(config.model), workdir
+    )
     state = ckpt.restore(step, progs.target)
   finally:
     ckpt.close()

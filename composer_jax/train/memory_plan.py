@@ -44,32 +44,43 @@ def memory_plan(config, model_cfg: ModelConfig, device_count: int) -> dict:
   dm = placement.abstract_mesh(config.mesh, device_count, model_cfg, config.train.seq_len)
   shard = placement.state_shardings(abstract, optimizer, axes, dm, config.rules)
   per_device = {
-      "params": placement.per_device_bytes(abstract.params, shard.params),
-      "opt_state": placement.per_device_bytes(abstract.opt_state, shard.opt_state),
-      "router": placement.per_device_bytes(abstract.router, shard.router),
+    "params": placement.per_device_bytes(abstract.params, shard.params),
+    "opt_state": placement.per_device_bytes(abstract.opt_state, shard.opt_state),
+    "router": placement.per_device_bytes(abstract.router, shard.router),
   }
   # Gradients are accumulated in the params' dtype and sharding.
   per_device["grads"] = per_device["params"]
-  total = {"params": _total_bytes(abstract.params), "opt_state": _total_bytes(abstract.opt_state),
-           "router": _total_bytes(abstract.router)}
+  total = {
+    "params": _total_bytes(abstract.params),
+    "opt_state": _total_bytes(abstract.opt_state),
+    "router": _total_bytes(abstract.router),
+  }
   total["grads"] = total["params"]
   for d in (per_device, total):
     d["sum"] = sum(d.values())
   n_total, n_active = transformer.param_counts(model_cfg)
-  return {"mesh": {"dense": dict(dm.dense.shape), "expert": dict(dm.expert.shape)},
-          "param_count": n_total, "active_param_count": n_active, "per_device": per_device, "total": total}
+  return {
+    "mesh": {"dense": dict(dm.dense.shape), "expert": dict(dm.expert.shape)},
+    "param_count": n_total,
+    "active_param_count": n_active,
+    "per_device": per_device,
+    "total": total,
+  }
 
 
 def format_plan(plan: dict, device_count: int) -> str:
   """Human-readable table of `memory_plan` output."""
-  lines = [f"Memory plan on {device_count} devices",
-           f"  dense mesh  {plan['mesh']['dense']}",
-           f"  expert mesh {plan['mesh']['expert']}",
-           f"  parameters  {plan['param_count'] / 1e9:.2f}B total, "
-           f"{plan['active_param_count'] / 1e9:.2f}B active per token",
-           f"  {'':<10}{'per device':>14}{'whole pod':>14}"]
+  lines = [
+    f"Memory plan on {device_count} devices",
+    f"  dense mesh  {plan['mesh']['dense']}",
+    f"  expert mesh {plan['mesh']['expert']}",
+    f"  parameters  {plan['param_count'] / 1e9:.2f}B total, "
+    f"{plan['active_param_count'] / 1e9:.2f}B active per token",
+    f"  {'':<10}{'per device':>14}{'whole pod':>14}",
+  ]
   for k in ("params", "grads", "opt_state", "router", "sum"):
-    lines.append(f"  {k:<10}{plan['per_device'][k] / _GIB:>10.2f} GiB"
-                 f"{plan['total'][k] / _GIB:>10.1f} GiB")
+    lines.append(
+      f"  {k:<10}{plan['per_device'][k] / _GIB:>10.2f} GiB{plan['total'][k] / _GIB:>10.1f} GiB"
+    )
   lines.append("  (train state only: activations and XLA temporaries come on top)")
   return "\n".join(lines)

@@ -24,10 +24,16 @@ from absl import logging
 
 _BAR = 20  # characters of the progress bar
 # Keys shown on the console line, with their format; everything goes to the files.
-_CONSOLE = (("loss", "loss {:.4f}"), ("eval_loss", "eval_loss {:.4f}"),
-            ("grad_norm", "gnorm {:.3f}"), ("lr", "lr {:.2e}"),
-            ("moe/load_max_over_mean", "load {:.2f}"), ("tokens_per_s", "{:,.0f} tok/s"),
-            ("reward", "reward {:.3f}"), ("unavailable_rate", "unavailable {:.3f}"))
+_CONSOLE = (
+  ("loss", "loss {:.4f}"),
+  ("eval_loss", "eval_loss {:.4f}"),
+  ("grad_norm", "gnorm {:.3f}"),
+  ("lr", "lr {:.2e}"),
+  ("moe/load_max_over_mean", "load {:.2f}"),
+  ("tokens_per_s", "{:,.0f} tok/s"),
+  ("reward", "reward {:.3f}"),
+  ("unavailable_rate", "unavailable {:.3f}"),
+)
 
 
 class _DropLibraryInfo(py_logging.Filter):
@@ -85,8 +91,10 @@ def _move_aside(path: str, start_step: int) -> None:
       torn.append(line if line.endswith(b"\n") else line + b"\n")
     else:
       (keep if record["step"] <= start_step else rerun).append(line)
-  for suffix, moved, what in ((".torn", torn, "torn or unreadable lines"),
-                              (".rerun", rerun, f"records after step {start_step}")):
+  for suffix, moved, what in (
+    (".torn", torn, "torn or unreadable lines"),
+    (".rerun", rerun, f"records after step {start_step}"),
+  ):
     if moved:
       with open(path + suffix, "ab") as f:  # Written before `path` shrinks: nothing is lost.
         f.write(b"".join(moved))

@@ -33,14 +33,19 @@ def num_devices(mesh_cfg) -> int | None:
   return None if -1 in sizes else math.prod(sizes)
 
 
-def check_layout(mesh_cfg, model_cfg: ModelConfig, device_count: int,
-                 seq_len: int | None = None) -> None:
+def check_layout(
+  mesh_cfg, model_cfg: ModelConfig, device_count: int, seq_len: int | None = None
+) -> None:
   """`parallel.validation.validate_layout` with the sizes of `model_cfg` (one-line errors)."""
   c = model_cfg
-  validate_layout(mesh_cfg, device_count,
-                  routed_experts=c.n_routed_experts if c.num_moe_layers else 0,
-                  heads=c.num_heads, kv_heads=c.num_kv_heads if c.attention == "gqa" else None,
-                  seq_len=seq_len)
+  validate_layout(
+    mesh_cfg,
+    device_count,
+    routed_experts=c.n_routed_experts if c.num_moe_layers else 0,
+    heads=c.num_heads,
+    kv_heads=c.num_kv_heads if c.attention == "gqa" else None,
+    seq_len=seq_len,
+  )
 
 
 def build_mesh(mesh_cfg, model_cfg: ModelConfig, seq_len: int | None = None) -> DualMesh:
@@ -52,16 +57,19 @@ def build_mesh(mesh_cfg, model_cfg: ModelConfig, seq_len: int | None = None) -> 
     raise ValueError(f"mesh sizes {dict(mesh_cfg)} need {n} devices; {len(devices)} available")
   if jax.process_count() > 1 and len(devices) != jax.device_count():
     # Every process feeds its share of each batch to its own devices, so all must be in the mesh.
-    raise ValueError(f"mesh sizes {dict(mesh_cfg)} use {len(devices)} of the "
-                     f"{jax.device_count()} devices of this {jax.process_count()}-process run; "
-                     "a multi-process mesh must span every device (a size of -1 takes the rest, "
-                     "as in the named layouts, e.g. --config=experiments/configs/default.py:fsdp)")
+    raise ValueError(
+      f"mesh sizes {dict(mesh_cfg)} use {len(devices)} of the "
+      f"{jax.device_count()} devices of this {jax.process_count()}-process run; "
+      "a multi-process mesh must span every device (a size of -1 takes the rest, "
+      "as in the named layouts, e.g. --config=experiments/configs/default.py:fsdp)"
+    )
   check_layout(mesh_cfg, model_cfg, len(devices), seq_len)
   return make_meshes(mesh_cfg, devices)
 
 
-def abstract_mesh(mesh_cfg, device_count: int, model_cfg: ModelConfig,
-                  seq_len: int | None = None) -> DualMesh:
+def abstract_mesh(
+  mesh_cfg, device_count: int, model_cfg: ModelConfig, seq_len: int | None = None
+) -> DualMesh:
   """Device-free `DualMesh` of `device_count` devices, for memory plans of a whole pod
   (after `check_layout`)."""
   check_layout(mesh_cfg, model_cfg, device_count, seq_len)
@@ -74,8 +82,9 @@ def _is_names(x) -> bool:
   return isinstance(x, tuple) and all(isinstance(n, str) for n in x)
 
 
-def opt_state_shardings(optimizer: optax.GradientTransformation, params: Any, logical_axes: Any,
-                        dm: DualMesh, rules_cfg) -> Any:
+def opt_state_shardings(
+  optimizer: optax.GradientTransformation, params: Any, logical_axes: Any, dm: DualMesh, rules_cfg
+) -> Any:
   """NamedSharding tree like `optimizer.init(params)`, from the optimizer's own init.
 
   `jax.eval_shape(optimizer.init, ...)` runs over the params boxed with their logical axes
@@ -91,23 +100,31 @@ def opt_state_shardings(optimizer: optax.GradientTransformation, params: Any, lo
     dm: dual mesh (concrete or `abstract_mesh`).
     rules_cfg: ConfigDict with `dense` and `expert` rule lists.
   """
-  boxed = jax.tree.map(lambda names, x: nn.Partitioned(x, names), logical_axes, params,
-                       is_leaf=_is_names)
+  boxed = jax.tree.map(
+    lambda names, x: nn.Partitioned(x, names), logical_axes, params, is_leaf=_is_names
+  )
   is_box = lambda x: isinstance(x, nn.Partitioned)
   replicated = NamedSharding(dm.dense, PartitionSpec())
 
   def one(path, x):
     if not is_box(x):
       return replicated
-    return rules_lib.param_sharding(tuple(x.names), dm, rules_cfg, x.value.shape,
-                                    where=jax.tree_util.keystr(path))
+    return rules_lib.param_sharding(
+      tuple(x.names), dm, rules_cfg, x.value.shape, where=jax.tree_util.keystr(path)
+    )
 
-  return jax.tree_util.tree_map_with_path(one, jax.eval_shape(optimizer.init, boxed),
-                                          is_leaf=is_box)
+  return jax.tree_util.tree_map_with_path(
+    one, jax.eval_shape(optimizer.init, boxed), is_leaf=is_box
+  )
 
 
-def state_shardings(abstract: TrainState, optimizer: optax.GradientTransformation,
-                    logical_axes: Any, dm: DualMesh, rules_cfg) -> TrainState:
+def state_shardings(
+  abstract: TrainState,
+  optimizer: optax.GradientTransformation,
+  logical_axes: Any,
+  dm: DualMesh,
+  rules_cfg,
+) -> TrainState:
   """NamedSharding tree like `abstract` (a TrainState of ShapeDtypeStructs).
 
   Args:
@@ -121,14 +138,16 @@ def state_shardings(abstract: TrainState, optimizer: optax.GradientTransformatio
   opt = opt_state_shardings(optimizer, abstract.params, logical_axes, dm, rules_cfg)
   replicated = NamedSharding(dm.dense, PartitionSpec())
   rep = lambda t: jax.tree.map(lambda _: replicated, t)
-  return TrainState(step=replicated, params=params, router=rep(abstract.router), opt_state=opt,
-                    rng=replicated)
+  return TrainState(
+    step=replicated, params=params, router=rep(abstract.router), opt_state=opt, rng=replicated
+  )
 
 
 def batch_shardings(dm: DualMesh, rules_cfg) -> tuple[NamedSharding, NamedSharding]:
   """(train `[G, B, L]`, eval `[B, L]`) shardings: batch over data axes, seq over context."""
-  spec = lambda names: NamedSharding(dm.dense, rules_lib.logical_to_spec(
-      names, rules_cfg.dense, dm.dense, where="batch"))
+  spec = lambda names: NamedSharding(
+    dm.dense, rules_lib.logical_to_spec(names, rules_cfg.dense, dm.dense, where="batch")
+  )
   return spec((None, "batch", "seq")), spec(("batch", "seq"))
 
 
@@ -143,14 +162,18 @@ def to_global(batch: dict, sharding: NamedSharding, whole: bool = False) -> dict
   """
   cp = sharding.mesh.shape.get("context", 1)
   order = (lambda x: context.zigzag(x, cp)) if cp > 1 else (lambda x: x)
-  return {k: jax.make_array_from_process_local_data(
-              sharding, order(np.asarray(v)), np.shape(v) if whole else None)
-          for k, v in batch.items()}
+  return {
+    k: jax.make_array_from_process_local_data(
+      sharding, order(np.asarray(v)), np.shape(v) if whole else None
+    )
+    for k, v in batch.items()
+  }
 
 
 def per_device_bytes(abstract: Any, shardings: Any) -> int:
   """Bytes one device holds of `abstract` under `shardings` (largest shard per leaf)."""
   leaves = jax.tree.leaves(abstract)
   shard = jax.tree.leaves(shardings, is_leaf=lambda s: isinstance(s, NamedSharding))
-  return sum(math.prod(s.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
-             for x, s in zip(leaves, shard))
+  return sum(
+    math.prod(s.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize for x, s in zip(leaves, shard)
+  )

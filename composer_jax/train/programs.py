@@ -74,25 +74,38 @@ def _build(config, model_cfg: ModelConfig) -> Programs:
   param_shapes = transformer.shapes(model_cfg)["params"]
   optim = train_config.optim_config(config)
   optimizer = build_optimizer(
-      optim, axes, rules_lib.param_shardings(axes, dm, config.rules, shapes=param_shapes))
+    optim, axes, rules_lib.param_shardings(axes, dm, config.rules, shapes=param_shapes)
+  )
   abstract = abstract_state(model_cfg, optimizer, jax.ShapeDtypeStruct((2,), "uint32"))
   shardings = placement.state_shardings(abstract, optimizer, axes, dm, config.rules)
-  target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                        abstract, shardings)
+  target = jax.tree.map(
+    lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+  )
   train_sharding, eval_sharding = placement.batch_shardings(dm, config.rules)
   train_step = step_lib.make_train_step(
-      model_cfg, optimizer, make_schedule(optim, optim.lr),
-      param_labels(optim, axes), loss_chunk=t.loss_chunk, z_loss=t.z_loss,
-      router_bias_rate=t.router_bias_rate)
+    model_cfg,
+    optimizer,
+    make_schedule(optim, optim.lr),
+    param_labels(optim, axes),
+    loss_chunk=t.loss_chunk,
+    z_loss=t.z_loss,
+    router_bias_rate=t.router_bias_rate,
+  )
   return Programs(
-      mesh=dm, optimizer=optimizer, target=target, train_batch_sharding=train_sharding,
-      eval_batch_sharding=eval_sharding,
-      # init needs no mesh (single-device semantics), only its output shardings.
-      init=jax.jit(lambda k, v: init_state(model_cfg, optimizer, k, v), out_shardings=shardings),
-      train_step=on_mesh(dm, config.rules, train_step, donate_argnums=(0,),
-                         out_shardings=(shardings, None)),
-      eval_step=on_mesh(dm, config.rules,
-                        step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk)))
+    mesh=dm,
+    optimizer=optimizer,
+    target=target,
+    train_batch_sharding=train_sharding,
+    eval_batch_sharding=eval_sharding,
+    # init needs no mesh (single-device semantics), only its output shardings.
+    init=jax.jit(lambda k, v: init_state(model_cfg, optimizer, k, v), out_shardings=shardings),
+    train_step=on_mesh(
+      dm, config.rules, train_step, donate_argnums=(0,), out_shardings=(shardings, None)
+    ),
+    eval_step=on_mesh(
+      dm, config.rules, step_lib.make_eval_step(model_cfg, loss_chunk=t.loss_chunk)
+    ),
+  )
 
 
 def _cached(key: list, build: Callable[[], Any]) -> Any:
@@ -107,22 +120,30 @@ def _cached(key: list, build: Callable[[], Any]) -> Any:
 
 
 def _layout_key(config, model_cfg: ModelConfig) -> list:
-  return [model_cfg.to_dict(), train_config.optim_config(config).to_dict(),
-          config.mesh.to_dict(), config.rules.to_dict()]
+  return [
+    model_cfg.to_dict(),
+    train_config.optim_config(config).to_dict(),
+    config.mesh.to_dict(),
+    config.rules.to_dict(),
+  ]
 
 
 def programs(config, model_cfg: ModelConfig) -> Programs:
   """The (cached) programs of `config`."""
   t = config.train
-  return _cached(["lm", *_layout_key(config, model_cfg), t.loss_chunk, t.z_loss,
-                  t.router_bias_rate], lambda: _build(config, model_cfg))
+  return _cached(
+    ["lm", *_layout_key(config, model_cfg), t.loss_chunk, t.z_loss, t.router_bias_rate],
+    lambda: _build(config, model_cfg),
+  )
 
 
-def extend(name: str, config, model_cfg: ModelConfig, settings: Any,
-           build: Callable[[Programs], Any]) -> Any:
+def extend(
+  name: str, config, model_cfg: ModelConfig, settings: Any, build: Callable[[Programs], Any]
+) -> Any:
   """`build(programs(config, model_cfg))` — a program over the run's mesh, optimizer and
   shardings (e.g. the RL update), jitted with `on_mesh` — cached with the others, keyed by
   `name`, the run's layout settings and `settings` (JSON-able: whatever else `build` depends
   on)."""
-  return _cached([name, settings, *_layout_key(config, model_cfg)],
-                 lambda: build(programs(config, model_cfg)))
+  return _cached(
+    [name, settings, *_layout_key(config, model_cfg)], lambda: build(programs(config, model_cfg))
+  )

@@ -39,12 +39,21 @@ class TrainState(NamedTuple):
 def _state(variables: Any, step: Any, opt_init, rng: Any) -> TrainState:
   """The state's fields from `{'params', 'router'}` (arrays or shapes, both callers)."""
   params = variables["params"]
-  return TrainState(step=step, params=params, router=variables.get("router", {}),
-                    opt_state=opt_init(params), rng=rng)
+  return TrainState(
+    step=step,
+    params=params,
+    router=variables.get("router", {}),
+    opt_state=opt_init(params),
+    rng=rng,
+  )
 
 
-def init_state(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
-               key: jax.Array, variables: Any = None) -> TrainState:
+def init_state(
+  model_cfg: ModelConfig,
+  optimizer: optax.GradientTransformation,
+  key: jax.Array,
+  variables: Any = None,
+) -> TrainState:
   """Builds the step-0 state: random init from `key`, or the given `variables`.
 
   Args:
@@ -60,13 +69,17 @@ def init_state(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
   return _state(variables, jnp.zeros((), jnp.int32), optimizer.init, rng)
 
 
-def abstract_state(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
-                   key: jax.Array) -> TrainState:
+def abstract_state(
+  model_cfg: ModelConfig, optimizer: optax.GradientTransformation, key: jax.Array
+) -> TrainState:
   """Shapes and dtypes of `init_state` without allocating (`jax.eval_shape`).
 
   The model's shapes come from `transformer.shapes` (traced once per config and shared
   with `logical_axes`), so only the optimizer's init is traced here.
   """
-  return _state(transformer.shapes(model_cfg), jax.ShapeDtypeStruct((), jnp.int32),
-                lambda params: jax.eval_shape(optimizer.init, params),
-                jax.eval_shape(lambda k: jax.random.split(k)[1], key))
+  return _state(
+    transformer.shapes(model_cfg),
+    jax.ShapeDtypeStruct((), jnp.int32),
+    lambda params: jax.eval_shape(optimizer.init, params),
+    jax.eval_shape(lambda k: jax.random.split(k)[1], key),
+  )

@@ -39,12 +39,21 @@ def make_loss_fn(model_cfg: ModelConfig, *, loss_chunk: int, z_loss: float) -> C
   def loss_fn(params, router, batch):
     variables = {"params": params, "router": router}
     hidden_BxLxD, aux = transformer.forward(
-        model_cfg, variables, batch["tokens"], segment_ids=batch["segment_ids"],
-        positions=batch["positions"])
+      model_cfg,
+      variables,
+      batch["tokens"],
+      segment_ids=batch["segment_ids"],
+      positions=batch["positions"],
+    )
     head_DxV = transformer.output_head(model_cfg, params)
     loss, parts = loss_lib.chunked_cross_entropy(
-        hidden_BxLxD, head_DxV, batch["targets"], batch["loss_mask"], chunk_size=loss_chunk,
-        z_loss_coef=z_loss)
+      hidden_BxLxD,
+      head_DxV,
+      batch["targets"],
+      batch["loss_mask"],
+      chunk_size=loss_chunk,
+      z_loss_coef=z_loss,
+    )
     loss = loss + aux["balance_loss"]
     return loss * parts["num_tokens"], (parts, aux)
 
@@ -59,15 +68,25 @@ def _moe_metrics(counts_LmxE: jax.Array, aux: dict, dropped: jax.Array) -> dict:
   if counts_LmxE.size == 0:
     return {}
   load = counts_LmxE.max(-1) / jnp.maximum(counts_LmxE.mean(-1), 1e-9)  # [Lm]
-  return {"moe/load_max_over_mean": load.mean(), "moe/load_max_over_mean_worst": load.max(),
-          "moe/router_entropy": aux["router_entropy"].mean(),
-          "moe/dropped_tokens": dropped,
-          "moe/dropped_fraction": dropped / jnp.maximum(counts_LmxE.sum(), 1.0)}
+  return {
+    "moe/load_max_over_mean": load.mean(),
+    "moe/load_max_over_mean_worst": load.max(),
+    "moe/router_entropy": aux["router_entropy"].mean(),
+    "moe/dropped_tokens": dropped,
+    "moe/dropped_fraction": dropped / jnp.maximum(counts_LmxE.sum(), 1.0),
+  }
 
 
-def make_train_step(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
-                    schedule: optax.Schedule, labels: Any, *, loss_chunk: int,
-                    z_loss: float, router_bias_rate: float) -> Callable:
+def make_train_step(
+  model_cfg: ModelConfig,
+  optimizer: optax.GradientTransformation,
+  schedule: optax.Schedule,
+  labels: Any,
+  *,
+  loss_chunk: int,
+  z_loss: float,
+  router_bias_rate: float,
+) -> Callable:
   """Returns `train_step(state, batch[G, B, L]) -> (state, metrics)` (not yet jitted).
 
   Args:
@@ -90,18 +109,33 @@ def make_train_step(model_cfg: ModelConfig, optimizer: optax.GradientTransformat
       grads, loss_sum, ce_sum, z_sum, n_sum, counts = carry
       (loss_sum_i, (parts, aux)), g = grad_fn(state.params, state.router, mb)
       n = parts["num_tokens"]
-      carry = (jax.tree.map(jnp.add, grads, g), loss_sum + loss_sum_i, ce_sum + parts["ce"] * n,
-               z_sum + parts["z_loss"] * n, n_sum + n, counts + aux["router_counts"])
-      return carry, {"router_entropy": aux["router_entropy"],
-                     "dropped_tokens": aux["dropped_tokens"],
-                     "balance_loss": aux["balance_loss"]}
+      carry = (
+        jax.tree.map(jnp.add, grads, g),
+        loss_sum + loss_sum_i,
+        ce_sum + parts["ce"] * n,
+        z_sum + parts["z_loss"] * n,
+        n_sum + n,
+        counts + aux["router_counts"],
+      )
+      return carry, {
+        "router_entropy": aux["router_entropy"],
+        "dropped_tokens": aux["dropped_tokens"],
+        "balance_loss": aux["balance_loss"],
+      }
 
     lm = model_cfg.num_moe_layers
     zero = jnp.zeros((), jnp.float32)
-    init = (jax.tree.map(jnp.zeros_like, state.params), zero, zero, zero, zero,
-            jnp.zeros((lm, model_cfg.n_routed_experts), jnp.float32))
+    init = (
+      jax.tree.map(jnp.zeros_like, state.params),
+      zero,
+      zero,
+      zero,
+      zero,
+      jnp.zeros((lm, model_cfg.n_routed_experts), jnp.float32),
+    )
     (grads, loss_sum, ce_sum, z_sum, n_sum, counts), per_micro = jax.lax.scan(
-        accumulate, init, batch)
+      accumulate, init, batch
+    )
     n_tot = jnp.maximum(n_sum, 1.0)
     grads = jax.tree.map(lambda g: g / n_tot, grads)
 
@@ -115,15 +149,20 @@ def make_train_step(model_cfg: ModelConfig, optimizer: optax.GradientTransformat
 
     aux = jax.tree.map(lambda x: x.mean(0), per_micro)
     metrics = {
-        "loss": loss_sum / n_tot, "ce": ce_sum / n_tot, "z_loss": z_sum / n_tot,
-        "balance_loss": aux["balance_loss"], "num_tokens": n_sum,
-        "grad_norm": optax.tree.norm(grads), "update_norm": optax.tree.norm(updates),
-        "lr": schedule(state.step),
-        **_moe_metrics(counts, aux, per_micro["dropped_tokens"].sum()),
-        **{f"update_rms/{k}": v for k, v in update_rms_by_group(updates, labels).items()},
+      "loss": loss_sum / n_tot,
+      "ce": ce_sum / n_tot,
+      "z_loss": z_sum / n_tot,
+      "balance_loss": aux["balance_loss"],
+      "num_tokens": n_sum,
+      "grad_norm": optax.tree.norm(grads),
+      "update_norm": optax.tree.norm(updates),
+      "lr": schedule(state.step),
+      **_moe_metrics(counts, aux, per_micro["dropped_tokens"].sum()),
+      **{f"update_rms/{k}": v for k, v in update_rms_by_group(updates, labels).items()},
     }
-    new_state = TrainState(step=state.step + 1, params=params, router=router,
-                           opt_state=opt_state, rng=rng)
+    new_state = TrainState(
+      step=state.step + 1, params=params, router=router, opt_state=opt_state, rng=rng
+    )
     return new_state, metrics
 
   return train_step

@@ -101,8 +101,10 @@ def _unusable(workdir: str, e: OSError) -> WorkdirUnusableError:
     reason = "it is a regular file, not a directory"
   else:
     reason = f"{e.strerror or e} ({type(e).__name__})"
-  return WorkdirUnusableError(f"--workdir {workdir}: cannot write there: {reason}; pass a "
-                              "writable directory (new, or holding this run's checkpoints)")
+  return WorkdirUnusableError(
+    f"--workdir {workdir}: cannot write there: {reason}; pass a "
+    "writable directory (new, or holding this run's checkpoints)"
+  )
 
 
 def acquire(workdir: str) -> str:
@@ -120,10 +122,15 @@ def acquire(workdir: str) -> str:
     try:
       fd = _lock(path)
     except (BlockingIOError, FileExistsError) as e:
-      hint = ("" if isinstance(e, BlockingIOError) else
-              f"; this filesystem has no file locks, so if that run is gone, delete {path}")
-      raise WorkdirLockedError(f"--workdir {workdir} is in use by {_describe(path)}: wait for "
-                               f"that run to finish or pass another --workdir{hint}") from None
+      hint = (
+        ""
+        if isinstance(e, BlockingIOError)
+        else f"; this filesystem has no file locks, so if that run is gone, delete {path}"
+      )
+      raise WorkdirLockedError(
+        f"--workdir {workdir} is in use by {_describe(path)}: wait for "
+        f"that run to finish or pass another --workdir{hint}"
+      ) from None
     _write_holder(fd)
   except OSError as e:
     raise _unusable(workdir, e) from None

@@ -31,8 +31,9 @@ _HEADS, _DK, _DV = 8, 96, 64
 def _program(impl: str, length: int, block: int):
   """(compiled value_and_grad, its args) of one kernel at sequence length `length`."""
   rng = np.random.default_rng(0)
-  q, k = (jnp.asarray(rng.standard_normal((1, length, _HEADS, _DK), dtype=np.float32))
-          for _ in range(2))
+  q, k = (
+    jnp.asarray(rng.standard_normal((1, length, _HEADS, _DK), dtype=np.float32)) for _ in range(2)
+  )
   v = jnp.asarray(rng.standard_normal((1, length, _HEADS, _DV), dtype=np.float32))
   segments = jnp.asarray(np.where(np.arange(length) < 2 * length // 3, 1, 2)[None])
   mask = attention.SegmentMask(segments)
@@ -52,19 +53,26 @@ def _has_square_buffer(compiled, length: int) -> bool:
 
 def main(argv):
   del argv
-  print(f"device: {jax.devices()[0].device_kind}; value_and_grad, batch 1, H={_HEADS}, "
-        f"dk={_DK}, dv={_DV}, float32, blocked block={_BLOCK.value}")
+  print(
+    f"device: {jax.devices()[0].device_kind}; value_and_grad, batch 1, H={_HEADS}, "
+    f"dk={_DK}, dv={_DV}, float32, blocked block={_BLOCK.value}"
+  )
   for length in map(int, _LENGTHS.value):
     progs = {impl: _program(impl, length, _BLOCK.value) for impl in ("reference", "auto")}
-    times = timing.interleaved({impl: lambda c=c, a=a: c(*a) for impl, (c, a) in progs.items()},
-                               _ROUNDS.value, jax.block_until_ready)
+    times = timing.interleaved(
+      {impl: lambda c=c, a=a: c(*a) for impl, (c, a) in progs.items()},
+      _ROUNDS.value,
+      jax.block_until_ready,
+    )
     square = {}
     for impl, (compiled, _) in progs.items():
       temp = compiled.memory_analysis().temp_size_in_bytes
       square[impl] = _has_square_buffer(compiled, length)
       name = attention.resolve_attention_impl(impl, length, _BLOCK.value)
-      print(f"L={length:5d} {impl:9s} ({name:9s}): temp {temp / 2**20:9.1f} MiB, [..,L,L] buffer: "
-            f"{'yes' if square[impl] else 'no ':3s}, step {1e3 * times[impl]:9.1f} ms")
+      print(
+        f"L={length:5d} {impl:9s} ({name:9s}): temp {temp / 2**20:9.1f} MiB, [..,L,L] buffer: "
+        f"{'yes' if square[impl] else 'no ':3s}, step {1e3 * times[impl]:9.1f} ms"
+      )
     print(f"L={length:5d} new / old step time = {times['auto'] / times['reference']:.2f}")
     if length >= 1024:
       assert not square["auto"], f"the new path holds an [.., L, L] buffer at L={length}"

@@ -53,8 +53,12 @@ def main(argv=None) -> dict:
     turn = lambda *calls: agent_scripts.turn_ids(tok, calls)
     read = agent_scripts.call("list_dir")
     run = agent_scripts.call("run", tests=[])
-    return [turn(read), turn(*agent_scripts.oracle_calls(t)), turn(run),
-            turn(agent_scripts.call("submit"))]
+    return [
+      turn(read),
+      turn(*agent_scripts.oracle_calls(t)),
+      turn(run),
+      turn(agent_scripts.call("submit")),
+    ]
 
   scripts = [script(t) for t in chosen]
   budget = agent_tools.Budget(max_turns=8, max_tokens=1 << 20)
@@ -69,8 +73,9 @@ def main(argv=None) -> dict:
       raise RuntimeError(f"oracle episodes did not score 1: {bad}")
 
   with pool:
-    secs = timing.interleaved({"sequential": lambda: play(seq), "pool": lambda: play(pool)},
-                              args.rounds)
+    secs = timing.interleaved(
+      {"sequential": lambda: play(seq), "pool": lambda: play(pool)}, args.rounds
+    )
   per_min = {k: round(60 * args.episodes / v, 2) for k, v in secs.items()}
   out = {
     "episodes": args.episodes,

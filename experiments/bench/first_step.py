@@ -37,9 +37,13 @@ print(json.dumps({"startup_s": loop.train(config, workdir)[0]["startup_s"]}))
 
 def _run(cache: str, workdir: str) -> dict:
   before = resource.getrusage(resource.RUSAGE_CHILDREN)
-  out = subprocess.run([sys.executable, "-c", _RUN, FLAGS.config, cache, workdir], check=True,
-                       capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+  out = subprocess.run(
+    [sys.executable, "-c", _RUN, FLAGS.config, cache, workdir],
+    check=True,
+    capture_output=True,
+    text=True,
+    cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+  )
   after = resource.getrusage(resource.RUSAGE_CHILDREN)
   cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
   return {**json.loads(out.stdout.strip().splitlines()[-1]), "cpu_s": cpu}
@@ -54,8 +58,10 @@ def main(argv):
         runs[kind].append(_run(os.path.join(d, "cache"), os.path.join(d, kind)))
         print(f"repeat {i} {kind}: {runs[kind][-1]}", flush=True)
   for kind, rs in runs.items():
-    print(f"{kind}: CPU {np.median([r['cpu_s'] for r in rs]):.2f} s, startup "
-          f"{np.median([r['startup_s'] for r in rs]):.2f} s (median of {len(rs)})")
+    print(
+      f"{kind}: CPU {np.median([r['cpu_s'] for r in rs]):.2f} s, startup "
+      f"{np.median([r['startup_s'] for r in rs]):.2f} s (median of {len(rs)})"
+    )
 
 
 if __name__ == "__main__":

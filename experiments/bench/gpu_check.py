@@ -49,15 +49,20 @@ DATASHEET_TFLOPS = 989.0
 # (64 x 2048 tokens per step in 4 micro-batches, `dots` remat, attention 'auto' = jax_nn,
 # MoE 'auto' = ragged_dot).
 VARIANTS = {
-    "cudnn_b16": ({"batch_size": 16, "grad_accum": 1}, {"attention_impl": "cudnn"}),
-    "preset": ({}, {}),
-    "cudnn_b32_noremat": ({"batch_size": 32, "grad_accum": 1},
-                          {"attention_impl": "cudnn", "remat_policy": "none"}),
-    "cudnn_b16_capacity": ({"batch_size": 16, "grad_accum": 1},
-                           {"attention_impl": "cudnn", "moe_dispatch": "capacity"}),
-    "cudnn_b16_tiled512": ({"batch_size": 16, "grad_accum": 1},
-                           {"attention_impl": "cudnn", "moe_grouped_matmul": "tiled",
-                            "moe_tile_rows": 512}),
+  "cudnn_b16": ({"batch_size": 16, "grad_accum": 1}, {"attention_impl": "cudnn"}),
+  "preset": ({}, {}),
+  "cudnn_b32_noremat": (
+    {"batch_size": 32, "grad_accum": 1},
+    {"attention_impl": "cudnn", "remat_policy": "none"},
+  ),
+  "cudnn_b16_capacity": (
+    {"batch_size": 16, "grad_accum": 1},
+    {"attention_impl": "cudnn", "moe_dispatch": "capacity"},
+  ),
+  "cudnn_b16_tiled512": (
+    {"batch_size": 16, "grad_accum": 1},
+    {"attention_impl": "cudnn", "moe_grouped_matmul": "tiled", "moe_tile_rows": 512},
+  ),
 }
 # Per-stage wall limits (seconds); the parent also stops at the budget.
 _LIMITS = {"peak": 60, "train": 150, "vs_hf": 240}
@@ -76,15 +81,20 @@ def _peak() -> None:
   a, b = (jax.random.normal(jax.random.key(i), (n, n), jnp.bfloat16) for i in (0, 1))
   mm = jax.jit(jnp.matmul)
   s, _ = versus.timed(lambda: mm(a, b).block_until_ready(), 30)
-  _result(stage="peak", framework="jax", tflops=2 * n**3 / s / 1e12,
-          device=jax.devices()[0].device_kind)
+  _result(
+    stage="peak", framework="jax", tflops=2 * n**3 / s / 1e12, device=jax.devices()[0].device_kind
+  )
   try:
     import torch
 
     x, y = (torch.randn(n, n, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     s, _ = versus.timed(lambda: (x @ y, torch.cuda.synchronize()), 30)
-    _result(stage="peak", framework="torch", tflops=2 * n**3 / s / 1e12,
-            device=torch.cuda.get_device_name())
+    _result(
+      stage="peak",
+      framework="torch",
+      tflops=2 * n**3 / s / 1e12,
+      device=torch.cuda.get_device_name(),
+    )
   except Exception as e:  # noqa: BLE001 -- the cross-check is optional
     print(f"torch matmul cross-check failed: {e!r}", flush=True)
 
@@ -110,10 +120,13 @@ def _train(variant: str) -> None:
   rng = np.random.default_rng(0)
   g, b, length = t.grad_accum, t.batch_size // t.grad_accum, t.seq_len
   tokens = rng.integers(0, model_cfg.vocab_size, (g, b, length + 1)).astype(np.int32)
-  batch = {"tokens": tokens[..., :-1], "targets": tokens[..., 1:],
-           "segment_ids": np.ones((g, b, length), np.int32),
-           "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (g, b, length)),
-           "loss_mask": np.ones((g, b, length), np.float32)}
+  batch = {
+    "tokens": tokens[..., :-1],
+    "targets": tokens[..., 1:],
+    "segment_ids": np.ones((g, b, length), np.int32),
+    "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (g, b, length)),
+    "loss_mask": np.ones((g, b, length), np.float32),
+  }
   batch = {k: jax.device_put(v, progs.train_batch_sharding) for k, v in batch.items()}
   t0 = time.perf_counter()
   state = progs.init(jax.random.PRNGKey(0), None)
@@ -131,14 +144,26 @@ def _train(variant: str) -> None:
   model_flops = tokens_per_step * flops.train_flops_per_token(model_cfg, length)
   achieved = model_flops / step_s / 1e12
   mem = jax.devices()[0].memory_stats() or {}
-  _result(stage="train", variant=variant, preset=_PRESET.value, batch=t.batch_size,
-          seq=length, grad_accum=g, remat=model_cfg.remat_policy,
-          attention=model_cfg.attention_impl, moe=f"{model_cfg.moe_dispatch}/"
-          f"{model_cfg.moe_grouped_matmul}", step_s=step_s, tokens_per_s=tokens_per_step / step_s,
-          model_tflops=achieved, mfu_vs_measured=achieved / _PEAK.value if _PEAK.value else None,
-          mfu_vs_989=achieved / DATASHEET_TFLOPS, compile_and_first_step_s=compile_s,
-          loss_first=loss0, loss_last=float(metrics["loss"]),
-          peak_gib=mem.get("peak_bytes_in_use", 0) / 2**30)
+  _result(
+    stage="train",
+    variant=variant,
+    preset=_PRESET.value,
+    batch=t.batch_size,
+    seq=length,
+    grad_accum=g,
+    remat=model_cfg.remat_policy,
+    attention=model_cfg.attention_impl,
+    moe=f"{model_cfg.moe_dispatch}/{model_cfg.moe_grouped_matmul}",
+    step_s=step_s,
+    tokens_per_s=tokens_per_step / step_s,
+    model_tflops=achieved,
+    mfu_vs_measured=achieved / _PEAK.value if _PEAK.value else None,
+    mfu_vs_989=achieved / DATASHEET_TFLOPS,
+    compile_and_first_step_s=compile_s,
+    loss_first=loss0,
+    loss_last=float(metrics["loss"]),
+    peak_gib=mem.get("peak_bytes_in_use", 0) / 2**30,
+  )
 
 
 def _run_stage(args: list[str], limit: float, log_path: str) -> list[dict]:
@@ -161,7 +186,7 @@ def _run_stage(args: list[str], limit: float, log_path: str) -> list[dict]:
   with open(log_path) as log:
     log.seek(start)
     out = log.read().splitlines()
-  results = [json.loads(ln[len("RESULT "):]) for ln in out if ln.startswith("RESULT ")]
+  results = [json.loads(ln[len("RESULT ") :]) for ln in out if ln.startswith("RESULT ")]
   print("\n".join([ln for ln in out if not ln.startswith("RESULT ")][-25:]), flush=True)
   if code != 0:
     print(f"[stage ended: {code}]", flush=True)
@@ -176,11 +201,13 @@ def _summary(results: list[dict]) -> None:
   for r in results:
     if r["stage"] == "train":
       mfu = f"{r['mfu_vs_measured']:.1%}" if r["mfu_vs_measured"] else "n/a"
-      print(f"train {r['variant']:20s} {r['batch']}x{r['seq']}/{r['grad_accum']} "
-            f"step {1e3 * r['step_s']:8.1f} ms {r['tokens_per_s']:9.0f} tok/s "
-            f"{r['model_tflops']:6.1f} TFLOP/s MFU {mfu} (measured peak), "
-            f"{r['mfu_vs_989']:.1%} (989); peak mem {r['peak_gib']:.1f} GiB; "
-            f"loss {r['loss_first']:.3f}->{r['loss_last']:.3f}")
+      print(
+        f"train {r['variant']:20s} {r['batch']}x{r['seq']}/{r['grad_accum']} "
+        f"step {1e3 * r['step_s']:8.1f} ms {r['tokens_per_s']:9.0f} tok/s "
+        f"{r['model_tflops']:6.1f} TFLOP/s MFU {mfu} (measured peak), "
+        f"{r['mfu_vs_989']:.1%} (989); peak mem {r['peak_gib']:.1f} GiB; "
+        f"loss {r['loss_first']:.3f}->{r['loss_last']:.3f}"
+      )
 
 
 def main(argv):
@@ -196,22 +223,43 @@ def main(argv):
   log = os.path.join(_OUT.value, "gpu_check.log")
   open(log, "w").close()
   me = "experiments.bench.gpu_check"
-  results += _run_stage([me, "--stage=peak", f"--matmul_n={_MATMUL_N.value}"],
-                        min(_LIMITS["peak"], left()), log)
+  results += _run_stage(
+    [me, "--stage=peak", f"--matmul_n={_MATMUL_N.value}"], min(_LIMITS["peak"], left()), log
+  )
   peaks = [r["tflops"] for r in results if r["stage"] == "peak" and r["framework"] == "jax"]
   peak = peaks[0] if peaks else 0.0
   for variant in _VARIANTS.value or list(VARIANTS):
     if left() < 60:
       print(f"=== skipped train:{variant}: {left():.0f} s of the budget left", flush=True)
       continue
-    results += _run_stage([me, f"--stage=train:{variant}", f"--peak_tflops={peak}",
-                           f"--steps={_STEPS.value}", f"--preset={_PRESET.value}",
-                           f"--seq_len={_SEQ.value}"],
-                          min(_LIMITS["train"], left()), log)
+    results += _run_stage(
+      [
+        me,
+        f"--stage=train:{variant}",
+        f"--peak_tflops={peak}",
+        f"--steps={_STEPS.value}",
+        f"--preset={_PRESET.value}",
+        f"--seq_len={_SEQ.value}",
+      ],
+      min(_LIMITS["train"], left()),
+      log,
+    )
   if left() > 90:
-    _run_stage(["experiments.bench.vs_hf", "--device=gpu", "--presets=tiny,small",
-                "--tiny_batch=32", "--tiny_seq=512", "--small_layers=0", "--small_batch=8",
-                "--small_seq=1024", "--rounds=5"], min(_LIMITS["vs_hf"], left()), log)
+    _run_stage(
+      [
+        "experiments.bench.vs_hf",
+        "--device=gpu",
+        "--presets=tiny,small",
+        "--tiny_batch=32",
+        "--tiny_seq=512",
+        "--small_layers=0",
+        "--small_batch=8",
+        "--small_seq=1024",
+        "--rounds=5",
+      ],
+      min(_LIMITS["vs_hf"], left()),
+      log,
+    )
   else:
     print(f"=== skipped vs_hf: {left():.0f} s of the budget left", flush=True)
   with open(os.path.join(_OUT.value, "gpu_check.json"), "w") as f:

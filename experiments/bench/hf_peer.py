@@ -10,11 +10,13 @@ def model_config(preset: str, layers: int, device: str):
   from composer_jax.model import config as model_config
 
   dtype = "float32" if device == "cpu" else "bfloat16"
-  cfg = model_config.get_preset(preset).replace(dtype=dtype, param_dtype="float32",
-                                                remat_policy="none")
+  cfg = model_config.get_preset(preset).replace(
+    dtype=dtype, param_dtype="float32", remat_policy="none"
+  )
   if layers:
-    cfg = cfg.replace(num_layers=layers,
-                      first_k_dense_replace=min(cfg.first_k_dense_replace, layers - 1))
+    cfg = cfg.replace(
+      num_layers=layers, first_k_dense_replace=min(cfg.first_k_dense_replace, layers - 1)
+    )
   return cfg
 
 

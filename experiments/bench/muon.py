@@ -27,8 +27,9 @@ Last line: `speedup_vs_optax=X` for the last preset (a step-time ratio on this m
 
 import os
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                           + " --xla_force_host_platform_device_count=8").strip()
+os.environ["XLA_FLAGS"] = (
+  os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
@@ -54,9 +55,17 @@ flags.DEFINE_string("layout", "fsdp_ep", "Layout name in experiments.configs.lay
 flags.DEFINE_integer("iters", 7, "Timed rounds (one step per optimizer per round).")
 
 # tiny with every matrix 4x wider and twice the experts: NS dominates the step.
-_WIDE = dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
-             q_lora_rank=128, kv_lora_rank=128, n_routed_experts=16, n_group=4, topk_group=2,
-             num_layers=4)
+_WIDE = dict(
+  hidden_size=256,
+  intermediate_size=512,
+  moe_intermediate_size=128,
+  q_lora_rank=128,
+  kv_lora_rank=128,
+  n_routed_experts=16,
+  n_group=4,
+  topk_group=2,
+  num_layers=4,
+)
 _LR = 0.02
 
 
@@ -95,23 +104,39 @@ def ns_precision_errors(shape, iters):
 def bench_preset(cfg, layout_cfg, iters):
   names = transformer.logical_axes(cfg)["params"]
   shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))["params"]
-  shardings = param_shardings(names, placement.build_mesh(layout_cfg.mesh, cfg), layout_cfg.rules,
-                              shapes=shapes)
+  shardings = param_shardings(
+    names, placement.build_mesh(layout_cfg.mesh, cfg), layout_cfg.rules, shapes=shapes
+  )
   is_muon = jax.tree.map(axes_lib.uses_muon, names, is_leaf=muon.is_axes_leaf)
   labels = jax.tree.map(lambda m: "muon" if m else "adam", is_muon)
-  dims = jax.tree.map(lambda n: optax.contrib.MuonDimensionNumbers(*axes_lib.muon_dims(n)[1])
-                      if axes_lib.uses_muon(n) else None, names, is_leaf=muon.is_axes_leaf)
-  theirs = optax.contrib.muon(_LR, muon_weight_dimension_numbers=dims, consistent_rms=0.2,
-                              adam_learning_rate=_LR)
-  ours = optax.partition({
-      "muon": optax.chain(sharded_scale_by_muon(names, shardings),
-                          optax.scale_by_learning_rate(_LR)),
-      "adam": optax.adamw(_LR, eps=1e-8)}, labels)
+  dims = jax.tree.map(
+    lambda n: (
+      optax.contrib.MuonDimensionNumbers(*axes_lib.muon_dims(n)[1])
+      if axes_lib.uses_muon(n)
+      else None
+    ),
+    names,
+    is_leaf=muon.is_axes_leaf,
+  )
+  theirs = optax.contrib.muon(
+    _LR, muon_weight_dimension_numbers=dims, consistent_rms=0.2, adam_learning_rate=_LR
+  )
+  ours = optax.partition(
+    {
+      "muon": optax.chain(
+        sharded_scale_by_muon(names, shardings), optax.scale_by_learning_rate(_LR)
+      ),
+      "adam": optax.adamw(_LR, eps=1e-8),
+    },
+    labels,
+  )
 
-  params = jax.jit(lambda: transformer.init(cfg, jax.random.key(0))["params"],
-                   out_shardings=shardings)()
-  grads = jax.jit(lambda p: jax.tree.map(lambda x: jnp.sin(1e3 * x), p),
-                  out_shardings=shardings)(params)
+  params = jax.jit(
+    lambda: transformer.init(cfg, jax.random.key(0))["params"], out_shardings=shardings
+  )()
+  grads = jax.jit(lambda p: jax.tree.map(lambda x: jnp.sin(1e3 * x), p), out_shardings=shardings)(
+    params
+  )
   calls, program_flops = {}, {}
   for name, opt in (("ours", ours), ("optax", theirs)):
     state = jax.jit(opt.init)(params)
@@ -130,29 +155,39 @@ def main(argv):
   layout_cfg = layouts.get_config(FLAGS.layout)
   one = matmul_flops_per_s(jax.devices()[:1], FLAGS.iters)
   every = matmul_flops_per_s(jax.devices(), FLAGS.iters)
-  print(f"devices={jax.device_count()} ({jax.devices()[0].platform}) layout={FLAGS.layout}; "
-        f"yardstick 2048^2 f32 matmul (median of {FLAGS.iters}): one device "
-        f"{one / 1e9:.1f} GFLOP/s, all {jax.device_count()} devices at once "
-        f"{every / 1e9:.1f} GFLOP/s")
+  print(
+    f"devices={jax.device_count()} ({jax.devices()[0].platform}) layout={FLAGS.layout}; "
+    f"yardstick 2048^2 f32 matmul (median of {FLAGS.iters}): one device "
+    f"{one / 1e9:.1f} GFLOP/s, all {jax.device_count()} devices at once "
+    f"{every / 1e9:.1f} GFLOP/s"
+  )
   ratio = None
   for preset in FLAGS.presets:
     cfg = get_preset("tiny", **_WIDE) if preset == "wide" else get_preset(preset)
     seconds, flops, program_flops, shape = bench_preset(cfg, layout_cfg, FLAGS.iters)
     ratio = seconds["optax"] / seconds["ours"]
     achieved = flops / seconds["ours"]
-    print(f"{preset}: median of {FLAGS.iters} interleaved steps: sharded muon "
-          f"{seconds['ours'] * 1e3:.1f} ms, optax.contrib.muon {seconds['optax'] * 1e3:.1f} "
-          f"ms, ratio {ratio:.2f}x")
-    print(f"{preset}: useful NS {flops / 1e9:.2f} GFLOP; compiled programs (all devices, "
-          f"loop bodies counted once): "
-          f"ours {program_flops['ours'] / 1e9:.2f} GFLOP, optax "
-          f"{program_flops['optax'] / 1e9:.2f} GFLOP (x{program_flops['optax'] / max(program_flops['ours'], 1):.1f}"
-          f" ours: GSPMD's redundant work on optax's side, not a network effect)")
-    print(f"{preset}: useful NS FLOP/s {achieved / 1e9:.1f} GFLOP/s = {achieved / one:.2f} of "
-          f"one device's 2048^2 matmul, {achieved / every:.2f} of all devices' together")
+    print(
+      f"{preset}: median of {FLAGS.iters} interleaved steps: sharded muon "
+      f"{seconds['ours'] * 1e3:.1f} ms, optax.contrib.muon {seconds['optax'] * 1e3:.1f} "
+      f"ms, ratio {ratio:.2f}x"
+    )
+    print(
+      f"{preset}: useful NS {flops / 1e9:.2f} GFLOP; compiled programs (all devices, "
+      f"loop bodies counted once): "
+      f"ours {program_flops['ours'] / 1e9:.2f} GFLOP, optax "
+      f"{program_flops['optax'] / 1e9:.2f} GFLOP (x{program_flops['optax'] / max(program_flops['ours'], 1):.1f}"
+      f" ours: GSPMD's redundant work on optax's side, not a network effect)"
+    )
+    print(
+      f"{preset}: useful NS FLOP/s {achieved / 1e9:.1f} GFLOP/s = {achieved / one:.2f} of "
+      f"one device's 2048^2 matmul, {achieved / every:.2f} of all devices' together"
+    )
     for p, (err, sec) in ns_precision_errors((8, *shape), FLAGS.iters).items():
-      print(f"{preset}: NS precision {p:8s} on [8, {shape[0]}, {shape[1]}]: rel. error vs "
-            f"float32 {err:.4f}, {sec * 1e3:.1f} ms")
+      print(
+        f"{preset}: NS precision {p:8s} on [8, {shape[0]}, {shape[1]}]: rel. error vs "
+        f"float32 {err:.4f}, {sec * 1e3:.1f} ms"
+      )
   print(f"speedup_vs_optax={ratio:.2f}")
 
 

@@ -25,8 +25,9 @@ from composer_jax.train import config as train_config
 from experiments.configs import base
 
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "small"], "Model presets to time.")
-_SMALL_LAYERS = flags.DEFINE_integer("small_layers", 2,
-                                     "num_layers for non-tiny presets (0 = the preset's).")
+_SMALL_LAYERS = flags.DEFINE_integer(
+  "small_layers", 2, "num_layers for non-tiny presets (0 = the preset's)."
+)
 _ITERS = flags.DEFINE_integer("iters", 5, "Timed calls per optimizer (after one warm-up).")
 
 
@@ -50,15 +51,17 @@ def main(argv):
   for preset in _PRESETS.value:
     cfg = model_config.get_preset(preset)
     if preset != "tiny" and _SMALL_LAYERS.value:
-      cfg = cfg.replace(num_layers=_SMALL_LAYERS.value,
-                        first_k_dense_replace=min(cfg.first_k_dense_replace,
-                                                  _SMALL_LAYERS.value))
+      cfg = cfg.replace(
+        num_layers=_SMALL_LAYERS.value,
+        first_k_dense_replace=min(cfg.first_k_dense_replace, _SMALL_LAYERS.value),
+      )
     axes = transformer.logical_axes(cfg)["params"]
     shapes = jax.eval_shape(lambda c=cfg: transformer.init(c, jax.random.key(0)))["params"]
     leaves, treedef = jax.tree.flatten(shapes)
     keys = jax.random.split(jax.random.key(1), len(leaves))
-    grads = treedef.unflatten([jax.random.normal(k, s.shape, s.dtype)
-                               for k, s in zip(keys, leaves)])
+    grads = treedef.unflatten(
+      [jax.random.normal(k, s.shape, s.dtype) for k, s in zip(keys, leaves)]
+    )
     params = jax.tree.map(jnp.zeros_like, grads)
     n = sum(x.size for x in leaves)
     ms = {}
@@ -66,9 +69,11 @@ def main(argv):
       cfg_o = optim_cfg.copy_and_resolve_references()
       cfg_o.name = name
       ms[name] = 1e3 * _time_update(build_optimizer(cfg_o, axes), params, grads, _ITERS.value)
-    print(f"{preset} (num_layers={cfg.num_layers}, {n / 1e6:.1f}M params): "
-          f"muon {ms['muon']:.1f} ms, adamw {ms['adamw']:.1f} ms, "
-          f"muon/adamw {ms['muon'] / ms['adamw']:.1f}x")
+    print(
+      f"{preset} (num_layers={cfg.num_layers}, {n / 1e6:.1f}M params): "
+      f"muon {ms['muon']:.1f} ms, adamw {ms['adamw']:.1f} ms, "
+      f"muon/adamw {ms['muon'] / ms['adamw']:.1f}x"
+    )
 
 
 if __name__ == "__main__":

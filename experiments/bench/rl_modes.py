@@ -23,8 +23,9 @@ machine's cores, so the two meshes also compete for the same CPUs.
 
 import os
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                           + " --xla_force_host_platform_device_count=8").strip()
+os.environ["XLA_FLAGS"] = (
+  os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import tempfile  # noqa: E402
@@ -53,9 +54,15 @@ def _config(mode: str):
   c = rl_tool_feedback.get_config("rl,layout=fsdp")
   c.mesh.fsdp = 4
   c.train.steps = _UNTIMED + FLAGS.steps
-  c.rl.update(dict(groups=FLAGS.groups, group_size=4, mode=mode,
-                   max_staleness=1 if mode == "disaggregated" else 0,
-                   sampler_devices=(4, 5, 6, 7) if mode == "disaggregated" else ()))
+  c.rl.update(
+    dict(
+      groups=FLAGS.groups,
+      group_size=4,
+      mode=mode,
+      max_staleness=1 if mode == "disaggregated" else 0,
+      sampler_devices=(4, 5, 6, 7) if mode == "disaggregated" else (),
+    )
+  )
   # Tasks of 1-3 calls, no probes; at the defaults the sizes first measured (README).
   # An episode: a first turn of at most 14 tokens, then per model turn the turn and a reply of
   # at most 4 tokens (padded to a multiple of 8).
@@ -63,29 +70,40 @@ def _config(mode: str):
   pad8 = lambda n: -(-n // 8) * 8
   seq_len = pad8(14 + turns * (new + 4))
   c.env.update(dict(max_model_turns=turns, calls_per_task=0))
-  c.rl.update(dict(seq_len=seq_len, prompt_len=pad8(14 + (turns - 1) * (new + 4)),
-                   teacher_seq_len=seq_len, max_new_tokens=new, probe_count=0))
+  c.rl.update(
+    dict(
+      seq_len=seq_len,
+      prompt_len=pad8(14 + (turns - 1) * (new + 4)),
+      teacher_seq_len=seq_len,
+      max_new_tokens=new,
+      probe_count=0,
+    )
+  )
   c.loss.log_term_grads = False
   return c
 
 
 def _measure(mode: str, init) -> dict:
   config = _config(mode)
-  config.train.update(dict(ckpt_every=config.train.steps, log_every=config.train.steps,
-                           compile_cache_dir="none"))
+  config.train.update(
+    dict(ckpt_every=config.train.steps, log_every=config.train.steps, compile_cache_dir="none")
+  )
   with tempfile.TemporaryDirectory() as workdir:
     timed = rl_run.run(config, workdir, program.make_env(config), init)[_UNTIMED:]
   step_s = float(np.median([r["seconds"] for r in timed]))
-  return dict(steps_per_s=len(timed) / sum(r["seconds"] for r in timed),
-              sample_s=float(np.median([r["sampler/seconds"] for r in timed])),
-              other_s=step_s - float(np.median([r["sampler/seconds"] for r in timed])),
-              step_s=step_s)
+  return dict(
+    steps_per_s=len(timed) / sum(r["seconds"] for r in timed),
+    sample_s=float(np.median([r["sampler/seconds"] for r in timed])),
+    other_s=step_s - float(np.median([r["sampler/seconds"] for r in timed])),
+    step_s=step_s,
+  )
 
 
 def main(argv):
   del argv
-  init = jax.device_get(transformer.init(model_config(_config("colocated").model),
-                                         jax.random.key(0)))
+  init = jax.device_get(
+    transformer.init(model_config(_config("colocated").model), jax.random.key(0))
+  )
   results = {"colocated": [], "disaggregated": []}
   for i in range(FLAGS.repeats):
     order = ("colocated", "disaggregated") if i % 2 == 0 else ("disaggregated", "colocated")
@@ -94,15 +112,22 @@ def main(argv):
       print(f"repeat {i} {mode}: {results[mode][-1]}", flush=True)
   for mode, runs in results.items():
     med = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
-    print(f"{mode}: {med['steps_per_s']:.3f} steps/s (sampling {med['sample_s']:.2f} s, "
-          f"the rest {med['other_s']:.2f} s per step; median of {len(runs)})")
+    print(
+      f"{mode}: {med['steps_per_s']:.3f} steps/s (sampling {med['sample_s']:.2f} s, "
+      f"the rest {med['other_s']:.2f} s per step; median of {len(runs)})"
+    )
   fractions = [r["sample_s"] / r["step_s"] for r in results["colocated"]]
-  print(f"colocated sampling fraction, median of {len(fractions)}: "
-        f"{float(np.median(fractions)):.2f}")
-  ratios = [d["steps_per_s"] / c["steps_per_s"]
-            for c, d in zip(results["colocated"], results["disaggregated"], strict=True)]
-  print(f"disaggregated / colocated steps/s, median of {len(ratios)} repeats: "
-        f"ratio={float(np.median(ratios)):.2f}")
+  print(
+    f"colocated sampling fraction, median of {len(fractions)}: {float(np.median(fractions)):.2f}"
+  )
+  ratios = [
+    d["steps_per_s"] / c["steps_per_s"]
+    for c, d in zip(results["colocated"], results["disaggregated"], strict=True)
+  ]
+  print(
+    f"disaggregated / colocated steps/s, median of {len(ratios)} repeats: "
+    f"ratio={float(np.median(ratios)):.2f}"
+  )
 
 
 if __name__ == "__main__":

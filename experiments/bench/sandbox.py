@@ -115,7 +115,16 @@ def tree_at(ref: str, dest: Path) -> Path:
 def old_tree(tmp: Path) -> Path:
   """The composer_jax package as of the commit before launcher.py was deleted."""
   gone = subprocess.run(
-    ["git", "-C", str(REPO), "rev-list", "-1", "HEAD", "--", "composer_jax/envs/coding/launcher.py"],
+    [
+      "git",
+      "-C",
+      str(REPO),
+      "rev-list",
+      "-1",
+      "HEAD",
+      "--",
+      "composer_jax/envs/coding/launcher.py",
+    ],
     capture_output=True,
     text=True,
     check=True,

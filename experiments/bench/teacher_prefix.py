@@ -57,8 +57,9 @@ def _batches(cfg, prefix: int, hint: int, turn: int):
   target = [teacher.DistillTarget(0, 1, ids(hint))]
   kw = dict(turn_buckets=[turn])
   full = teacher.build_teacher_batch([traj], student, target, buckets=[prefix + hint + turn], **kw)
-  reuse = teacher.build_teacher_batch([traj], student, target, buckets=[1 + hint + turn],
-                                      reuse_prefix=True, **kw)
+  reuse = teacher.build_teacher_batch(
+    [traj], student, target, buckets=[1 + hint + turn], reuse_prefix=True, **kw
+  )
   return student, full, reuse
 
 
@@ -66,28 +67,39 @@ def main(argv):
   del argv
   lens = [int(p) for p in FLAGS.prefix_lens]
   longest = max(lens) + 2 * (FLAGS.hint + FLAGS.turn) + 1
-  cfg = ModelConfig(hidden_size=FLAGS.hidden, intermediate_size=4 * FLAGS.hidden,
-                    moe_intermediate_size=FLAGS.hidden, num_layers=FLAGS.layers,
-                    max_position_embeddings=longest)
+  cfg = ModelConfig(
+    hidden_size=FLAGS.hidden,
+    intermediate_size=4 * FLAGS.hidden,
+    moe_intermediate_size=FLAGS.hidden,
+    num_layers=FLAGS.layers,
+    max_position_embeddings=longest,
+  )
   variables = transformer.init(cfg, jax.random.key(0))
   full_fn = jax.jit(functools.partial(teacher.teacher_hidden, cfg))
-  prefill_fn = jax.jit(functools.partial(teacher.prefill_prefix, cfg), static_argnames="extension_len")
+  prefill_fn = jax.jit(
+    functools.partial(teacher.prefill_prefix, cfg), static_argnames="extension_len"
+  )
   extend_fn = jax.jit(functools.partial(teacher.extend_teacher, cfg))
-  print(f"device={jax.devices()[0].platform} hidden={cfg.hidden_size} layers={cfg.num_layers} "
-        f"hint={FLAGS.hint} turn={FLAGS.turn}; median of {FLAGS.iters}, ms per flagged turn")
+  print(
+    f"device={jax.devices()[0].platform} hidden={cfg.hidden_size} layers={cfg.num_layers} "
+    f"hint={FLAGS.hint} turn={FLAGS.turn}; median of {FLAGS.iters}, ms per flagged turn"
+  )
   rows = []
   for p in lens:
     student, full, reuse = _batches(cfg, p, FLAGS.hint, FLAGS.turn)
     t_full = _median_seconds(full_fn, variables, student, full, iters=FLAGS.iters)
     ext = reuse["tokens"].shape[1]
     prefill = functools.partial(prefill_fn, extension_len=ext)
-    t_pre = _median_seconds(prefill, variables, student["tokens"], student["positions"],
-                            iters=FLAGS.iters)
+    t_pre = _median_seconds(
+      prefill, variables, student["tokens"], student["positions"], iters=FLAGS.iters
+    )
     cache = prefill(variables, student["tokens"], student["positions"])
     t_ext = _median_seconds(extend_fn, variables, cache, reuse, iters=FLAGS.iters)
     rows.append((t_full, t_ext))
-    print(f"prefix={p:5d}: full {t_full * 1e3:8.1f}  reuse {t_ext * 1e3:7.1f}  "
-          f"(prefill once per trajectory {t_pre * 1e3:8.1f})  full/reuse={t_full / t_ext:.1f}")
+    print(
+      f"prefix={p:5d}: full {t_full * 1e3:8.1f}  reuse {t_ext * 1e3:7.1f}  "
+      f"(prefill once per trajectory {t_pre * 1e3:8.1f})  full/reuse={t_full / t_ext:.1f}"
+    )
   print(f"full_growth={rows[-1][0] / rows[0][0]:.2f} reuse_growth={rows[-1][1] / rows[0][1]:.2f}")
 
 

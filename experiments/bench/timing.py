@@ -10,8 +10,11 @@ from collections.abc import Callable
 import numpy as np
 
 
-def interleaved(calls: dict[str, Callable[[], object]], rounds: int,
-                block: Callable[[object], object] = lambda x: x) -> dict[str, float]:
+def interleaved(
+  calls: dict[str, Callable[[], object]],
+  rounds: int,
+  block: Callable[[object], object] = lambda x: x,
+) -> dict[str, float]:
   """{name: median seconds of `block(call())`} over `rounds` round-robin rounds.
 
   Every call runs once first, untimed (compilation, caches). `block` waits for the result

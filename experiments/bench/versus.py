@@ -94,13 +94,17 @@ class Result:
     for name, h in self.health.items():
       rate = h[f"matmul_flops_{self.clock}"]
       if rate < MIN_MATMUL_FRACTION * peak:
-        why.append(f"{name}: large matmul {rate / 1e9:.1f} GFLOP/s is below "
-                   f"{MIN_MATMUL_FRACTION:g} x the best side's {peak / 1e9:.1f}")
+        why.append(
+          f"{name}: large matmul {rate / 1e9:.1f} GFLOP/s is below "
+          f"{MIN_MATMUL_FRACTION:g} x the best side's {peak / 1e9:.1f}"
+        )
       for other, g in self.health.items():
         small, ref = h[f"small_op_s_{self.clock}"], g[f"small_op_s_{self.clock}"]
         if other != name and small > MAX_SMALL_OP_RATIO * ref:
-          why.append(f"{name}: small op {1e6 * small:.0f} us is over {MAX_SMALL_OP_RATIO:g} x "
-                     f"{other}'s {1e6 * ref:.0f} us")
+          why.append(
+            f"{name}: small op {1e6 * small:.0f} us is over {MAX_SMALL_OP_RATIO:g} x "
+            f"{other}'s {1e6 * ref:.0f} us"
+          )
     return why
 
 
@@ -169,8 +173,13 @@ def _probes(framework: str, device: str) -> dict[str, float]:
     import transformers
 
     version = f"torch {torch.__version__}, transformers {transformers.__version__}"
-  return {"version": version, "matmul_flops_wall": flops / big_wall, "matmul_flops_cpu": flops / big_cpu,
-          "small_op_s_wall": small_wall, "small_op_s_cpu": small_cpu}
+  return {
+    "version": version,
+    "matmul_flops_wall": flops / big_wall,
+    "matmul_flops_cpu": flops / big_cpu,
+    "small_op_s_wall": small_wall,
+    "small_op_s_cpu": small_cpu,
+  }
 
 
 def _worker(spec: dict) -> None:
@@ -200,12 +209,23 @@ class _Worker:
     self.side = side
     read_fd, write_fd = os.pipe()
     self._log = tempfile.TemporaryFile(mode="w+")
-    spec = dict(framework=side.framework, factory=side.factory, args=side.args,
-                threads=threads, device=device, warmup=warmup, fd=write_fd)
+    spec = dict(
+      framework=side.framework,
+      factory=side.factory,
+      args=side.args,
+      threads=threads,
+      device=device,
+      warmup=warmup,
+      fd=write_fd,
+    )
     self._proc = subprocess.Popen(
-        [sys.executable, "-m", "experiments.bench.versus", json.dumps(spec)],
-        stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, text=True,
-        pass_fds=(write_fd,))
+      [sys.executable, "-m", "experiments.bench.versus", json.dumps(spec)],
+      stdin=subprocess.PIPE,
+      stdout=self._log,
+      stderr=subprocess.STDOUT,
+      text=True,
+      pass_fds=(write_fd,),
+    )
     os.close(write_fd)
     self._messages = os.fdopen(read_fd)
 
@@ -215,8 +235,10 @@ class _Worker:
       self._proc.wait()
       self._log.seek(0)
       tail = self._log.read()[-3000:]
-      raise RuntimeError(f"side {self.side.name!r} ({self.side.factory}) exited with "
-                         f"{self._proc.returncode}; its output ends:\n{tail}")
+      raise RuntimeError(
+        f"side {self.side.name!r} ({self.side.factory}) exited with "
+        f"{self._proc.returncode}; its output ends:\n{tail}"
+      )
     return json.loads(line)
 
   def step(self) -> dict:
@@ -231,9 +253,17 @@ class _Worker:
     self._log.close()
 
 
-def compare(sides: list[Side], *, rounds: int, warmup: int = 1, threads: int = 1,
-            device: str = "cpu", flops_per_call: float | None = None,
-            items_per_call: float | None = None, item: str = "tokens") -> Result:
+def compare(
+  sides: list[Side],
+  *,
+  rounds: int,
+  warmup: int = 1,
+  threads: int = 1,
+  device: str = "cpu",
+  flops_per_call: float | None = None,
+  items_per_call: float | None = None,
+  item: str = "tokens",
+) -> Result:
   """Starts each side's worker (one after the other: set-up is not timed), then `rounds`
   interleaved rounds, the first side going first in even rounds and last in odd ones."""
   workers = []
@@ -253,9 +283,17 @@ def compare(sides: list[Side], *, rounds: int, warmup: int = 1, threads: int = 1
   finally:
     for w in workers:
       w.close()
-  return Result(device=device, clock="cpu" if device == "cpu" else "wall", threads=threads,
-                health=health, times=times, loads=loads, flops_per_call=flops_per_call,
-                items_per_call=items_per_call, item=item)
+  return Result(
+    device=device,
+    clock="cpu" if device == "cpu" else "wall",
+    threads=threads,
+    health=health,
+    times=times,
+    loads=loads,
+    flops_per_call=flops_per_call,
+    items_per_call=items_per_call,
+    item=item,
+  )
 
 
 def report(result: Result, ratio_name: str, ours: str = "ours") -> float | None:
@@ -263,12 +301,16 @@ def report(result: Result, ratio_name: str, ours: str = "ours") -> float | None:
   time: > 1 means we are faster) or, when a side is unhealthy, why there is no ratio.
   Returns the ratio or None."""
   r = result
-  print(f"  health ({r.device}, {r.threads} thread(s), clock={r.clock}; load average "
-        f"{min(r.loads):.1f}-{max(r.loads):.1f} over {len(r.loads)} rounds):")
+  print(
+    f"  health ({r.device}, {r.threads} thread(s), clock={r.clock}; load average "
+    f"{min(r.loads):.1f}-{max(r.loads):.1f} over {len(r.loads)} rounds):"
+  )
   for name, h in r.health.items():
-    print(f"    {name:14s} large matmul {h['matmul_flops_wall'] / 1e9:8.1f} GFLOP/s wall "
-          f"{h['matmul_flops_cpu'] / 1e9:8.1f} per CPU-s; small op {1e6 * h['small_op_s_wall']:7.0f}"
-          f" us wall {1e6 * h['small_op_s_cpu']:7.0f} us CPU ({h.get('version', '?')})")
+    print(
+      f"    {name:14s} large matmul {h['matmul_flops_wall'] / 1e9:8.1f} GFLOP/s wall "
+      f"{h['matmul_flops_cpu'] / 1e9:8.1f} per CPU-s; small op {1e6 * h['small_op_s_wall']:7.0f}"
+      f" us wall {1e6 * h['small_op_s_cpu']:7.0f} us CPU ({h.get('version', '?')})"
+    )
   peak = r.peak()
   for name in r.times:
     wall, cpu = r.median(name, "wall"), r.median(name, "cpu")
@@ -279,8 +321,10 @@ def report(result: Result, ratio_name: str, ours: str = "ours") -> float | None:
       line += f", MFU {r.flops_per_call / r.median(name) / peak:6.1%}"
     print(line)
   if r.flops_per_call:
-    print(f"    (MFU: {r.flops_per_call:.3g} model FLOPs per step / step time / best measured "
-          f"matmul {peak / 1e9:.1f} GFLOP/s, {r.clock} clock)")
+    print(
+      f"    (MFU: {r.flops_per_call:.3g} model FLOPs per step / step time / best measured "
+      f"matmul {peak / 1e9:.1f} GFLOP/s, {r.clock} clock)"
+    )
   why = r.unhealthy()
   if why:
     print(f"  no {ratio_name}: a side is unhealthy, a ratio would not be evidence:")
@@ -290,8 +334,10 @@ def report(result: Result, ratio_name: str, ours: str = "ours") -> float | None:
   peers = [n for n in r.times if n != ours]
   ratio = min(r.median(p) for p in peers) / r.median(ours)
   wall = min(r.median(p, "wall") for p in peers) / r.median(ours, "wall")
-  print(f"  {ratio_name}={ratio:.2f}  (median of {len(r.loads)} rounds, {r.clock} clock; "
-        f"wall clock: {wall:.2f})")
+  print(
+    f"  {ratio_name}={ratio:.2f}  (median of {len(r.loads)} rounds, {r.clock} clock; "
+    f"wall clock: {wall:.2f})"
+  )
   return ratio
 
 

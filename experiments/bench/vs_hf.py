@@ -35,8 +35,12 @@ _SMALL_LAYERS = flags.DEFINE_integer("small_layers", 2, "small's num_layers (0 =
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (one step of each side per round).")
 _THREADS = flags.DEFINE_integer("threads", 1, "Intra-op threads per side (versus.py says why 1).")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "Where both sides run.")
-_HF_EXPERTS = flags.DEFINE_enum("hf_experts", "eager", ["eager", "grouped_mm", "batched_mm"],
-                                "transformers' experts implementation.")
+_HF_EXPERTS = flags.DEFINE_enum(
+  "hf_experts",
+  "eager",
+  ["eager", "grouped_mm", "batched_mm"],
+  "transformers' experts implementation.",
+)
 _LR = 1e-4
 
 
@@ -63,10 +67,10 @@ def ours_train(preset: str, layers: int, batch: int, seq: int, device: str):
   mask = jnp.ones(inputs.shape, jnp.float32)
 
   def loss_fn(params):
-    hidden, _ = transformer.forward(cfg, {"params": params, "router": variables["router"]},
-                                    inputs)
-    ce, _ = model_loss.chunked_cross_entropy(hidden, transformer.output_head(cfg, params),
-                                             targets, mask)
+    hidden, _ = transformer.forward(cfg, {"params": params, "router": variables["router"]}, inputs)
+    ce, _ = model_loss.chunked_cross_entropy(
+      hidden, transformer.output_head(cfg, params), targets, mask
+    )
     return ce
 
   @functools.partial(jax.jit, donate_argnums=(0, 1))
@@ -95,8 +99,9 @@ def peer_train(preset: str, layers: int, batch: int, seq: int, device: str, expe
   model = hf_model(cfg, device, experts).train()
   opt = torch.optim.AdamW(model.parameters(), lr=_LR)
   ids = torch.from_numpy(_tokens(cfg, batch, seq).astype(np.int64)).to(dev)
-  autocast = (lambda: torch.autocast("cuda", torch.bfloat16)) if dev == "cuda" else (
-      contextlib.nullcontext)
+  autocast = (
+    (lambda: torch.autocast("cuda", torch.bfloat16)) if dev == "cuda" else (contextlib.nullcontext)
+  )
 
   def call():
     # transformers shifts labels itself: logits at i predict token i + 1 (as ours).
@@ -121,15 +126,27 @@ def main(argv):
       layers, batch, seq = _SMALL_LAYERS.value, _SMALL_BATCH.value, _SMALL_SEQ.value
     cfg = model_config(preset, layers, _DEVICE.value)
     args = dict(preset=preset, layers=layers, batch=batch, seq=seq, device=_DEVICE.value)
-    sides = [versus.Side("ours", "jax", "experiments.bench.vs_hf:ours_train", args),
-             versus.Side("transformers", "torch", "experiments.bench.vs_hf:peer_train",
-                         dict(args, experts=_HF_EXPERTS.value))]
-    result = versus.compare(sides, rounds=_ROUNDS.value, threads=_THREADS.value,
-                            device=_DEVICE.value,
-                            flops_per_call=batch * seq * flops.train_flops_per_token(cfg, seq),
-                            items_per_call=batch * seq)
-    print(f"{preset} (layers={cfg.num_layers}, experts={cfg.n_routed_experts}, batch={batch}, "
-          f"seq={seq}, {cfg.dtype}, fwd+bwd+AdamW, hf experts={_HF_EXPERTS.value}):")
+    sides = [
+      versus.Side("ours", "jax", "experiments.bench.vs_hf:ours_train", args),
+      versus.Side(
+        "transformers",
+        "torch",
+        "experiments.bench.vs_hf:peer_train",
+        dict(args, experts=_HF_EXPERTS.value),
+      ),
+    ]
+    result = versus.compare(
+      sides,
+      rounds=_ROUNDS.value,
+      threads=_THREADS.value,
+      device=_DEVICE.value,
+      flops_per_call=batch * seq * flops.train_flops_per_token(cfg, seq),
+      items_per_call=batch * seq,
+    )
+    print(
+      f"{preset} (layers={cfg.num_layers}, experts={cfg.n_routed_experts}, batch={batch}, "
+      f"seq={seq}, {cfg.dtype}, fwd+bwd+AdamW, hf experts={_HF_EXPERTS.value}):"
+    )
     versus.report(result, f"throughput_ratio_vs_hf_{preset}")
 
 

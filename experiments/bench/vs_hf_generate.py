@@ -64,9 +64,18 @@ def peer_generate(preset: str, layers: int, batch: int, prompt: int, new: int):
 
   @torch.inference_mode()
   def call():
-    model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
-                   min_new_tokens=new, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                   pad_token_id=0, eos_token_id=None)
+    model.generate(
+      ids,
+      attention_mask=torch.ones_like(ids),
+      max_new_tokens=new,
+      min_new_tokens=new,
+      do_sample=True,
+      temperature=1.0,
+      top_k=0,
+      top_p=1.0,
+      pad_token_id=0,
+      eos_token_id=None,
+    )
 
   return call
 
@@ -80,16 +89,25 @@ def main(argv):
     layers = 0 if preset == "tiny" else _SMALL_LAYERS.value
     cfg = model_config(preset, layers, "cpu")
     args = dict(preset=preset, layers=layers, batch=b, prompt=p, new=n)
-    model_flops = b * (p * flops.forward_flops_per_token(cfg, (p + 1) / 2)
-                       + n * flops.forward_flops_per_token(cfg, p + (n + 1) / 2))
-    sides = [versus.Side("ours", "jax", "experiments.bench.vs_hf_generate:ours_generate", args),
-             versus.Side("transformers", "torch",
-                         "experiments.bench.vs_hf_generate:peer_generate", args)]
-    result = versus.compare(sides, rounds=_ROUNDS.value, threads=_THREADS.value,
-                            flops_per_call=model_flops, items_per_call=b * n,
-                            item="new tokens")
-    print(f"{preset} (layers={cfg.num_layers}, batch={b}, prompt={p}, new={n}, float32, "
-          "temperature 1):")
+    model_flops = b * (
+      p * flops.forward_flops_per_token(cfg, (p + 1) / 2)
+      + n * flops.forward_flops_per_token(cfg, p + (n + 1) / 2)
+    )
+    sides = [
+      versus.Side("ours", "jax", "experiments.bench.vs_hf_generate:ours_generate", args),
+      versus.Side("transformers", "torch", "experiments.bench.vs_hf_generate:peer_generate", args),
+    ]
+    result = versus.compare(
+      sides,
+      rounds=_ROUNDS.value,
+      threads=_THREADS.value,
+      flops_per_call=model_flops,
+      items_per_call=b * n,
+      item="new tokens",
+    )
+    print(
+      f"{preset} (layers={cfg.num_layers}, batch={b}, prompt={p}, new={n}, float32, temperature 1):"
+    )
     versus.report(result, f"generate_ratio_vs_hf_{preset}")
 
 

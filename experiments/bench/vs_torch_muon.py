@@ -25,11 +25,23 @@ from experiments.bench import versus
 _PRESETS = flags.DEFINE_list("presets", ["tiny", "wide"], "Model presets ('wide': see doc).")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (one step of each side per round).")
 _THREADS = flags.DEFINE_integer("threads", 1, "Intra-op threads per side (versus.py says why 1).")
-_NS_PRECISION = flags.DEFINE_enum("ns_precision", "bfloat16", ["float32", "mixed", "bfloat16"],
-                                  "Our Newton–Schulz precision (torch's is bfloat16).")
-_WIDE = dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
-             q_lora_rank=128, kv_lora_rank=128, n_routed_experts=16, n_group=4, topk_group=2,
-             num_layers=4)
+_NS_PRECISION = flags.DEFINE_enum(
+  "ns_precision",
+  "bfloat16",
+  ["float32", "mixed", "bfloat16"],
+  "Our Newton–Schulz precision (torch's is bfloat16).",
+)
+_WIDE = dict(
+  hidden_size=256,
+  intermediate_size=512,
+  moe_intermediate_size=128,
+  q_lora_rank=128,
+  kv_lora_rank=128,
+  n_routed_experts=16,
+  n_group=4,
+  topk_group=2,
+  num_layers=4,
+)
 _LR = 0.02
 
 
@@ -41,14 +53,19 @@ def _matrices(preset: str):
   from composer_jax.model import config as model_config
   from composer_jax.model import transformer
 
-  cfg = model_config.get_preset("tiny", **_WIDE) if preset == "wide" else (
-      model_config.get_preset(preset))
+  cfg = (
+    model_config.get_preset("tiny", **_WIDE)
+    if preset == "wide"
+    else (model_config.get_preset(preset))
+  )
   params = transformer.init(cfg.replace(param_dtype="float32"), jax.random.key(0))["params"]
   axes = transformer.logical_axes(cfg)["params"]
   flat_axes = dict(jax.tree_util.tree_leaves_with_path(axes, is_leaf=_is_names))
-  flat = {jax.tree_util.keystr(p): (x, flat_axes[p])
-          for p, x in jax.tree_util.tree_leaves_with_path(params)
-          if axes_lib.uses_muon(flat_axes[p])}
+  flat = {
+    jax.tree_util.keystr(p): (x, flat_axes[p])
+    for p, x in jax.tree_util.tree_leaves_with_path(params)
+    if axes_lib.uses_muon(flat_axes[p])
+  }
   return {k: x for k, (x, _) in flat.items()}, {k: n for k, (_, n) in flat.items()}
 
 
@@ -65,8 +82,9 @@ def ours_step(preset: str, ns_precision: str):
 
   params, axes = _matrices(preset)
   grads = jax.tree.map(lambda x: jax.random.normal(jax.random.key(1), x.shape, x.dtype), params)
-  tx = optax.chain(scale_by_muon(axes, scale_mode="consistent_rms",
-                                 ns_precision=ns_precision), optax.scale(-_LR))
+  tx = optax.chain(
+    scale_by_muon(axes, scale_mode="consistent_rms", ns_precision=ns_precision), optax.scale(-_LR)
+  )
 
   @jax.jit
   def step(params, state):
@@ -99,8 +117,9 @@ def peer_step(preset: str):
   tensors = [torch.nn.Parameter(torch.from_numpy(m.copy())) for m in mats]
   for t in tensors:
     t.grad = torch.randn_like(t)
-  opt = torch.optim.Muon(tensors, lr=_LR, weight_decay=0.0, momentum=0.95, nesterov=True,
-                         adjust_lr_fn="match_rms_adamw")
+  opt = torch.optim.Muon(
+    tensors, lr=_LR, weight_decay=0.0, momentum=0.95, nesterov=True, adjust_lr_fn="match_rms_adamw"
+  )
   return opt.step
 
 
@@ -111,16 +130,29 @@ def main(argv):
   for preset in _PRESETS.value:
     params, axes = _matrices(preset)
     sets = muon_cost.muon_matrices(axes, params)
-    sides = [versus.Side("ours", "jax", "experiments.bench.vs_torch_muon:ours_step",
-                         {"preset": preset, "ns_precision": _NS_PRECISION.value}),
-             versus.Side("torch.optim.Muon", "torch", "experiments.bench.vs_torch_muon:peer_step",
-                         {"preset": preset})]
+    sides = [
+      versus.Side(
+        "ours",
+        "jax",
+        "experiments.bench.vs_torch_muon:ours_step",
+        {"preset": preset, "ns_precision": _NS_PRECISION.value},
+      ),
+      versus.Side(
+        "torch.optim.Muon", "torch", "experiments.bench.vs_torch_muon:peer_step", {"preset": preset}
+      ),
+    ]
     result = versus.compare(
-        sides, rounds=_ROUNDS.value, threads=_THREADS.value, item="matrices",
-        flops_per_call=sum(m.count * muon_cost.ns_flops(m.fan_in, m.fan_out) for m in sets),
-        items_per_call=sum(m.count for m in sets))
-    print(f"{preset} ({len(params)} Muon parameters, {sum(m.count for m in sets)} matrices, "
-          f"momentum + 5 NS steps; NS in {_NS_PRECISION.value} (ours), bfloat16 (torch)):")
+      sides,
+      rounds=_ROUNDS.value,
+      threads=_THREADS.value,
+      item="matrices",
+      flops_per_call=sum(m.count * muon_cost.ns_flops(m.fan_in, m.fan_out) for m in sets),
+      items_per_call=sum(m.count for m in sets),
+    )
+    print(
+      f"{preset} ({len(params)} Muon parameters, {sum(m.count for m in sets)} matrices, "
+      f"momentum + 5 NS steps; NS in {_NS_PRECISION.value} (ours), bfloat16 (torch)):"
+    )
     versus.report(result, f"speedup_vs_torch_muon_{preset}")
 
 

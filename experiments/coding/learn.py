@@ -55,8 +55,13 @@ def _run(cmd: list[str], log: Path, label: str, progress: str = "] step ") -> No
   say(f"{label}: {' '.join(cmd[2:5])} ... (log {log})")
   start = time.monotonic()
   with open(log, "a") as out:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+      cmd,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+      env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     for line in proc.stdout:
       out.write(line)
       if progress in line or line.startswith("error"):
@@ -75,8 +80,9 @@ def fitting(tasks: list) -> list:
     env = program.make_env(config, tmp, tasks)
   keep = []
   for t in tasks:
-    turn = agent_scripts.turn_ids(env.tokenizer, agent_scripts.append_calls(t),
-                                  thinking=config.env.thinking)
+    turn = agent_scripts.turn_ids(
+      env.tokenizer, agent_scripts.append_calls(t), thinking=config.env.thinking
+    )
     try:
       episode = agent_scripts.oracle_trajectory(env, t)
     except ValueError:
@@ -95,34 +101,73 @@ def tasks(args, out: Path) -> Path:
   if not source:
     made = out / "tasks"
     if not (made / "tasks.jsonl").exists():
-      _run([sys.executable, "-m", "composer_jax.envs.coding.tasks.make_tasks", "--micro",
-            f"0:{args.projects}", "--methods", "deletion", "--max-tasks", "5", "--out",
-            str(made)], out / "make_tasks.log", "tasks", progress=": kept")
+      _run(
+        [
+          sys.executable,
+          "-m",
+          "composer_jax.envs.coding.tasks.make_tasks",
+          "--micro",
+          f"0:{args.projects}",
+          "--methods",
+          "deletion",
+          "--max-tasks",
+          "5",
+          "--out",
+          str(made),
+        ],
+        out / "make_tasks.log",
+        "tasks",
+        progress=": kept",
+      )
     source = made / "tasks.jsonl"
   everything = fitting([t for t in task_lib.read_jsonl(source) if t.method == "deletion"])
   train, held = split.split_by_project(everything, args.heldout_fraction)
   if not train or not held:
-    raise SystemExit(f"{source}: {len(train)} train / {len(held)} held-out deletion tasks; "
-                     "give more projects or another --heldout-fraction")
+    raise SystemExit(
+      f"{source}: {len(train)} train / {len(held)} held-out deletion tasks; "
+      "give more projects or another --heldout-fraction"
+    )
   task_lib.write_jsonl(chosen, everything)
   say(f"tasks: {len(train)} train, {len(held)} held-out (projects split by hash)")
   return chosen
 
 
-def eval_args(config, tasks_file: Path, checkpoint: Path, tokenizer: Path, out: Path
-              ) -> list[str]:
+def eval_args(config, tasks_file: Path, checkpoint: Path, tokenizer: Path, out: Path) -> list[str]:
   """`experiments.eval` of a policy on the held-out projects, the way it was trained (tools,
   mode, budgets), greedy."""
   e, r = config.env, config.rl
-  settings = {"env.heldout_fraction": e.heldout_fraction, "env.split_seed": e.split_seed,
-              "env.tools": ",".join(e.tools), "env.system": e.system,
-              "env.statement": e.statement, "env.max_turns": e.max_turns,
-              "env.thinking": e.thinking, "rl.seq_len": r.seq_len,
-              "rl.max_new_tokens": r.max_new_tokens, "rl.temperature": 0.0}
-  return [sys.executable, "-m", "experiments.eval", "--tasks", str(tasks_file), "--split",
-          "heldout", "--checkpoint", str(checkpoint), "--tokenizer", str(tokenizer), "--k", "1",
-          "--samples", "1", "--out", str(out),
-          *(f"--config.{k}={v}" for k, v in settings.items())]
+  settings = {
+    "env.heldout_fraction": e.heldout_fraction,
+    "env.split_seed": e.split_seed,
+    "env.tools": ",".join(e.tools),
+    "env.system": e.system,
+    "env.statement": e.statement,
+    "env.max_turns": e.max_turns,
+    "env.thinking": e.thinking,
+    "rl.seq_len": r.seq_len,
+    "rl.max_new_tokens": r.max_new_tokens,
+    "rl.temperature": 0.0,
+  }
+  return [
+    sys.executable,
+    "-m",
+    "experiments.eval",
+    "--tasks",
+    str(tasks_file),
+    "--split",
+    "heldout",
+    "--checkpoint",
+    str(checkpoint),
+    "--tokenizer",
+    str(tokenizer),
+    "--k",
+    "1",
+    "--samples",
+    "1",
+    "--out",
+    str(out),
+    *(f"--config.{k}={v}" for k, v in settings.items()),
+  ]
 
 
 def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:
@@ -137,19 +182,36 @@ def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:
     workdir.mkdir(exist_ok=True)
     if not (workdir / "warmup").exists():
       (workdir / "warmup").symlink_to(root / "warmup", target_is_directory=True)
-    overrides = [f"--config.env.tasks={tasks_file}", f"--config.train.seed={seed}",
-                 f"--config.env.heldout_fraction={args.heldout_fraction}",
-                 f"--config.warmup.steps={warmup_steps}",
-                 f"--config.warmup.optim.total_steps={warmup_steps}",
-                 f"--config.train.steps={rl_steps}", f"--config.warmup.only={name == 'warmup'}"]
-    _run([sys.executable, "-m", "experiments.run",
-          f"--config=experiments/configs/rl_coding.py:micro,arm={arm}", f"--workdir={workdir}",
-          *overrides], root / f"{name}.log", f"seed {seed} {name}")
+    overrides = [
+      f"--config.env.tasks={tasks_file}",
+      f"--config.train.seed={seed}",
+      f"--config.env.heldout_fraction={args.heldout_fraction}",
+      f"--config.warmup.steps={warmup_steps}",
+      f"--config.warmup.optim.total_steps={warmup_steps}",
+      f"--config.train.steps={rl_steps}",
+      f"--config.warmup.only={name == 'warmup'}",
+    ]
+    _run(
+      [
+        sys.executable,
+        "-m",
+        "experiments.run",
+        f"--config=experiments/configs/rl_coding.py:micro,arm={arm}",
+        f"--workdir={workdir}",
+        *overrides,
+      ],
+      root / f"{name}.log",
+      f"seed {seed} {name}",
+    )
     dest = root / f"eval_{name}"
     if not (dest / "eval.json").exists():
       checkpoint = root / ("warmup" if name == "warmup" else arm)
-      _run(eval_args(config, tasks_file, checkpoint, root / "rl" / "tiktoken.model", dest),
-           root / f"eval_{name}.log", f"seed {seed} eval {name}", progress="pass@1")
+      _run(
+        eval_args(config, tasks_file, checkpoint, root / "rl" / "tiktoken.model", dest),
+        root / f"eval_{name}.log",
+        f"seed {seed} eval {name}",
+        progress="pass@1",
+      )
       say(f"seed {seed} eval {name}: done")
 
 
@@ -172,8 +234,18 @@ def main(argv=None) -> int:
     for f in [pool.submit(seed_run, args, s, tasks_file, out) for s in range(seeds)]:
       f.result()
   results = Path("experiments/figures/results") / f"coding_agent_{args.size}"
-  _run([sys.executable, "-m", "experiments.figures.coding_agent", f"--workdir={out}",
-        f"--results_dir={results}"], out / "figure.log", "figure", progress="pass@1")
+  _run(
+    [
+      sys.executable,
+      "-m",
+      "experiments.figures.coding_agent",
+      f"--workdir={out}",
+      f"--results_dir={results}",
+    ],
+    out / "figure.log",
+    "figure",
+    progress="pass@1",
+  )
   say(f"done: {results / 'coding_agent.png'}")
   return 0
 

@@ -1,17 +1,17 @@
 """The coding-agent RL program: `CodingEnv` on a task file, RL + self-distillation via `rl.run`.
 
-    make_env(config, workdir)  `envs.coding.agent.env.CodingEnv` over the training split of
-                               `config.env.tasks` (a make_tasks JSONL; `train_split`), with
-                               the tokenizer of `config.env.tokenizer` and the feedback kinds
-                               of `config.rl`
-    harder_variants(config, workdir)
-                               `env.source`'s task generator, prepared once, as the
-                               curriculum's `harder` callback (None without a source)
-    initial_variables(config)  {'params', 'router'}: `train.init_from` (an imported HF
-                               checkpoint) or a random init
-    run(config, workdir)       RL steps (`rl.run.run`: metrics, checkpoints with the
-                               curriculum's statistics, bit-for-bit resume), env workers up
-                               for the whole run
+make_env(config, workdir)  `envs.coding.agent.env.CodingEnv` over the training split of
+                           `config.env.tasks` (a make_tasks JSONL; `train_split`), with
+                           the tokenizer of `config.env.tokenizer` and the feedback kinds
+                           of `config.rl`
+harder_variants(config, workdir)
+                           `env.source`'s task generator, prepared once, as the
+                           curriculum's `harder` callback (None without a source)
+initial_variables(config)  {'params', 'router'}: `train.init_from` (an imported HF
+                           checkpoint) or a random init
+run(config, workdir)       RL steps (`rl.run.run`: metrics, checkpoints with the
+                           curriculum's statistics, bit-for-bit resume), env workers up
+                           for the whole run
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ def load_tokenizer(config, workdir: str):
   if name == "" and config.train.init_from:
     name = tokenizer_lib.find_tokenizer_near(config.train.init_from) or ""
     if not name:
-      raise ValueError(f"env.tokenizer='': train.init_from={config.train.init_from!r} has no "
-                       f"{tokenizer_lib.TIKTOKEN_FILENAME}; give --config.env.tokenizer=FILE")
+      raise ValueError(
+        f"env.tokenizer='': train.init_from={config.train.init_from!r} has no "
+        f"{tokenizer_lib.TIKTOKEN_FILENAME}; give --config.env.tokenizer=FILE"
+      )
   if name in ("", "byte"):
     raise ValueError(f"env.tokenizer={name!r}: the chat format needs 'bytes' or a tiktoken file")
   os.makedirs(workdir, exist_ok=True)
@@ -68,10 +70,13 @@ def load_tasks(spec: str, workers: int = 1) -> list[task.Task]:
   path = spec
   if spec.startswith("micro:"):
     cache = sources.CACHE.parent / "micro_tasks"
-    path = str(make_tasks.micro_tasks(spec.removeprefix("micro:"), cache, workers_lib.Pool(workers)))
+    path = str(
+      make_tasks.micro_tasks(spec.removeprefix("micro:"), cache, workers_lib.Pool(workers))
+    )
   if not path or not os.path.isfile(path):
-    raise ValueError(f"env.tasks={path!r} is not a file; give a make_tasks JSONL or "
-                     "micro:START:STOP")
+    raise ValueError(
+      f"env.tasks={path!r} is not a file; give a make_tasks JSONL or micro:START:STOP"
+    )
   try:
     tasks = task.load_jsonl(path)  # every record checked: one line naming the bad one
   except ValueError as e:
@@ -89,11 +94,19 @@ def train_split(config, tasks: list[task.Task]) -> list[task.Task]:
   train, held = split.split_by_project(tasks, e.heldout_fraction, e.split_seed)
   projects = lambda ts: len({split.project_of(t) for t in ts})
   if not train:
-    raise ValueError(f"env.tasks={e.tasks!r}: all {projects(held)} projects are held out at "
-                     f"env.heldout_fraction={e.heldout_fraction} (env.split_seed={e.split_seed}); "
-                     "RL trains only on the other projects: lower the fraction or add projects")
-  logging.info("RL tasks: %d of %d projects (%d tasks); held out for eval: %d projects (%d "
-               "tasks)", projects(train), projects(tasks), len(train), projects(held), len(held))
+    raise ValueError(
+      f"env.tasks={e.tasks!r}: all {projects(held)} projects are held out at "
+      f"env.heldout_fraction={e.heldout_fraction} (env.split_seed={e.split_seed}); "
+      "RL trains only on the other projects: lower the fraction or add projects"
+    )
+  logging.info(
+    "RL tasks: %d of %d projects (%d tasks); held out for eval: %d projects (%d tasks)",
+    projects(train),
+    projects(tasks),
+    len(train),
+    projects(held),
+    len(held),
+  )
   return train
 
 
@@ -108,8 +121,9 @@ def harder_variants(config, workdir: str):
   shutil.rmtree(work / "src", ignore_errors=True)  # resolve() copies the source here afresh
   work.mkdir(parents=True, exist_ok=True)
   cfg = generator.Config(seed=config.train.seed, **config.env.source_options.to_dict())
-  gen = generator.Generator(sources.resolve(config.env.source, work), work, cfg,
-                            cache=work / "cache")
+  gen = generator.Generator(
+    sources.resolve(config.env.source, work), work, cfg, cache=work / "cache"
+  )
   gen.prepare()
   return gen.harder
 
@@ -126,12 +140,20 @@ def make_env(config, workdir: str, tasks=None) -> agent_env.CodingEnv:
   if e.curriculum.min_rollouts:
     curriculum = {**e.curriculum.to_dict(), "max_active": e.curriculum.max_active or None}
   env = agent_env.CodingEnv(
-    tasks if tasks is not None else train_split(config, load_tasks(e.tasks, e.workers)), tok,
-    budget=_budget(e, 1 << 30), tools=tuple(e.tools),  # rl.seq_len: fit_lengths
-    max_turn_tokens=r.max_new_tokens, feedback_kinds=tuple(r.feedback_kinds),
-    feedback_options=r.feedback_options.to_dict(), workers=e.workers, backend=e.backend,
-    curriculum=curriculum, harder=harder_variants(config, workdir) if curriculum else None,
-    max_hint_tokens=e.max_hint_tokens, thinking=e.thinking, statement=e.statement,
+    tasks if tasks is not None else train_split(config, load_tasks(e.tasks, e.workers)),
+    tok,
+    budget=_budget(e, 1 << 30),
+    tools=tuple(e.tools),  # rl.seq_len: fit_lengths
+    max_turn_tokens=r.max_new_tokens,
+    feedback_kinds=tuple(r.feedback_kinds),
+    feedback_options=r.feedback_options.to_dict(),
+    workers=e.workers,
+    backend=e.backend,
+    curriculum=curriculum,
+    harder=harder_variants(config, workdir) if curriculum else None,
+    max_hint_tokens=e.max_hint_tokens,
+    thinking=e.thinking,
+    statement=e.statement,
     **({"system": e.system} if e.system else {}),
   )
   fit_lengths(config, env)
@@ -141,7 +163,10 @@ def make_env(config, workdir: str, tasks=None) -> agent_env.CodingEnv:
 
 def _budget(e, max_tokens: int) -> agent_tools.Budget:
   return agent_tools.Budget(
-    max_turns=e.max_turns, max_tokens=max_tokens, wall_s=e.wall_s, output_chars=e.output_chars,
+    max_turns=e.max_turns,
+    max_tokens=max_tokens,
+    wall_s=e.wall_s,
+    output_chars=e.output_chars,
     command=sandbox.Limits(cpu_s=int(e.command_s), wall_s=e.command_s, log_bytes=256 << 10),
   )
 
@@ -166,29 +191,43 @@ def fit_lengths(config, env: agent_env.CodingEnv) -> None:
   r.prompt_len = r.prompt_len or r.seq_len
   teacher = 1 + hint + r.max_new_tokens if r.teacher_prefix_reuse else r.seq_len + hint
   r.teacher_seq_len = r.teacher_seq_len or teacher
-  logging.info("token lengths: longest first prompt %d, rl.seq_len %d, rl.prompt_len %d, "
-               "rl.max_new_tokens %d, rl.teacher_seq_len %d", longest, r.seq_len, r.prompt_len,
-               r.max_new_tokens, r.teacher_seq_len)
+  logging.info(
+    "token lengths: longest first prompt %d, rl.seq_len %d, rl.prompt_len %d, "
+    "rl.max_new_tokens %d, rl.teacher_seq_len %d",
+    longest,
+    r.seq_len,
+    r.prompt_len,
+    r.max_new_tokens,
+    r.teacher_seq_len,
+  )
   if r.seq_len < longest + r.max_new_tokens:
-    raise ValueError(f"rl.seq_len={r.seq_len} < the longest first prompt ({longest} tokens) + "
-                     f"rl.max_new_tokens={r.max_new_tokens}: raise it (0 derives it)")
+    raise ValueError(
+      f"rl.seq_len={r.seq_len} < the longest first prompt ({longest} tokens) + "
+      f"rl.max_new_tokens={r.max_new_tokens}: raise it (0 derives it)"
+    )
   if r.prompt_len < r.seq_len - r.max_new_tokens:
-    raise ValueError(f"rl.prompt_len={r.prompt_len} must be >= rl.seq_len - rl.max_new_tokens "
-                     f"({r.seq_len - r.max_new_tokens}): the env's token budget is rl.seq_len")
+    raise ValueError(
+      f"rl.prompt_len={r.prompt_len} must be >= rl.seq_len - rl.max_new_tokens "
+      f"({r.seq_len - r.max_new_tokens}): the env's token budget is rl.seq_len"
+    )
   if r.teacher_seq_len < teacher:
-    raise ValueError(f"rl.teacher_seq_len={r.teacher_seq_len} < {teacher}, a teacher row's "
-                     f"longest ({'1 + ' if r.teacher_prefix_reuse else 'rl.seq_len + '}"
-                     f"env.max_hint_tokens={hint}{' + rl.max_new_tokens' * r.teacher_prefix_reuse}"
-                     "): raise it or set it to 0 (derived)")
+    raise ValueError(
+      f"rl.teacher_seq_len={r.teacher_seq_len} < {teacher}, a teacher row's "
+      f"longest ({'1 + ' if r.teacher_prefix_reuse else 'rl.seq_len + '}"
+      f"env.max_hint_tokens={hint}{' + rl.max_new_tokens' * r.teacher_prefix_reuse}"
+      "): raise it or set it to 0 (derived)"
+    )
   positions = model_config(config.model).max_position_embeddings
   teacher_stream = r.seq_len + r.teacher_seq_len if r.teacher_prefix_reuse else r.teacher_seq_len
   need = max(r.prompt_len + r.max_new_tokens - 1, r.seq_len, teacher_stream)
   if need > positions:
-    raise ValueError(f"the model's max_position_embeddings={positions} < {need} tokens, the "
-                     f"longest sequence these lengths make (rl.seq_len={r.seq_len}, prompt_len="
-                     f"{r.prompt_len} + max_new_tokens={r.max_new_tokens} - 1, teacher_seq_len="
-                     f"{r.teacher_seq_len}): lower them or raise model.overrides."
-                     "max_position_embeddings (a random init only)")
+    raise ValueError(
+      f"the model's max_position_embeddings={positions} < {need} tokens, the "
+      f"longest sequence these lengths make (rl.seq_len={r.seq_len}, prompt_len="
+      f"{r.prompt_len} + max_new_tokens={r.max_new_tokens} - 1, teacher_seq_len="
+      f"{r.teacher_seq_len}): lower them or raise model.overrides."
+      "max_position_embeddings (a random init only)"
+    )
 
 
 def initial_variables(config) -> dict:

@@ -39,9 +39,13 @@ def batches(examples, config, pad_id: int) -> scripted.EpisodeBatches:
   """[warmup.batch_size, warmup.seq_len] batches of `examples` (trajectories) drawn from
   `default_rng([train.seed, 0])`."""
   w = config.warmup
-  return scripted.EpisodeBatches(lambda rng: examples[rng.integers(len(examples))],
-                                 np.random.default_rng([config.train.seed, 0]),
-                                 batch_size=w.batch_size, seq_len=w.seq_len, pad_id=pad_id)
+  return scripted.EpisodeBatches(
+    lambda rng: examples[rng.integers(len(examples))],
+    np.random.default_rng([config.train.seed, 0]),
+    batch_size=w.batch_size,
+    seq_len=w.seq_len,
+    pad_id=pad_id,
+  )
 
 
 class _Check:
@@ -51,15 +55,17 @@ class _Check:
   def __init__(self, config, env, checks):
     self._env, self._checks = env, checks
     sampling = ml_collections.ConfigDict(
-      dict(max_new_tokens=config.rl.max_new_tokens, temperature=0.0, top_p=1.0))
-    self._policy = rollout.make_policy(model_config(config.model), sampling, env.stop_ids,
-                                       env.pad_id)
+      dict(max_new_tokens=config.rl.max_new_tokens, temperature=0.0, top_p=1.0)
+    )
+    self._policy = rollout.make_policy(
+      model_config(config.model), sampling, env.stop_ids, env.pad_id
+    )
 
   def __call__(self, state) -> dict[str, float]:
     firsts = [self._env.reset(t)[1] for t, _ in self._checks]
     prompts = np.full((len(firsts), max(map(len, firsts))), self._env.pad_id, np.int32)
     for b, ids in enumerate(firsts):
-      prompts[b, :len(ids)] = ids
+      prompts[b, : len(ids)] = ids
     lens = np.array([len(f) for f in firsts], np.int32)
     variables = {"params": state.params, "router": state.router}
     tokens, _, lengths = self._policy(variables, prompts, lens, jax.random.key(0))
@@ -80,8 +86,7 @@ def validate(config) -> None:
     if w[name] < 1:
       raise ValueError(f"warmup.{name}={w[name]} must be >= 1")
   if w.steps < 0 or w.check_tasks < 0:
-    raise ValueError(f"warmup.steps={w.steps} and warmup.check_tasks={w.check_tasks} must be "
-                     ">= 0")
+    raise ValueError(f"warmup.steps={w.steps} and warmup.check_tasks={w.check_tasks} must be >= 0")
   try:
     loop.validate(scripted.warmup_config(config))
   except ValueError as e:
@@ -96,16 +101,22 @@ def warmup(config, workdir: str, env, tasks) -> dict:
   examples = [agent_scripts.oracle_trajectory(env, t) for t in tasks]
   longest = max(len(e.tokens) for e in examples)
   if longest > w.seq_len:
-    raise ValueError(f"warmup.seq_len={w.seq_len} is shorter than the longest oracle episode "
-                     f"({longest} tokens); raise it (and rl.seq_len)")
+    raise ValueError(
+      f"warmup.seq_len={w.seq_len} is shorter than the longest oracle episode "
+      f"({longest} tokens); raise it (and rl.seq_len)"
+    )
   thinking = env.prefill == chat.prefill(True)
   oracle = agent_scripts.append_calls if "append" in env.tools else agent_scripts.oracle_calls
-  checks = [(t, agent_scripts.turn_ids(env.tokenizer, oracle(t), thinking=thinking))
-            for t in tasks[:w.check_tasks]]
+  checks = [
+    (t, agent_scripts.turn_ids(env.tokenizer, oracle(t), thinking=thinking))
+    for t in tasks[: w.check_tasks]
+  ]
   run = scripted.warmup_config(config)
   # The RL run's compile cache (one directory per process: the first one set is used).
-  run.train.compile_cache_dir = (compile_cache.cache_dir(config.train.compile_cache_dir, workdir)
-                                 or compile_cache.OFF)
-  data = scripted.data(batches(examples, config, env.pad_id),
-                       evaluate=_Check(config, env, checks) if checks else None)
+  run.train.compile_cache_dir = (
+    compile_cache.cache_dir(config.train.compile_cache_dir, workdir) or compile_cache.OFF
+  )
+  data = scripted.data(
+    batches(examples, config, env.pad_id), evaluate=_Check(config, env, checks) if checks else None
+  )
   return loop.trained_variables(run, os.path.join(workdir, "warmup"), data)

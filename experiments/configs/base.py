@@ -64,8 +64,10 @@ def parse_arg(arg: str | None, **options) -> ml_collections.ConfigDict:
     elif not eq and i == 0 and names:
       key, value = names[0], piece
     if key not in options or (not eq and not isinstance(options[key], bool) and i):
-      raise ValueError(f"config arg {arg!r}: {piece!r} is not an option (key=value, the first "
-                       f"option's value alone first); options (defaults): {usage}")
+      raise ValueError(
+        f"config arg {arg!r}: {piece!r} is not an option (key=value, the first "
+        f"option's value alone first); options (defaults): {usage}"
+      )
     given[key] = _convert(key, value, options[key])
   return ml_collections.ConfigDict({**options, **given})
 

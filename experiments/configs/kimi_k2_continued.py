@@ -26,14 +26,30 @@ def get_config(arg=None):
   base.parse_arg(arg)  # no options: the layout is this config's own
   c = base.get_base_config()
   c.model.preset = "kimi_k2"
-  c.train.update(dict(steps=2000, batch_size=512, seq_len=8192, grad_accum=4, log_every=10,
-                      eval_every=200, eval_batches=8, ckpt_every=100, keep=2,
-                      loss_chunk=8192, dry_run_devices=1024))
-  c.optim.update(dict(lr=2e-5, adam_lr=2e-5, warmup_steps=100, schedule="wsd",
-                      weight_decay=0.1, min_lr_ratio=0.1))
+  c.train.update(
+    dict(
+      steps=2000,
+      batch_size=512,
+      seq_len=8192,
+      grad_accum=4,
+      log_every=10,
+      eval_every=200,
+      eval_batches=8,
+      ckpt_every=100,
+      keep=2,
+      loss_chunk=8192,
+      dry_run_devices=1024,
+    )
+  )
+  c.optim.update(
+    dict(
+      lr=2e-5, adam_lr=2e-5, warmup_steps=100, schedule="wsd", weight_decay=0.1, min_lr_ratio=0.1
+    )
+  )
   base.set_layout(c, "hsdp")
   c.layout = "kimi_k2_1024"
   c.mesh.update(dict(replica=16, fsdp=64, expert_replica=8, expert=128))
-  c.rules.expert = [(name, "expert_replica") if name == "embed" else (name, axes)
-                    for name, axes in c.rules.expert]
+  c.rules.expert = [
+    (name, "expert_replica") if name == "embed" else (name, axes) for name, axes in c.rules.expert
+  ]
   return c

@@ -26,16 +26,21 @@ from composer_jax.parallel.mesh import default_mesh_config
 from composer_jax.parallel.rules import default_rules
 from composer_jax.rl.mesh import sampler_rules
 
-_EXPERT_FSDP_RULES = [("layers", None), ("experts", None), ("embed", "expert"),
-                      ("expert_mlp", None), ("batch", ("expert_replica", "expert")),
-                      ("act_embed", None)]
+_EXPERT_FSDP_RULES = [
+  ("layers", None),
+  ("experts", None),
+  ("embed", "expert"),
+  ("expert_mlp", None),
+  ("batch", ("expert_replica", "expert")),
+  ("act_embed", None),
+]
 
 LAYOUTS = {
-    "fsdp": dict(mesh=dict(), expert_rules=_EXPERT_FSDP_RULES),
-    "hsdp": dict(mesh=dict(replica=-1, fsdp=4)),
-    "fsdp_ep": dict(mesh=dict()),
-    "fsdp_tp": dict(mesh=dict(fsdp=-1, tensor=2)),
-    "cp2_ep8": dict(mesh=dict(fsdp=-1, context=2, expert=8)),
+  "fsdp": dict(mesh=dict(), expert_rules=_EXPERT_FSDP_RULES),
+  "hsdp": dict(mesh=dict(replica=-1, fsdp=4)),
+  "fsdp_ep": dict(mesh=dict()),
+  "fsdp_tp": dict(mesh=dict(fsdp=-1, tensor=2)),
+  "cp2_ep8": dict(mesh=dict(fsdp=-1, context=2, expert=8)),
 }
 
 
@@ -50,4 +55,5 @@ def get_config(arg: str = "fsdp_ep") -> ml_collections.ConfigDict:
     rules.expert = list(layout["expert_rules"])
   rules.sampler = sampler_rules()
   return ml_collections.ConfigDict(
-      dict(name=arg, mesh=default_mesh_config(**layout["mesh"]), rules=rules))
+    dict(name=arg, mesh=default_mesh_config(**layout["mesh"]), rules=rules)
+  )

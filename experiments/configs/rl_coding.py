@@ -65,8 +65,10 @@ def get_config(arg=None):
   arg = base.parse_arg(arg, setting="cpu", arm="sd")
   setting, arm = arg.setting, arg.arm
   if setting not in SETTINGS or arm not in ARMS:
-    raise ValueError(f"rl_coding setting={setting!r}, arm={arm!r}; valid: setting in "
-                     f"{list(SETTINGS)}, arm in {list(ARMS)}")
+    raise ValueError(
+      f"rl_coding setting={setting!r}, arm={arm!r}; valid: setting in "
+      f"{list(SETTINGS)}, arm in {list(ARMS)}"
+    )
   arg = setting
   c = base.get_base_config()
   c.program = "rl"
@@ -96,8 +98,19 @@ def get_config(arg=None):
   # Supervised warm-up on the tasks' oracle episodes before RL (experiments/coding/warmup.py);
   # steps=0: none (RL from `train.init_from` or a random init).
   c.warmup = ml_collections.ConfigDict(
-    dict(steps=0, batch_size=8, seq_len=2048, log_every=10, ckpt_every=50, check_every=50,
-         check_tasks=4, keep=1, router_bias_rate=1e-3, only=False))  # only: no RL after it
+    dict(
+      steps=0,
+      batch_size=8,
+      seq_len=2048,
+      log_every=10,
+      ckpt_every=50,
+      check_every=50,
+      check_tasks=4,
+      keep=1,
+      router_bias_rate=1e-3,
+      only=False,
+    )
+  )  # only: no RL after it
   c.warmup.optim = optim.default_config()  # total_steps 0: the warm-up's steps
   c.warmup.optim.update(dict(name="adamw", adam_lr=3e-3, schedule="cosine", warmup_steps=10))
   c.model.overrides = {"vocab_size": 512, "max_position_embeddings": 4096}
@@ -115,22 +128,53 @@ def get_config(arg=None):
   )
   c.rl.feedback_kinds = ("unavailable_tool", "malformed_call", "tests_or_outside", "effort")
   c.rl.feedback_options = {}
-  c.optim.update(dict(name="adamw", adam_lr=3e-4, schedule="wsd", warmup_steps=0,
-                      wsd_decay_fraction=0.0, grad_clip=1.0))
+  c.optim.update(
+    dict(
+      name="adamw",
+      adam_lr=3e-4,
+      schedule="wsd",
+      warmup_steps=0,
+      wsd_decay_fraction=0.0,
+      grad_clip=1.0,
+    )
+  )
   c.loss.vocab_chunk_size = 512
   c.loss.teacher = "ema"
   if arg == "pod":
     c.model.preset = "kimi_k2"
     c.model.overrides = {}
-    c.env.update(dict(tasks="", tokenizer="", tools=("list_dir", "read_file", "search", "edit",
-                                                     "write_file", "run", "submit"),
-                      max_turns=30, workers=64, backend="ray", command_s=120.0,
-                      max_hint_tokens=512))
+    c.env.update(
+      dict(
+        tasks="",
+        tokenizer="",
+        tools=("list_dir", "read_file", "search", "edit", "write_file", "run", "submit"),
+        max_turns=30,
+        workers=64,
+        backend="ray",
+        command_s=120.0,
+        max_hint_tokens=512,
+      )
+    )
     c.env.curriculum.max_active = 512
-    c.rl.update(dict(groups=64, group_size=8, seq_len=65536, prompt_len=65536,
-                     max_new_tokens=8192, teacher_seq_len=0, teacher_rows=256))
-    c.rl.feedback_kinds = ("unavailable_tool", "malformed_call", "style", "overlong_message",
-                           "tests_or_outside", "effort")
+    c.rl.update(
+      dict(
+        groups=64,
+        group_size=8,
+        seq_len=65536,
+        prompt_len=65536,
+        max_new_tokens=8192,
+        teacher_seq_len=0,
+        teacher_rows=256,
+      )
+    )
+    c.rl.feedback_kinds = (
+      "unavailable_tool",
+      "malformed_call",
+      "style",
+      "overlong_message",
+      "tests_or_outside",
+      "effort",
+    )
     c.loss.vocab_chunk_size = 8192
     c.env.thinking = True
     c.warmup.update(dict(steps=200, batch_size=64, seq_len=65536))
@@ -139,20 +183,45 @@ def get_config(arg=None):
     # The learnable family (micro-project deletion tasks): short `append` calls, instant mode,
     # a 3-turn budget, the compact statement; a byte tokenizer: an oracle episode is 0.6-0.75k
     # tokens.
-    c.env.update(dict(tools=("append", "submit"), max_turns=3, system="Fix it.",
-                      statement="compact", max_hint_tokens=128))
+    c.env.update(
+      dict(
+        tools=("append", "submit"),
+        max_turns=3,
+        system="Fix it.",
+        statement="compact",
+        max_hint_tokens=128,
+      )
+    )
     c.env.curriculum.min_rollouts = 0
     c.model.overrides = {"vocab_size": 512, "max_position_embeddings": 1536}
     c.train.update(dict(steps=8, log_every=1, ckpt_every=4))
     # The episode budget: prompt ~520 + append turn <= 256 + reply + room for a 256-token turn.
-    c.rl.update(dict(groups=2, group_size=4, seq_len=1280, prompt_len=1280, max_new_tokens=256,
-                     teacher_seq_len=1408, teacher_rows=8))
+    c.rl.update(
+      dict(
+        groups=2,
+        group_size=4,
+        seq_len=1280,
+        prompt_len=1280,
+        max_new_tokens=256,
+        teacher_seq_len=1408,
+        teacher_rows=8,
+      )
+    )
     c.rl.feedback_kinds = ("unavailable_tool", "malformed_call")
     c.optim.adam_lr = 1e-4
     # Muon, 4 episodes of <= 768 tokens a step: per CPU second the cheapest warm-up that
     # learned the format (RESULTS.md, 2026-12-05, "Coding agent learns?").
-    c.warmup.update(dict(steps=400, batch_size=4, seq_len=768, log_every=10, ckpt_every=50,
-                         check_every=100, check_tasks=8))
+    c.warmup.update(
+      dict(
+        steps=400,
+        batch_size=4,
+        seq_len=768,
+        log_every=10,
+        ckpt_every=50,
+        check_every=100,
+        check_tasks=8,
+      )
+    )
     c.warmup.optim.name = "muon"
   if arm == "rl":  # the turns are still flagged (and counted), no teacher batch is built
     c.loss.sd_coef = 0.0

@@ -59,8 +59,10 @@ def split_arm(arm: str) -> tuple[str, str | None]:
   """'sd_live' -> ('sd', 'live'), 'rl' -> ('rl', None): the arm's kind and its SD teacher."""
   kind, _, teacher = arm.partition("_")
   if kind not in ARMS or (teacher and teacher not in teacher_weights.TEACHERS):
-    raise ValueError(f"arm={arm!r}; valid: {sorted(ARMS)}, optionally with _TEACHER, TEACHER "
-                     f"in {teacher_weights.TEACHERS} (e.g. 'sd_live')")
+    raise ValueError(
+      f"arm={arm!r}; valid: {sorted(ARMS)}, optionally with _TEACHER, TEACHER "
+      f"in {teacher_weights.TEACHERS} (e.g. 'sd_live')"
+    )
   return kind, teacher or None
 
 
@@ -79,17 +81,31 @@ def get_config(arg=None):
   c.model.overrides = {"vocab_size": 64}
   long = behaviour == "tools"
   c.env = ml_collections.ConfigDict(
-    dict(name="tools", min_tools=3, max_tools=6, max_required=3,
-         max_model_turns=20 if long else 4, first_alias_prob=0.8,
-         calls_per_task=8 if long else 0)
+    dict(
+      name="tools",
+      min_tools=3,
+      max_tools=6,
+      max_required=3,
+      max_model_turns=20 if long else 4,
+      first_alias_prob=0.8,
+      calls_per_task=8 if long else 0,
+    )
   )
   # The scripted agent ignores the tool list unless a hint shows it (envs/tools/warmup.py):
   # for 'tools' the full-list reminder, for 'verbose' the short-message one (and no tool hint
   # change: targeted, as before).
   c.warmup = ml_collections.ConfigDict(
-    dict(steps=400, batch_size=32, seq_len=192 if long else 64, hint_prob=0.5, log_every=50,
-         ckpt_every=100, router_bias_rate=1e-3, hint_all_tools=long,
-         verbose_prob=0.0 if long else 0.5)
+    dict(
+      steps=400,
+      batch_size=32,
+      seq_len=192 if long else 64,
+      hint_prob=0.5,
+      log_every=50,
+      ckpt_every=100,
+      router_bias_rate=1e-3,
+      hint_all_tools=long,
+      verbose_prob=0.0 if long else 0.5,
+    )
   )
   c.warmup.optim = optim.default_config()  # total_steps 0: the warm-up's steps
   # RL: 80 steps, checkpoints (`composer_jax.rl.run`) every 20 steps, at the end and on SIGTERM.
@@ -103,14 +119,30 @@ def get_config(arg=None):
   else:
     # Longest episode: 14 + 3 x (3 + 4) + 6 (the verbose answer) = 41 tokens.
     shapes = dict(groups=16, seq_len=48, prompt_len=48, teacher_seq_len=56, max_new_tokens=6)
-  c.rl.update(dict(group_size=4, teacher_rows=64, temperature=1.0, top_p=1.0, probe_count=32,
-                   probe_every=1, **shapes))
+  c.rl.update(
+    dict(
+      group_size=4,
+      teacher_rows=64,
+      temperature=1.0,
+      top_p=1.0,
+      probe_count=32,
+      probe_every=1,
+      **shapes,
+    )
+  )
   c.rl.feedback_kinds = ("unavailable_tool",) if long else ("overlong_message",)
-  c.rl.feedback_options = ({"unavailable_tool": {"all_tools": True}} if long
-                           else {"overlong_message": {"max_tokens": 3}})
+  c.rl.feedback_options = (
+    {"unavailable_tool": {"all_tools": True}} if long else {"overlong_message": {"max_tokens": 3}}
+  )
   c.optim.update(
-    dict(name="adamw", adam_lr=3e-4, schedule="wsd", warmup_steps=0, wsd_decay_fraction=0.0,
-         grad_clip=1.0)
+    dict(
+      name="adamw",
+      adam_lr=3e-4,
+      schedule="wsd",
+      warmup_steps=0,
+      wsd_decay_fraction=0.0,
+      grad_clip=1.0,
+    )
   )
   c.loss.sd_coef, c.loss.turn_penalty = ARMS[kind]
   c.loss.log_term_grads = True

@@ -14,8 +14,18 @@ def get_config(arg=None):
   c = base.get_base_config()
   base.set_layout(c, arg.layout)
   c.model.preset = "small"
-  c.train.update(dict(steps=20_000, batch_size=64, seq_len=2048, grad_accum=4, log_every=50,
-                      eval_every=1000, eval_batches=16, ckpt_every=1000, loss_chunk=4096))
-  c.optim.update(dict(lr=3e-3, adam_lr=3e-3, warmup_steps=500, weight_decay=0.1,
-                      schedule="wsd"))
+  c.train.update(
+    dict(
+      steps=20_000,
+      batch_size=64,
+      seq_len=2048,
+      grad_accum=4,
+      log_every=50,
+      eval_every=1000,
+      eval_batches=16,
+      ckpt_every=1000,
+      loss_chunk=4096,
+    )
+  )
+  c.optim.update(dict(lr=3e-3, adam_lr=3e-3, warmup_steps=500, weight_decay=0.1, schedule="wsd"))
   return c

@@ -25,8 +25,13 @@ from experiments.figures.intervals import interval
 
 ARMS = ("warmup", "rl", "sd")
 LABELS = {"warmup": "warm-up (SFT)", "rl": "+ RL", "sd": "+ RL + SD"}
-EVAL = ("pass@1", "malformed_turns_per_episode", "tool_errors_per_episode",
-        "turns_per_episode", "submitted_per_episode")
+EVAL = (
+  "pass@1",
+  "malformed_turns_per_episode",
+  "tool_errors_per_episode",
+  "turns_per_episode",
+  "submitted_per_episode",
+)
 TRAIN = ("train_reward", "train_malformed", "warmup_ce", "warmup_check_malformed")
 
 
@@ -60,12 +65,18 @@ def seed_rows(workdir: str) -> list[dict]:
       with open(path) as f:
         summary = json.load(f)["summary"]
       rl = _jsonl(os.path.join(seed_dir, arm, "metrics.jsonl")) if arm != "warmup" else []
-      rows.append(dict(seed=seed, arm=arm, episodes=summary["episodes"],
-                       **{k: float(summary[k]) for k in EVAL},
-                       train_reward=_mean(rl, "reward"),
-                       train_malformed=_mean(rl, "malformed_per_episode"),
-                       warmup_ce=_last(warm, "ce"),
-                       warmup_check_malformed=_last(warm, "check/malformed")))
+      rows.append(
+        dict(
+          seed=seed,
+          arm=arm,
+          episodes=summary["episodes"],
+          **{k: float(summary[k]) for k in EVAL},
+          train_reward=_mean(rl, "reward"),
+          train_malformed=_mean(rl, "malformed_per_episode"),
+          warmup_ce=_last(warm, "ce"),
+          warmup_check_malformed=_last(warm, "check/malformed"),
+        )
+      )
   return rows
 
 
@@ -81,8 +92,11 @@ def summarize(rows: list[dict]) -> list[dict]:
     row = {"arm": arm, "seeds": len(arm_rows)}
     for key in EVAL + TRAIN:
       row[key], row[f"{key}_ci95"] = interval([r[key] for r in arm_rows])
-    diffs = [r["pass@1"] - by[(r["seed"], "warmup")]["pass@1"] for r in arm_rows
-             if (r["seed"], "warmup") in by]
+    diffs = [
+      r["pass@1"] - by[(r["seed"], "warmup")]["pass@1"]
+      for r in arm_rows
+      if (r["seed"], "warmup") in by
+    ]
     row["d_pass@1"], row["d_pass@1_ci95"] = interval(diffs)
     out.append(row)
   return out
@@ -101,15 +115,22 @@ def plot(path: str, summary: list[dict], rows: list[dict], title: str) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  panels = (("pass@1", "held-out pass@1 (greedy)"),
-            ("malformed_turns_per_episode", "malformed turns / episode"),
-            ("tool_errors_per_episode", "tool errors / episode"),
-            ("turns_per_episode", "turns / episode"))
+  panels = (
+    ("pass@1", "held-out pass@1 (greedy)"),
+    ("malformed_turns_per_episode", "malformed turns / episode"),
+    ("tool_errors_per_episode", "tool errors / episode"),
+    ("turns_per_episode", "turns / episode"),
+  )
   fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6))
   x = np.arange(len(summary))
   for ax, (key, name) in zip(axes, panels, strict=True):
-    ax.bar(x, [s[key] for s in summary], yerr=[s[f"{key}_ci95"] for s in summary],
-           capsize=5, color=["0.6", "tab:blue", "tab:orange"][:len(summary)])
+    ax.bar(
+      x,
+      [s[key] for s in summary],
+      yerr=[s[f"{key}_ci95"] for s in summary],
+      capsize=5,
+      color=["0.6", "tab:blue", "tab:orange"][: len(summary)],
+    )
     for i, s in enumerate(summary):
       seeds = [r[key] for r in rows if r["arm"] == s["arm"]]
       ax.scatter([i] * len(seeds), seeds, color="k", s=10, zorder=3)
@@ -131,20 +152,27 @@ def write_outputs(workdir: str, results_dir: str) -> dict:
   _write_csv(os.path.join(results_dir, "coding_agent.csv"), summary)
   seeds = sorted({r["seed"] for r in rows})
   held = int(rows[0]["episodes"])
-  title = (f"Coding agent on held-out micro-project tasks ({held} tasks, greedy): mean and 95% "
-           f"t-interval over {len(seeds)} seeds (dots: seeds)")
+  title = (
+    f"Coding agent on held-out micro-project tasks ({held} tasks, greedy): mean and 95% "
+    f"t-interval over {len(seeds)} seeds (dots: seeds)"
+  )
   png = os.path.join(results_dir, "coding_agent.png")
   plot(png, summary, rows, title)
   for s in summary:
-    print(f"{s['arm']}: pass@1 {s['pass@1']:.3f} ± {s['pass@1_ci95']:.3f} "
-          f"(vs warm-up {s['d_pass@1']:+.3f} ± {s['d_pass@1_ci95']:.3f}), malformed/ep "
-          f"{s['malformed_turns_per_episode']:.2f}, seeds {s['seeds']}")
+    print(
+      f"{s['arm']}: pass@1 {s['pass@1']:.3f} ± {s['pass@1_ci95']:.3f} "
+      f"(vs warm-up {s['d_pass@1']:+.3f} ± {s['d_pass@1_ci95']:.3f}), malformed/ep "
+      f"{s['malformed_turns_per_episode']:.2f}, seeds {s['seeds']}"
+    )
   return {"png": png, "summary": summary}
 
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "experiments.coding.learn's --out", required=True)
-_RESULTS = flags.DEFINE_string("results_dir", os.path.join(os.path.dirname(__file__), "results"),
-                               "where the PNG and summary CSV go")
+_RESULTS = flags.DEFINE_string(
+  "results_dir",
+  os.path.join(os.path.dirname(__file__), "results"),
+  "where the PNG and summary CSV go",
+)
 
 
 def main(argv):

@@ -40,8 +40,9 @@ def _config(smoke: bool, name: str, lr: float, adam_lr: float):
   c = default.get_config()
   c.optim.update(dict(name=name, lr=lr, adam_lr=adam_lr))
   if smoke:
-    c.train.update(dict(steps=6, batch_size=4, seq_len=32, eval_every=3, eval_batches=1,
-                        log_every=3))
+    c.train.update(
+      dict(steps=6, batch_size=4, seq_len=32, eval_every=3, eval_batches=1, log_every=3)
+    )
     c.optim.warmup_steps = 2
   return c
 
@@ -71,16 +72,31 @@ def _write(workdir: str, runs: list[dict], best: list[dict]) -> None:
     w.writerow(["optimizer", "lr", "adam_lr", "step", "tokens", "eval_loss", "best"])
     for r in runs:
       for step, tokens, loss in r["evals"]:
-        w.writerow([r["optimizer"], r["lr"], r["adam_lr"], step, tokens, f"{loss:.6f}",
-                    int(any(r is b for b in best))])
+        w.writerow(
+          [
+            r["optimizer"],
+            r["lr"],
+            r["adam_lr"],
+            step,
+            tokens,
+            f"{loss:.6f}",
+            int(any(r is b for b in best)),
+          ]
+        )
   fig, ax = plt.subplots(figsize=(6, 4))
   colors = {"muon": "tab:red", "adamw": "tab:blue"}
   for r in runs:
     is_best = any(r is b for b in best)
     _, tokens, losses = zip(*r["evals"])
     label = f"{r['optimizer']} lr={r['lr']:g}" + (" (best)" if is_best else "")
-    ax.plot(tokens, losses, color=colors[r["optimizer"]], alpha=1.0 if is_best else 0.3,
-            linewidth=2 if is_best else 1, label=label)
+    ax.plot(
+      tokens,
+      losses,
+      color=colors[r["optimizer"]],
+      alpha=1.0 if is_best else 0.3,
+      linewidth=2 if is_best else 1,
+      label=label,
+    )
   ax.set_xlabel("training tokens")
   ax.set_ylabel("validation loss (nats/token)")
   ax.set_title("tiny MoE: Muon vs AdamW, best LR of each")
@@ -99,8 +115,10 @@ def main(argv):
   best = [_best(adamw), _best(muon)]
   _write(workdir, adamw + muon, best)
   for b in best:
-    print(f"{b['optimizer']}: best lr {b['lr']:g} (adam_lr {b['adam_lr']:g}), final eval loss "
-          f"{b['evals'][-1][2]:.4f} after {b['evals'][-1][1]:,} tokens")
+    print(
+      f"{b['optimizer']}: best lr {b['lr']:g} (adam_lr {b['adam_lr']:g}), final eval loss "
+      f"{b['evals'][-1][2]:.4f} after {b['evals'][-1][1]:,} tokens"
+    )
   print(f"wrote {workdir}/muon_vs_adamw.png and .csv")
 
 

@@ -63,23 +63,51 @@ def main(argv):
   cfg = get_preset(FLAGS.preset)
   shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))["params"]
   mats = muon_cost.muon_matrices(transformer.logical_axes(cfg)["params"], shapes)
-  _write(os.path.join(FLAGS.out, "matrices.csv"), [
-      dict(path=m.path, view=m.view, count=m.count, fan_in=m.fan_in, fan_out=m.fan_out,
-           ns_flops_per_matrix=muon_cost.ns_flops(m.fan_in, m.fan_out, FLAGS.ns_steps),
-           total_ns_flops=m.count * muon_cost.ns_flops(m.fan_in, m.fan_out, FLAGS.ns_steps))
-      for m in mats])
+  _write(
+    os.path.join(FLAGS.out, "matrices.csv"),
+    [
+      dict(
+        path=m.path,
+        view=m.view,
+        count=m.count,
+        fan_in=m.fan_in,
+        fan_out=m.fan_out,
+        ns_flops_per_matrix=muon_cost.ns_flops(m.fan_in, m.fan_out, FLAGS.ns_steps),
+        total_ns_flops=m.count * muon_cost.ns_flops(m.fan_in, m.fan_out, FLAGS.ns_steps),
+      )
+      for m in mats
+    ],
+  )
   total = sum(m.count * muon_cost.ns_flops(m.fan_in, m.fan_out, FLAGS.ns_steps) for m in mats)
 
   rows = []
   for n in map(int, FLAGS.devices):
-    c = muon_cost.step_cost(mats, n, node=FLAGS.node, n_experts=cfg.n_routed_experts,
-                            peak_flops=FLAGS.peak_tflops * 1e12, efficiency=FLAGS.efficiency,
-                            intra_bw=FLAGS.nvlink_gbps * 1e9, inter_bw=FLAGS.ib_gbps * 1e9,
-                            steps=FLAGS.ns_steps, bytes_per_elem=FLAGS.bytes_per_elem)
-    rows.append(dict(devices=n, total_ns_flops=total, dense_flops_per_device=c.dense_flops,
-                     expert_flops_per_device=c.expert_flops, dense_a2a_bytes_per_device=c.dense_bytes,
-                     expert_a2a_bytes_per_device=c.expert_bytes, compute_s=c.compute_s,
-                     comm_s=c.comm_s, overlapped_s=c.overlapped_s, serial_s=c.serial_s))
+    c = muon_cost.step_cost(
+      mats,
+      n,
+      node=FLAGS.node,
+      n_experts=cfg.n_routed_experts,
+      peak_flops=FLAGS.peak_tflops * 1e12,
+      efficiency=FLAGS.efficiency,
+      intra_bw=FLAGS.nvlink_gbps * 1e9,
+      inter_bw=FLAGS.ib_gbps * 1e9,
+      steps=FLAGS.ns_steps,
+      bytes_per_elem=FLAGS.bytes_per_elem,
+    )
+    rows.append(
+      dict(
+        devices=n,
+        total_ns_flops=total,
+        dense_flops_per_device=c.dense_flops,
+        expert_flops_per_device=c.expert_flops,
+        dense_a2a_bytes_per_device=c.dense_bytes,
+        expert_a2a_bytes_per_device=c.expert_bytes,
+        compute_s=c.compute_s,
+        comm_s=c.comm_s,
+        overlapped_s=c.overlapped_s,
+        serial_s=c.serial_s,
+      )
+    )
   _write(os.path.join(FLAGS.out, "step_cost.csv"), rows)
 
   lay_rows = []
@@ -87,19 +115,35 @@ def main(argv):
     mesh = layouts.get_config(name).mesh
     dense = dict(zip(DENSE_AXES, resolve_sizes(mesh, DENSE_AXES, 8)))
     expert = dict(zip(EXPERT_AXES, resolve_sizes(mesh, EXPERT_AXES, 8)))
-    lay_rows.append(dict(layout=name, **dense, **expert, dual_view_devices=8,
-                         shared_mesh_devices=muon_cost.shared_mesh_devices(dense, expert)))
+    lay_rows.append(
+      dict(
+        layout=name,
+        **dense,
+        **expert,
+        dual_view_devices=8,
+        shared_mesh_devices=muon_cost.shared_mesh_devices(dense, expert),
+      )
+    )
   _write(os.path.join(FLAGS.out, "layouts.csv"), lay_rows)
 
   ns = [r["devices"] for r in rows]
   fig, ax = plt.subplots(figsize=(6.4, 4.2))
-  for key, label in [("compute_s", "Newton–Schulz compute"), ("comm_s", "all-to-all"),
-                     ("overlapped_s", "step, comm overlapped"), ("serial_s", "step, no overlap")]:
+  for key, label in [
+    ("compute_s", "Newton–Schulz compute"),
+    ("comm_s", "all-to-all"),
+    ("overlapped_s", "step, comm overlapped"),
+    ("serial_s", "step, no overlap"),
+  ]:
     ax.plot(ns, [r[key] for r in rows], marker="o", label=label)
   ax.axhline(FLAGS.target_s, color="k", ls="--", lw=1, label=f"reported {FLAGS.target_s} s")
-  ax.set(xscale="log", yscale="log", xlabel="GPUs (H100 or H200)", ylabel="seconds per step",
-         title=f"Sharded Muon step, {FLAGS.preset} ({total / 1e15:.1f} PFLOP NS), "
-               f"{FLAGS.efficiency:.0%} of {FLAGS.peak_tflops:g} TFLOP/s")
+  ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel="GPUs (H100 or H200)",
+    ylabel="seconds per step",
+    title=f"Sharded Muon step, {FLAGS.preset} ({total / 1e15:.1f} PFLOP NS), "
+    f"{FLAGS.efficiency:.0%} of {FLAGS.peak_tflops:g} TFLOP/s",
+  )
   ax.set_xticks(ns, [str(n) for n in ns])
   ax.legend(fontsize=8)
   fig.tight_layout()
@@ -107,10 +151,17 @@ def main(argv):
 
   ok = [r["devices"] for r in rows if r["overlapped_s"] <= FLAGS.target_s]
   for r in rows:
-    logging.info("N=%d compute %.3fs comm %.3fs step %.3fs", r["devices"], r["compute_s"],
-                 r["comm_s"], r["overlapped_s"])
-  print(f"total NS {total:.4g} FLOP/step; {FLAGS.target_s} s reached from N="
-        f"{ok[0] if ok else 'none of ' + str(ns)} GPUs; wrote {FLAGS.out}")
+    logging.info(
+      "N=%d compute %.3fs comm %.3fs step %.3fs",
+      r["devices"],
+      r["compute_s"],
+      r["comm_s"],
+      r["overlapped_s"],
+    )
+  print(
+    f"total NS {total:.4g} FLOP/step; {FLAGS.target_s} s reached from N="
+    f"{ok[0] if ok else 'none of ' + str(ns)} GPUs; wrote {FLAGS.out}"
+  )
 
 
 if __name__ == "__main__":

@@ -47,20 +47,36 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 flags.DEFINE_bool("smoke", False, "Tiny sizes for CI: runs end to end in seconds.")
 flags.DEFINE_integer("seeds", 5, "Seeds per arm (each seed: its own warm-up, shared by arms).")
-flags.DEFINE_integer("first_seed", 0, "Seeds run are first_seed .. first_seed + seeds - 1 (to "
-                     "split one figure over processes; then `--replot --merge=...`).")
+flags.DEFINE_integer(
+  "first_seed",
+  0,
+  "Seeds run are first_seed .. first_seed + seeds - 1 (to "
+  "split one figure over processes; then `--replot --merge=...`).",
+)
 flags.DEFINE_list("arms", ["rl", "sd", "penalty", "both"], "Arms to run.")
 flags.DEFINE_list("behaviours", ["tools", "verbose"], "Behaviours to run.")
 flags.DEFINE_bool("replot", False, "Only redraw the summary and PNG from --workdir's CSV.")
-flags.DEFINE_list("merge", [], "With --replot: workdirs of one figure split over processes "
-                  "(--first_seed); their CSVs are concatenated into --workdir's, then redrawn.")
+flags.DEFINE_list(
+  "merge",
+  [],
+  "With --replot: workdirs of one figure split over processes "
+  "(--first_seed); their CSVs are concatenated into --workdir's, then redrawn.",
+)
 flags.DEFINE_integer("final_window", 10, "Steps averaged for the printed final numbers.")
 flags.DEFINE_integer("smooth", 5, "Trailing moving average (steps) of each seed's curve.")
-flags.DEFINE_integer("steps", 0, "RL steps per arm (0: the config's train.steps, 80); a "
-                     "reduced run on a CPU says so with its numbers.")
+flags.DEFINE_integer(
+  "steps",
+  0,
+  "RL steps per arm (0: the config's train.steps, 80); a "
+  "reduced run on a CPU says so with its numbers.",
+)
 
-LABELS = {"rl": "RL only", "sd": "RL + targeted SD", "penalty": "RL + per-turn penalty",
-          "both": "RL + SD + penalty"}
+LABELS = {
+  "rl": "RL only",
+  "sd": "RL + targeted SD",
+  "penalty": "RL + per-turn penalty",
+  "both": "RL + SD + penalty",
+}
 
 
 def arm_label(arm: str) -> str:
@@ -69,8 +85,12 @@ def arm_label(arm: str) -> str:
 
   kind, teacher = rl_tool_feedback.split_arm(arm)
   return LABELS[kind] + (f" ({teacher} teacher)" if teacher else "")
-RATES = {"tools": ("unavailable_rate", "calls to unavailable tools"),
-         "verbose": ("verbose_rate", "verbose answers")}
+
+
+RATES = {
+  "tools": ("unavailable_rate", "calls to unavailable tools"),
+  "verbose": ("verbose_rate", "verbose answers"),
+}
 CURVES = ("rate", "reward", "probe_kl")
 SMOKE = {
   "warmup": dict(steps=2, batch_size=4, log_every=1, ckpt_every=1),
@@ -94,8 +114,9 @@ def arm_config(arm: str, seed: int, smoke: bool, behaviour: str = "tools", steps
   return c
 
 
-def seed_rows(workdir: str, behaviour: str, seed: int, arms: list[str], smoke: bool,
-              steps: int = 0) -> list[dict]:
+def seed_rows(
+  workdir: str, behaviour: str, seed: int, arms: list[str], smoke: bool, steps: int = 0
+) -> list[dict]:
   """One seed of one behaviour in `<workdir>/<behaviour>/seed<seed>/`: the warm-up
   (`warmup/`), then each arm's RL run (`<arm>/`, `steps` > 0: that many RL steps), each resumed
   or skipped when already there; one row per (arm, RL step `step` = steps done before it, from
@@ -115,8 +136,10 @@ def seed_rows(workdir: str, behaviour: str, seed: int, arms: list[str], smoke: b
   for arm, config in configs.items():
     run_dir = os.path.join(directory, arm)
     rl_run.run(config, run_dir, program.make_env(config), init)
-    rows += [dict(behaviour=behaviour, arm=arm, seed=seed, warmup_ce=ce,
-                  **{**r, "step": r["step"] - 1}) for r in read_metrics(run_dir)]
+    rows += [
+      dict(behaviour=behaviour, arm=arm, seed=seed, warmup_ce=ce, **{**r, "step": r["step"] - 1})
+      for r in read_metrics(run_dir)
+    ]
   return rows
 
 
@@ -140,8 +163,15 @@ def smoothed(rows: list[dict], window: int) -> list[dict]:
     for i, r in enumerate(run):
       past = run[max(0, i - window + 1) : i + 1]
       key = RATES[r["behaviour"]][0]
-      out.append(dict(r, **{k: float(np.mean([float(p.get(k, np.nan)) for p in past]))
-                            for k in (key, "reward", "probe_kl")}))
+      out.append(
+        dict(
+          r,
+          **{
+            k: float(np.mean([float(p.get(k, np.nan)) for p in past]))
+            for k in (key, "reward", "probe_kl")
+          },
+        )
+      )
   return out
 
 
@@ -179,10 +209,14 @@ def comparisons(final: dict) -> list[tuple]:
   for behaviour in sorted({b for b, _ in final}):
     arms = [a for b, a in final if b == behaviour]
     # Frozen (the ablation) last, so that teacher pairs read 'sd_live - sd_frozen'.
-    sd = sorted((a for a in arms if a.partition("_")[0] == "sd"),
-                key=lambda a: a.endswith("_frozen"))
-    pairs = [(a, b) for a in sd for b in ("rl", "penalty")] + [("penalty", "rl")] + [
-      (a, b) for i, a in enumerate(sd) for b in sd[i + 1 :]]
+    sd = sorted(
+      (a for a in arms if a.partition("_")[0] == "sd"), key=lambda a: a.endswith("_frozen")
+    )
+    pairs = (
+      [(a, b) for a in sd for b in ("rl", "penalty")]
+      + [("penalty", "rl")]
+      + [(a, b) for i, a in enumerate(sd) for b in sd[i + 1 :]]
+    )
     for a, b in pairs:
       if (behaviour, a) not in final or (behaviour, b) not in final:
         continue
@@ -208,8 +242,7 @@ def _plot(path: str, summary: list[dict], title: str) -> None:
   import matplotlib.pyplot as plt
 
   behaviours = list(dict.fromkeys(r["behaviour"] for r in summary))
-  fig, axes = plt.subplots(len(behaviours), 3, figsize=(13, 3.6 * len(behaviours)),
-                           squeeze=False)
+  fig, axes = plt.subplots(len(behaviours), 3, figsize=(13, 3.6 * len(behaviours)), squeeze=False)
   for row_axes, behaviour in zip(axes, behaviours, strict=True):
     labels = (RATES[behaviour][1], "task reward", "probe KL(student || teacher), nats")
     for ax, curve, label in zip(row_axes, CURVES, labels, strict=True):
@@ -217,8 +250,7 @@ def _plot(path: str, summary: list[dict], title: str) -> None:
         s = [r for r in summary if (r["behaviour"], r["arm"]) == (behaviour, arm)]
         x = [r["step"] for r in s]
         ax.plot(x, [r[f"{curve}_mean"] for r in s], label=arm_label(arm))
-        ax.fill_between(x, [r[f"{curve}_lo"] for r in s], [r[f"{curve}_hi"] for r in s],
-                        alpha=0.2)
+        ax.fill_between(x, [r[f"{curve}_lo"] for r in s], [r[f"{curve}_hi"] for r in s], alpha=0.2)
       ax.set(xlabel="RL step", ylabel=label, title=f"{behaviour}: {label}")
       ax.title.set_fontsize(9)
       ax.legend(fontsize=7)
@@ -232,8 +264,10 @@ def _read_csv(path: str) -> list[dict]:
     rows = list(csv.DictReader(f))
   number = lambda v: float(v) if v not in ("", None) else float("nan")
   text = ("arm", "behaviour")
-  return [{k: v if k in text else int(v) if k in ("seed", "step") else number(v)
-           for k, v in r.items()} for r in rows]
+  return [
+    {k: v if k in text else int(v) if k in ("seed", "step") else number(v) for k, v in r.items()}
+    for r in rows
+  ]
 
 
 def merge_rows(paths: list[str]) -> list[dict]:
@@ -249,8 +283,10 @@ def merge_rows(paths: list[str]) -> list[dict]:
     for r in part:
       key = (r["behaviour"], r["arm"], r["seed"], r["step"])
       if key in seen:
-        raise ValueError(f"row (behaviour, arm, seed, step) = {key} is in both {seen[key]} and "
-                         f"{path}: the parts' --first_seed ranges overlap")
+        raise ValueError(
+          f"row (behaviour, arm, seed, step) = {key} is in both {seen[key]} and "
+          f"{path}: the parts' --first_seed ranges overlap"
+        )
       seen[key] = path
     rows += part
   return rows
@@ -264,22 +300,30 @@ def write_outputs(workdir: str, rows: list[dict], smoke: bool) -> None:
   for behaviour in dict.fromkeys(r["behaviour"] for r in rows):
     c = arm_config("sd", 0, smoke, behaviour)
     sizes.append(f"{behaviour} {c.rl.groups}x{c.rl.group_size}")
-  _plot(os.path.join(workdir, "text_feedback.png"), summarize(smoothed(rows, FLAGS.smooth)),
-        f"tool-calling env, tiny model, episodes/step: {', '.join(sizes)}; "
-        f"{FLAGS.smooth}-step moving average per seed; mean and 95% interval over {seeds} seeds")
+  _plot(
+    os.path.join(workdir, "text_feedback.png"),
+    summarize(smoothed(rows, FLAGS.smooth)),
+    f"tool-calling env, tiny model, episodes/step: {', '.join(sizes)}; "
+    f"{FLAGS.smooth}-step moving average per seed; mean and 95% interval over {seeds} seeds",
+  )
   steps = len({r["step"] for r in rows})
   # The final window says where each arm ends; the whole-run mean (area under the curve) also
   # says how fast it gets there.
-  for window, what in ((FLAGS.final_window, f"mean of the last {FLAGS.final_window} steps"),
-                       (steps, f"mean of all {steps} steps")):
+  for window, what in (
+    (FLAGS.final_window, f"mean of the last {FLAGS.final_window} steps"),
+    (steps, f"mean of all {steps} steps"),
+  ):
     final = final_numbers(rows, window)
     for (behaviour, arm), curves in final.items():
       parts = []
       for curve, per_seed in curves.items():
         mean, half = interval(per_seed.values())
         parts.append(f"{curve} {mean:.3f} ± {half:.3f}")
-      print(f"{behaviour} {arm}: " + "; ".join(parts)
-            + f" ({what}; mean ± 95% interval over {len(per_seed)} seeds)")
+      print(
+        f"{behaviour} {arm}: "
+        + "; ".join(parts)
+        + f" ({what}; mean ± 95% interval over {len(per_seed)} seeds)"
+      )
     for behaviour, curve, name, mean, half in comparisons(final):
       print(f"{behaviour} {curve} {name}: {mean:+.3f} ± {half:.3f} (paired by seed; {what})")
 

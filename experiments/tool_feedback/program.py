@@ -1,15 +1,15 @@
 """The tool-calling program: environment glue, supervised warm-up, then RL (`rl.run`).
 
-    make_env(config)        `envs.tools.ToolEnv` (the `rl.env.Env` plug-in) from `config.env`
-                            and the feedback kinds of `config.rl`.
-    warmed_up(config, workdir)
-                            {'params', 'router'} after the warm-up on scripted episodes
-                            (`envs.tools.warmup`: the tool-call format, and reading the
-                            reminder hint when it is there): the one supervised loop
-                            (`train.loop.trained_variables`, `rl.scripted.warmup_config`) in
-                            `<workdir>/warmup`, with its metrics, checkpoints and resume; read
-                            back when it is done.
-    run(config, workdir)    warm-up (or its checkpoint), then RL steps through `rl.run`.
+make_env(config)        `envs.tools.ToolEnv` (the `rl.env.Env` plug-in) from `config.env`
+                        and the feedback kinds of `config.rl`.
+warmed_up(config, workdir)
+                        {'params', 'router'} after the warm-up on scripted episodes
+                        (`envs.tools.warmup`: the tool-call format, and reading the
+                        reminder hint when it is there): the one supervised loop
+                        (`train.loop.trained_variables`, `rl.scripted.warmup_config`) in
+                        `<workdir>/warmup`, with its metrics, checkpoints and resume; read
+                        back when it is done.
+run(config, workdir)    warm-up (or its checkpoint), then RL steps through `rl.run`.
 """
 
 from __future__ import annotations
@@ -39,8 +39,12 @@ def make_env(config) -> ToolEnv:
       f"model vocab_size={model_vocab} must be >= the environment vocabulary ({vocab.size} words)"
     )
   options = {k: v for k, v in config.env.items() if k != "name"}
-  return ToolEnv(vocab, **options, feedback_kinds=tuple(config.rl.feedback_kinds),
-                 feedback_options=config.rl.feedback_options.to_dict())
+  return ToolEnv(
+    vocab,
+    **options,
+    feedback_kinds=tuple(config.rl.feedback_kinds),
+    feedback_options=config.rl.feedback_options.to_dict(),
+  )
 
 
 def validate(config) -> None:
@@ -71,14 +75,21 @@ def warmed_up(config, workdir: str) -> dict:
   try:
     step = ckpt.latest_step()
     if step is not None:
-      checkpointing.check_same_settings(ckpt.saved_config(step)["run"], config, _WARMUP_KEYS,
-                                        f"{directory} holds a warm-up")
+      checkpointing.check_same_settings(
+        ckpt.saved_config(step)["run"], config, _WARMUP_KEYS, f"{directory} holds a warm-up"
+      )
   finally:
     ckpt.close()
   w = config.warmup
-  batches = warmup_batches(make_env(config), np.random.default_rng([config.train.seed, 0]),
-                           batch_size=w.batch_size, seq_len=w.seq_len, hint_prob=w.hint_prob,
-                           hint_all_tools=w.hint_all_tools, verbose_prob=w.verbose_prob)
+  batches = warmup_batches(
+    make_env(config),
+    np.random.default_rng([config.train.seed, 0]),
+    batch_size=w.batch_size,
+    seq_len=w.seq_len,
+    hint_prob=w.hint_prob,
+    hint_all_tools=w.hint_all_tools,
+    verbose_prob=w.verbose_prob,
+  )
   warmup = scripted.warmup_config(config)
   # The RL run's compile cache (one directory per process: the first one set is used).
   cache = compile_cache.cache_dir(config.train.compile_cache_dir, workdir)

@@ -14,8 +14,9 @@ import pytest
 from composer_jax.chat import tools_ts
 from composer_jax.chat.tools_ts import deep_sorted
 
-CASES = json.load(open(os.path.join(os.path.dirname(__file__), "data",
-                                    "kimi_k25_tools_ts.json")))["cases"]
+CASES = json.load(open(os.path.join(os.path.dirname(__file__), "data", "kimi_k25_tools_ts.json")))[
+  "cases"
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
@@ -31,16 +32,23 @@ def test_no_tools_is_empty():
 
 
 def test_deep_sorted_sorts_keys_not_lists():
-  assert json.dumps(deep_sorted({"b": [{"d": 1, "c": 2}, 3], "a": 0})) == \
-      '{"a": 0, "b": [{"c": 2, "d": 1}, 3]}'
+  assert (
+    json.dumps(deep_sorted({"b": [{"d": 1, "c": 2}, 3], "a": 0}))
+    == '{"a": 0, "b": [{"c": 2, "d": 1}, 3]}'
+  )
 
 
-@pytest.mark.parametrize("schema, match", [
-  ({"$ref": "#/$defs/x"}, r"\$ref/\$defs are not supported"),
-  ({"description": "no type"}, "has no type, enum or anyOf"),
-])
+@pytest.mark.parametrize(
+  "schema, match",
+  [
+    ({"$ref": "#/$defs/x"}, r"\$ref/\$defs are not supported"),
+    ({"description": "no type"}, "has no type, enum or anyOf"),
+  ],
+)
 def test_unsupported_schema_is_one_clear_error(schema, match):
-  tool = {"type": "function", "function": {"name": "f", "parameters": {
-    "type": "object", "properties": {"x": schema}}}}
+  tool = {
+    "type": "function",
+    "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": schema}}},
+  }
   with pytest.raises(ValueError, match=match):
     tools_ts([tool])

@@ -47,8 +47,11 @@ def test_kimi_special_token_ids(tmp_path, write_tiktoken, monkeypatch):
   tokenizer_config.json (`added_tokens_decoder`, stored in kimi_k25_added_tokens.json)."""
   # The ranks' content is irrelevant to the ids: a small file, then a 163,584-rank count.
   real = tok_lib._read_ranks
-  monkeypatch.setattr(tok_lib, "_read_ranks",
-                      lambda p: {**real(p), **{f"t{i}".encode(): i for i in range(256, 163584)}})
+  monkeypatch.setattr(
+    tok_lib,
+    "_read_ranks",
+    lambda p: {**real(p), **{f"t{i}".encode(): i for i in range(256, 163584)}},
+  )
   tok = tok_lib.TiktokenTokenizer(write_tiktoken(tmp_path / "tiktoken.model", {}))
   released = json.loads((Path(__file__).parent / "kimi_k25_added_tokens.json").read_text())
   published = {name: int(i) for i, name in released["added_tokens_decoder"].items()}

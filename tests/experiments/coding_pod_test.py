@@ -29,8 +29,9 @@ CFG = model_config.get_preset("tiny", num_layers=1, max_position_embeddings=4096
 def test_pod_imports_warms_up_trains_and_evaluates(tmp_path):
   hf = tmp_path / "hf"
   variables = jax.tree.map(np.asarray, transformer.init(CFG, jax.random.key(0)))
-  flat = {tuple(k.key for k in kp): v for kp, v in
-          jax.tree_util.tree_flatten_with_path(variables)[0]}
+  flat = {
+    tuple(k.key for k in kp): v for kp, v in jax.tree_util.tree_flatten_with_path(variables)[0]
+  }
   writer.export_hf(CFG, flat.__getitem__, str(hf), dtype="float32")
   tok_lib.write_byte_ranks(str(hf / "tiktoken.model"))
   imported = tmp_path / "imported"
@@ -42,14 +43,28 @@ def test_pod_imports_warms_up_trains_and_evaluates(tmp_path):
   c.model.update(preset="tiny", overrides=dict(num_layers=1, max_position_embeddings=4096))
   base.set_layout(c, "single")
   c.train.update(init_from=str(imported), steps=2, ckpt_every=1)
-  c.env.update(tasks=str(tasks_file), tokenizer=str(hf), heldout_fraction=0.0, workers=1,
-               backend="local", max_turns=3)  # room for the oracle turn's reply
+  c.env.update(
+    tasks=str(tasks_file),
+    tokenizer=str(hf),
+    heldout_fraction=0.0,
+    workers=1,
+    backend="local",
+    max_turns=3,
+  )  # room for the oracle turn's reply
   c.env.curriculum.min_rollouts = 0
-  c.rl.update(groups=1, group_size=2, seq_len=0, prompt_len=0, teacher_seq_len=0,
-              max_new_tokens=384, teacher_rows=2)  # the oracle edit turn fits
+  c.rl.update(
+    groups=1,
+    group_size=2,
+    seq_len=0,
+    prompt_len=0,
+    teacher_seq_len=0,
+    max_new_tokens=384,
+    teacher_rows=2,
+  )  # the oracle edit turn fits
   c.loss.vocab_chunk_size = 512
-  c.warmup.update(steps=2, batch_size=2, seq_len=2048, log_every=1, ckpt_every=1,
-                  check_every=2, check_tasks=1)
+  c.warmup.update(
+    steps=2, batch_size=2, seq_len=2048, log_every=1, ckpt_every=1, check_every=2, check_tasks=1
+  )
   c.warmup.optim.update(total_steps=2, warmup_steps=0)
   workdir = tmp_path / "run"
   records = program.run(c, str(workdir))
@@ -59,10 +74,24 @@ def test_pod_imports_warms_up_trains_and_evaluates(tmp_path):
   # The warm-up started from the imported weights: step 1's loss is the imported model's.
   assert np.isfinite(read_metrics(str(workdir / "warmup"))[0]["ce"])
   _, warm = load_checkpoint.load(str(workdir / "warmup"))
-  assert not np.array_equal(jax.tree.leaves(warm["params"])[0],
-                            jax.tree.leaves(variables["params"])[0])
-  rc = eval_cli.main(["--tasks", str(tasks_file), "--checkpoint", str(workdir), "--split", "all",
-                      "--k", "1", "--config.rl.temperature=0", "--out", str(tmp_path / "eval")])
+  assert not np.array_equal(
+    jax.tree.leaves(warm["params"])[0], jax.tree.leaves(variables["params"])[0]
+  )
+  rc = eval_cli.main(
+    [
+      "--tasks",
+      str(tasks_file),
+      "--checkpoint",
+      str(workdir),
+      "--split",
+      "all",
+      "--k",
+      "1",
+      "--config.rl.temperature=0",
+      "--out",
+      str(tmp_path / "eval"),
+    ]
+  )
   assert rc == 0
   summary = json.loads((tmp_path / "eval" / "eval.json").read_text())["summary"]
   assert summary["episodes"] == 2 and summary["pass@1"] == 0.0

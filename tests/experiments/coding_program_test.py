@@ -44,8 +44,7 @@ def _config(tasks_file, cache, steps=STEPS):
 
 
 def _comparable(records):
-  return [{k: v for k, v in r.items() if "seconds" not in k and k != "grading_s"}
-          for r in records]
+  return [{k: v for k, v in r.items() if "seconds" not in k and k != "grading_s"} for r in records]
 
 
 @pytest.mark.slow
@@ -102,8 +101,9 @@ def test_source_gives_the_curriculum_harder_variants(mini_root, mini_gen, tmp_pa
 def _task(task_id: str, project_name: str, statement: str = "") -> task_lib.Task:
   """A task record with an empty workspace (a blob `task.load_jsonl` accepts)."""
   empty = project.pack(Path("."), [])
-  return task_lib.Task(task_id, {"name": project_name}, [], statement, "", "", empty, empty, [],
-                       [], {})
+  return task_lib.Task(
+    task_id, {"name": project_name}, [], statement, "", "", empty, empty, [], [], {}
+  )
 
 
 def test_rl_trains_on_the_train_split_only(tmp_path):
@@ -141,8 +141,11 @@ def test_token_lengths_are_derived_from_the_tasks_and_checked(tmp_path):
   found = tokenizer_lib.find_tokenizer_near(str(tmp_path))
   assert tokenizer_lib.load_tokenizer({"tokenizer": found}).vocab_size == 512
   bad = [
-    (dict(seq_len=longest + 511), f"rl.seq_len={longest + 511} < the longest first prompt "
-                                  rf"\({longest} tokens\) \+ rl.max_new_tokens=512"),
+    (
+      dict(seq_len=longest + 511),
+      f"rl.seq_len={longest + 511} < the longest first prompt "
+      rf"\({longest} tokens\) \+ rl.max_new_tokens=512",
+    ),
     (dict(teacher_seq_len=100), "rl.teacher_seq_len=100 < .*env.max_hint_tokens=384"),
     (dict(seq_len=5000, teacher_seq_len=0), "max_position_embeddings=4096 < 5511 tokens"),
   ]
@@ -154,13 +157,17 @@ def test_token_lengths_are_derived_from_the_tasks_and_checked(tmp_path):
       program.make_env(c, str(tmp_path))
 
 
-@pytest.mark.parametrize("field,value,message", [
-  ("loss.divergence", "kl", "loss.divergence='kl'; valid: ('reverse_kl', 'forward_kl', 'jsd')"),
-  ("loss.sd_coef", float("nan"), "loss.sd_coef=nan must be finite and >= 0"),
-  ("rl.top_p", 0.0, "rl.top_p=0.0 must be in (0, 1]"),
-])
-def test_bad_rl_settings_are_one_line_before_the_warmup(field, value, message, tmp_path,
-                                                         monkeypatch):
+@pytest.mark.parametrize(
+  "field,value,message",
+  [
+    ("loss.divergence", "kl", "loss.divergence='kl'; valid: ('reverse_kl', 'forward_kl', 'jsd')"),
+    ("loss.sd_coef", float("nan"), "loss.sd_coef=nan must be finite and >= 0"),
+    ("rl.top_p", 0.0, "rl.top_p=0.0 must be in (0, 1]"),
+  ],
+)
+def test_bad_rl_settings_are_one_line_before_the_warmup(
+  field, value, message, tmp_path, monkeypatch
+):
   """As tests/rl/run_test for the tool program: rl_coding:micro (a 300-step warm-up first)
   checks its RL settings before the warm-up starts."""
   monkeypatch.setattr(program.warmup, "warmup", lambda *a: pytest.fail("the warm-up started"))

@@ -19,8 +19,15 @@ def _config():
   c = rl_coding.get_config("micro")
   c.model.overrides.update(num_layers=1)
   c.rl.update(max_new_tokens=8)  # the greedy check's turn length (CI size)
-  c.warmup.update(steps=STEPS, batch_size=2, seq_len=768, log_every=1, ckpt_every=1,
-                  check_every=STEPS, check_tasks=1)
+  c.warmup.update(
+    steps=STEPS,
+    batch_size=2,
+    seq_len=768,
+    log_every=1,
+    ckpt_every=1,
+    check_every=STEPS,
+    check_tasks=1,
+  )
   c.warmup.optim.update(total_steps=STEPS, warmup_steps=0)
   return c
 
@@ -42,8 +49,9 @@ def test_warmup_metrics_and_bit_for_bit_resume(tmp_path):
   written = env.tokenizer.decode(data["targets"][0][data["loss_mask"][0] > 0])
   assert "functions.append:0" in written and "# function b" not in written
   rng = np.random.default_rng([0, 0])  # the batch's examples, drawn one after the other
-  assert data["loss_mask"].sum() == sum(examples[rng.integers(2)].model_mask.sum()
-                                        for _ in range(2))
+  assert data["loss_mask"].sum() == sum(
+    examples[rng.integers(2)].model_mask.sum() for _ in range(2)
+  )
   # Stopped after step 1 (a 1-step run with the same schedule), then run again: it resumes
   # to the same weights, bit for bit.
   short = _config()

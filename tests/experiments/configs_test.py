@@ -14,8 +14,11 @@ from experiments.configs import default, rl_coding, rl_tool_feedback
 
 _CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "configs")
 # Every run config file with each of its named settings.
-_ARGS = {"default": [None, "fsdp_ep"], "rl_tool_feedback": ["sd", "rl,behaviour=verbose"],
-         "rl_coding": ["cpu", "pod", "micro"]}
+_ARGS = {
+  "default": [None, "fsdp_ep"],
+  "rl_tool_feedback": ["sd", "rl,behaviour=verbose"],
+  "rl_coding": ["cpu", "pod", "micro"],
+}
 
 
 def _run_configs():
@@ -49,8 +52,9 @@ def _other(value):
   return None
 
 
-@pytest.mark.parametrize("name,make", list(_run_configs()), ids=lambda x: x if
-                         isinstance(x, str) else "")
+@pytest.mark.parametrize(
+  "name,make", list(_run_configs()), ids=lambda x: x if isinstance(x, str) else ""
+)
 def test_setting_one_field_changes_no_other(name, make):
   """A field linked to another (a FieldReference, or one section object under two names)
   would change with it: set each number, string, flag and tuple of a fresh config, then every
@@ -94,8 +98,11 @@ def test_parse_arg_is_big_vision_grammar():
   for arg, message in [
     ("sd,rl", "'rl' is not an option"),  # only the first option by value, only first
     ("sd,steps", "'steps' is not an option"),
-    ("sd,step=2", "'step=2' is not an option (key=value, the first option's value alone first); "
-                  "options (defaults): arm='sd', steps=3, lr=0.5, smoke=False"),
+    (
+      "sd,step=2",
+      "'step=2' is not an option (key=value, the first option's value alone first); "
+      "options (defaults): arm='sd', steps=3, lr=0.5, smoke=False",
+    ),
     ("steps=x", "config arg steps='x' is not a int"),
     ("smoke=yes", "config arg smoke='yes' must be true or false"),
   ]:

@@ -10,8 +10,11 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # notebook -> lines its outputs must hold
 NOTEBOOKS = {
   "ablate_optimizer.ipynb": ("muon: final validation loss", "adamw: final validation loss"),
-  "ablate_text_feedback.ipynb": ("warm-up: final cross-entropy", "rl: last step unavailable",
-                                 "sd: last step unavailable"),
+  "ablate_text_feedback.ipynb": (
+    "warm-up: final cross-entropy",
+    "rl: last step unavailable",
+    "sd: last step unavailable",
+  ),
 }
 
 
@@ -22,12 +25,18 @@ def test_notebook_runs_at_smoke_size(name):
   params = nb.cells[1]
   assert params.source.startswith("SMOKE = False")
   params.source = params.source.replace("SMOKE = False", "SMOKE = True", 1)
-  NotebookClient(nb, timeout=900, kernel_name="python3",
-                 resources={"metadata": {"path": REPO}}).execute()
-  outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                    for o in c.get("outputs", []))
+  NotebookClient(
+    nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": REPO}}
+  ).execute()
+  outputs = "".join(
+    o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+  )
   # The install cell detects the runtime (CPU here) and skips the install (already importable).
   for line in ("runtime: cpu", "devices: [CpuDevice", *NOTEBOOKS[name]):
     assert line in outputs, (line, outputs[-2000:])
-  assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
-             for o in c.get("outputs", []))
+  assert any(
+    "image/png" in o.get("data", {})
+    for c in nb.cells
+    if c.cell_type == "code"
+    for o in c.get("outputs", [])
+  )

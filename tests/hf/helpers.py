@@ -26,8 +26,6 @@ def random_variables(cfg=CFG, seed=0):
   return tree
 
 
-
-
 def read_dir(hf_dir):
   """(config dict, {name: np.ndarray}) of a small HF checkpoint."""
   sd = SafetensorsDir(str(hf_dir))

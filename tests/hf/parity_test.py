@@ -25,16 +25,41 @@ DOC_LENS = (5, 7)  # the packed row: two documents filling SEQ tokens
 
 def _hf_config(**kw):
   base = dict(
-      vocab_size=96, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
-      num_hidden_layers=3, first_k_dense_replace=1, num_attention_heads=4,
-      num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8,
-      qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, n_shared_experts=2,
-      num_experts_per_tok=3, n_group=4, topk_group=2, norm_topk_prob=True,
-      routed_scaling_factor=2.5, rms_norm_eps=1e-6, max_position_embeddings=256,
-      num_nextn_predict_layers=0, tie_word_embeddings=False,
-      rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
-                           original_max_position_embeddings=64, beta_fast=32.0, beta_slow=1.0,
-                           mscale=1.0, mscale_all_dim=0.8))
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    moe_intermediate_size=16,
+    num_hidden_layers=3,
+    first_k_dense_replace=1,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    q_lora_rank=24,
+    kv_lora_rank=16,
+    qk_nope_head_dim=8,
+    qk_rope_head_dim=8,
+    v_head_dim=12,
+    n_routed_experts=8,
+    n_shared_experts=2,
+    num_experts_per_tok=3,
+    n_group=4,
+    topk_group=2,
+    norm_topk_prob=True,
+    routed_scaling_factor=2.5,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=256,
+    num_nextn_predict_layers=0,
+    tie_word_embeddings=False,
+    rope_parameters=dict(
+      rope_type="yarn",
+      rope_theta=10000.0,
+      factor=4.0,
+      original_max_position_embeddings=64,
+      beta_fast=32.0,
+      beta_slow=1.0,
+      mscale=1.0,
+      mscale_all_dim=0.8,
+    ),
+  )
   base.update(kw)
   return DeepseekV3Config(**base)
 
@@ -49,7 +74,7 @@ def _random_model(config, seed=0):
         p.copy_(1.0 + 0.1 * torch.randn_like(p))
       else:  # large enough that router scores and attention are far from uniform
         p.copy_(0.2 * torch.randn_like(p))
-    for layer in model.model.layers[config.first_k_dense_replace:]:
+    for layer in model.model.layers[config.first_k_dense_replace :]:
       bias = layer.mlp.gate.e_score_correction_bias
       bias.copy_(0.1 * torch.randn_like(bias))
   return model
@@ -103,24 +128,26 @@ def test_logits_match_hf(models):
     hidden, _ = transformer.forward(cfg, variables, tokens, segment_ids, positions)
     return hidden @ transformer.output_head(cfg, variables["params"])
 
-  ours = np.asarray(logits_fn(variables, jnp.asarray(tokens), jnp.asarray(segment_ids),
-                              jnp.asarray(positions)))
+  ours = np.asarray(
+    logits_fn(variables, jnp.asarray(tokens), jnp.asarray(segment_ids), jnp.asarray(positions))
+  )
   chex.assert_trees_all_close(ours[:2], _hf_logits(hf, tokens[:2]), atol=1e-4, rtol=1e-4)
   split = DOC_LENS[0]
-  packed = np.concatenate([_hf_logits(hf, tokens[2:, :split]),
-                           _hf_logits(hf, tokens[2:, split:])], axis=1)
+  packed = np.concatenate(
+    [_hf_logits(hf, tokens[2:, :split]), _hf_logits(hf, tokens[2:, split:])], axis=1
+  )
   chex.assert_trees_all_close(ours[2:], packed, atol=1e-4, rtol=1e-4)
 
 
 def test_export_serves_in_transformers(models, tmp_path):
   """Our export of the imported weights, loaded by transformers, gives HF's logits."""
   hf, cfg, variables = models
-  writer.export_hf(cfg, lambda p: writer.leaf(variables, p), str(tmp_path),
-                   dtype="float32")
+  writer.export_hf(cfg, lambda p: writer.leaf(variables, p), str(tmp_path), dtype="float32")
   served = DeepseekV3ForCausalLM.from_pretrained(str(tmp_path), attn_implementation="eager")
   tokens = np.random.default_rng(2).integers(0, cfg.vocab_size, (2, SEQ))
-  chex.assert_trees_all_close(_hf_logits(served.float().eval(), tokens), _hf_logits(hf, tokens),
-                              atol=1e-5, rtol=1e-5)
+  chex.assert_trees_all_close(
+    _hf_logits(served.float().eval(), tokens), _hf_logits(hf, tokens), atol=1e-5, rtol=1e-5
+  )
 
 
 def test_half_split_rope_layout(models, tmp_path):
@@ -131,8 +158,9 @@ def test_half_split_rope_layout(models, tmp_path):
   half.config._attn_implementation = "eager"
   dn, dr, h = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.num_heads
   to_half = np.concatenate([np.arange(0, dr, 2), np.arange(1, dr, 2)])  # evens, then odds
-  q_rows = np.concatenate([hd * (dn + dr) + np.concatenate([np.arange(dn), dn + to_half])
-                           for hd in range(h)])
+  q_rows = np.concatenate(
+    [hd * (dn + dr) + np.concatenate([np.arange(dn), dn + to_half]) for hd in range(h)]
+  )
   kv_rows = np.concatenate([np.arange(cfg.kv_lora_rank), cfg.kv_lora_rank + to_half])
   state = {k: v.clone() for k, v in hf.state_dict().items()}
   for k in state:
@@ -142,7 +170,8 @@ def test_half_split_rope_layout(models, tmp_path):
       state[k] = state[k][kv_rows]
   half.load_state_dict(state)
   tokens = np.random.default_rng(3).integers(0, cfg.vocab_size, (1, SEQ))
-  chex.assert_trees_all_close(_hf_logits(half, tokens), _hf_logits(hf, tokens), atol=1e-5,
-                              rtol=1e-5)
+  chex.assert_trees_all_close(
+    _hf_logits(half, tokens), _hf_logits(hf, tokens), atol=1e-5, rtol=1e-5
+  )
   half.save_pretrained(tmp_path)
   chex.assert_trees_all_equal(importer.load_hf(str(tmp_path))[1], variables)

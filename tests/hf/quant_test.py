@@ -32,8 +32,9 @@ def _ref_dequant_int4(packed, scale, shape):
   return w
 
 
-@pytest.mark.parametrize("shape,block", [((40, 72), (16, 32)), ((128, 256), (128, 128)),
-                                         ((130, 260), (128, 128))])
+@pytest.mark.parametrize(
+  "shape,block", [((40, 72), (16, 32)), ((128, 256), (128, 128)), ((130, 260), (128, 128))]
+)
 def test_fp8_block_roundtrip(shape, block):
   w = np.random.default_rng(0).normal(0, 0.05, shape).astype(np.float32)
   q, scale_inv = quant.quantize_fp8_block(w, block)
@@ -43,7 +44,7 @@ def test_fp8_block_roundtrip(shape, block):
   np.testing.assert_array_equal(deq, _ref_dequant_fp8(q, scale_inv, block).astype(np.float32))
   # e4m3 has 3 mantissa bits: rounding error <= 2^-4 relative, or half the subnormal
   # spacing 2^-9 (times the block scale) near zero.
-  scale = np.repeat(np.repeat(scale_inv, block[0], 0), block[1], 1)[:shape[0], :shape[1]]
+  scale = np.repeat(np.repeat(scale_inv, block[0], 0), block[1], 1)[: shape[0], : shape[1]]
   assert np.all(np.abs(deq - w) <= np.abs(w) / 16 + scale * 2.0**-10)
 
 
@@ -54,8 +55,9 @@ def test_int4_packed_roundtrip(shape, group):
   assert packed.dtype == np.int32 and packed.shape == (shape[0], math.ceil(shape[1] / 8))
   assert tuple(wshape) == shape and scale.shape == (shape[0], shape[1] // group)
   deq = quant.dequantize_int4_packed(packed, scale, tuple(wshape))
-  chex.assert_trees_all_close(deq, _ref_dequant_int4(packed, scale, shape).astype(np.float32),
-                              atol=0, rtol=1e-7)
+  chex.assert_trees_all_close(
+    deq, _ref_dequant_int4(packed, scale, shape).astype(np.float32), atol=0, rtol=1e-7
+  )
   step = np.repeat(scale, group, axis=1)
   assert np.all(np.abs(deq - w) <= step / 2 + 1e-7)  # round to nearest, amax maps to 7.5 steps
 
@@ -68,14 +70,25 @@ def test_int4_known_packing():
   np.testing.assert_array_equal(deq, np.arange(-8, 0, dtype=np.float32)[None])
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: quant.dequantize_fp8_block(np.zeros((4, 4), ml_dtypes.float8_e4m3fn),
-                                        np.ones((2, 2), np.float32)), "weight_scale_inv shape"),
-    (lambda: quant.dequantize_int4_packed(np.zeros((2, 2), np.int32), np.ones((2, 1)), (2, 8)),
-     "num_bits=4"),
-    (lambda: quant.dequantize_int4_packed(np.zeros((2, 1), np.int32), np.ones((2, 3)), (2, 8)),
-     "weight_scale shape"),
-])
+@pytest.mark.parametrize(
+  "call,match",
+  [
+    (
+      lambda: quant.dequantize_fp8_block(
+        np.zeros((4, 4), ml_dtypes.float8_e4m3fn), np.ones((2, 2), np.float32)
+      ),
+      "weight_scale_inv shape",
+    ),
+    (
+      lambda: quant.dequantize_int4_packed(np.zeros((2, 2), np.int32), np.ones((2, 1)), (2, 8)),
+      "num_bits=4",
+    ),
+    (
+      lambda: quant.dequantize_int4_packed(np.zeros((2, 1), np.int32), np.ones((2, 3)), (2, 8)),
+      "weight_scale shape",
+    ),
+  ],
+)
 def test_bad_quantized_shapes(call, match):
   with pytest.raises(ValueError, match=match):
     call()

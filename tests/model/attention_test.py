@@ -15,11 +15,9 @@ from tests.model import hf_reference
 
 def test_attention_mask_by_hand():
   segs = jnp.array([[1, 1, 2, 2, 0]])
-  want = np.array([[1, 0, 0, 0, 0],
-                   [1, 1, 0, 0, 0],
-                   [0, 0, 1, 0, 0],
-                   [0, 0, 1, 1, 0],
-                   [0, 0, 0, 0, 0]], bool)
+  want = np.array(
+    [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 0, 0]], bool
+  )
   chex.assert_trees_all_equal(attention.attention_mask(segs), jnp.asarray(want)[None, None])
 
 
@@ -28,21 +26,32 @@ def _hf_weights(cfg, rng):
   h, d = cfg.num_heads, cfg.hidden_size
   dn, dr, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
   w = lambda *s: rng.standard_normal(s, dtype=np.float32) * 0.2
-  hf = {"kv_a_proj_with_mqa": w(cfg.kv_lora_rank + dr, d), "kv_b_proj": w(h * (dn + dv),
-        cfg.kv_lora_rank), "o_proj": w(d, h * dv), "kv_a_layernorm": 1 + w(cfg.kv_lora_rank)}
-  ours = {"kv_a": {"kernel": hf["kv_a_proj_with_mqa"].T},
-          "kv_b": {"kernel": hf["kv_b_proj"].T.reshape(cfg.kv_lora_rank, h, dn + dv)},
-          "o": {"kernel": hf["o_proj"].T.reshape(h, dv, d)},
-          "kv_norm": {"scale": hf["kv_a_layernorm"]}}
+  hf = {
+    "kv_a_proj_with_mqa": w(cfg.kv_lora_rank + dr, d),
+    "kv_b_proj": w(h * (dn + dv), cfg.kv_lora_rank),
+    "o_proj": w(d, h * dv),
+    "kv_a_layernorm": 1 + w(cfg.kv_lora_rank),
+  }
+  ours = {
+    "kv_a": {"kernel": hf["kv_a_proj_with_mqa"].T},
+    "kv_b": {"kernel": hf["kv_b_proj"].T.reshape(cfg.kv_lora_rank, h, dn + dv)},
+    "o": {"kernel": hf["o_proj"].T.reshape(h, dv, d)},
+    "kv_norm": {"scale": hf["kv_a_layernorm"]},
+  }
   if cfg.q_lora_rank is None:
     hf["q_proj"] = w(h * (dn + dr), d)
     ours["q"] = {"kernel": hf["q_proj"].T.reshape(d, h, dn + dr)}
   else:
-    hf.update(q_a_proj=w(cfg.q_lora_rank, d), q_b_proj=w(h * (dn + dr), cfg.q_lora_rank),
-              q_a_layernorm=1 + w(cfg.q_lora_rank))
-    ours.update(q_a={"kernel": hf["q_a_proj"].T},
-                q_b={"kernel": hf["q_b_proj"].T.reshape(cfg.q_lora_rank, h, dn + dr)},
-                q_norm={"scale": hf["q_a_layernorm"]})
+    hf.update(
+      q_a_proj=w(cfg.q_lora_rank, d),
+      q_b_proj=w(h * (dn + dr), cfg.q_lora_rank),
+      q_a_layernorm=1 + w(cfg.q_lora_rank),
+    )
+    ours.update(
+      q_a={"kernel": hf["q_a_proj"].T},
+      q_b={"kernel": hf["q_b_proj"].T.reshape(cfg.q_lora_rank, h, dn + dr)},
+      q_norm={"scale": hf["q_a_layernorm"]},
+    )
   return hf, ours
 
 
@@ -60,16 +69,17 @@ def test_mla_matches_hf(q_lora_rank):
   with torch.no_grad():
     for name, value in hf_w.items():
       getattr(layer, name).weight.copy_(hf_reference.to_torch(value))
-    cos, sin = hf_ds.DeepseekV3RotaryEmbedding(hf_cfg)(torch.zeros(1),
-                                                       torch.from_numpy(positions))
+    cos, sin = hf_ds.DeepseekV3RotaryEmbedding(hf_cfg)(torch.zeros(1), torch.from_numpy(positions))
     causal = torch.full((length, length), float("-inf")).triu(1)[None, None]
     want, _ = layer(hf_reference.to_torch(x), (cos, sin), causal)
 
-  cos_j, sin_j = rope.rope_tables(jnp.asarray(positions), cfg.qk_rope_head_dim, cfg.rope_theta,
-                                  cfg.rope_scaling)
+  cos_j, sin_j = rope.rope_tables(
+    jnp.asarray(positions), cfg.qk_rope_head_dim, cfg.rope_theta, cfg.rope_scaling
+  )
   mask = attention.attention_mask(jnp.ones((b, length), jnp.int32))
-  got = attention.MLA(cfg).apply({"params": jax.tree.map(jnp.asarray, params)},
-                                 jnp.asarray(x), cos_j, sin_j, mask)
+  got = attention.MLA(cfg).apply(
+    {"params": jax.tree.map(jnp.asarray, params)}, jnp.asarray(x), cos_j, sin_j, mask
+  )
   chex.assert_trees_all_close(got, want.numpy(), atol=1e-4, rtol=1e-4)
 
 
@@ -79,17 +89,18 @@ def test_segment_mask_impls_match_reference_values_and_grads(impl, block):
   b, length, h, dk, dv = 2, 13, 3, 6, 4
   segs = jnp.array([[1] * 5 + [2] * 6 + [0] * 2, [3] * 13])
   rng = np.random.default_rng(0)
-  q, k = (jnp.asarray(rng.standard_normal((b, length, h, dk), dtype=np.float32))
-          for _ in range(2))
+  q, k = (jnp.asarray(rng.standard_normal((b, length, h, dk), dtype=np.float32)) for _ in range(2))
   v = jnp.asarray(rng.standard_normal((b, length, h, dv), dtype=np.float32))
   # Padding queries: reference gives a uniform softmax, blocked 0; the loss never sees them.
   cot = jnp.asarray(rng.standard_normal((b, length, h, dv), dtype=np.float32))
   cot = cot * (segs != 0)[..., None, None]
   mask = attention.SegmentMask(segs)
-  got_fn = lambda q, k, v: jnp.sum(cot * attention.dot_product_attention(
-      q, k, v, mask, 0.4, impl=impl, block=block))
-  want_fn = lambda q, k, v: jnp.sum(cot * attention.reference_attention(
-      q, k, v, attention.attention_mask(segs), 0.4))
+  got_fn = lambda q, k, v: jnp.sum(
+    cot * attention.dot_product_attention(q, k, v, mask, 0.4, impl=impl, block=block)
+  )
+  want_fn = lambda q, k, v: jnp.sum(
+    cot * attention.reference_attention(q, k, v, attention.attention_mask(segs), 0.4)
+  )
   got = jax.jit(jax.value_and_grad(got_fn, argnums=(0, 1, 2)))(q, k, v)
   want = jax.value_and_grad(want_fn, argnums=(0, 1, 2))(q, k, v)
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)

@@ -12,14 +12,25 @@ from composer_jax.model.config import ModelConfig, RopeScaling, get_preset
 def _hand_counts(c: ModelConfig):
   """(total, active) by hand from the architecture (MLA with q-LoRA, untied head)."""
   h, d = c.num_heads, c.hidden_size
-  attn = (d * c.q_lora_rank + c.q_lora_rank + c.q_lora_rank * h * c.qk_head_dim
-          + d * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank
-          + c.kv_lora_rank * h * (c.qk_nope_head_dim + c.v_head_dim) + h * c.v_head_dim * d)
+  attn = (
+    d * c.q_lora_rank
+    + c.q_lora_rank
+    + c.q_lora_rank * h * c.qk_head_dim
+    + d * (c.kv_lora_rank + c.qk_rope_head_dim)
+    + c.kv_lora_rank
+    + c.kv_lora_rank * h * (c.qk_nope_head_dim + c.v_head_dim)
+    + h * c.v_head_dim * d
+  )
   block = attn + 2 * d  # + the two norms
   expert = 3 * d * c.moe_intermediate_size
   moe = (c.n_routed_experts + c.n_shared_experts) * expert + d * c.n_routed_experts
-  total = (2 * c.vocab_size * d + d + c.num_layers * block
-           + c.first_k_dense_replace * 3 * d * c.intermediate_size + c.num_moe_layers * moe)
+  total = (
+    2 * c.vocab_size * d
+    + d
+    + c.num_layers * block
+    + c.first_k_dense_replace * 3 * d * c.intermediate_size
+    + c.num_moe_layers * moe
+  )
   active = total - c.num_moe_layers * (c.n_routed_experts - c.num_experts_per_tok) * expert
   return total, active
 
@@ -30,12 +41,15 @@ def test_param_counts_match_hand_count(name):
   assert transformer.param_counts(cfg) == _hand_counts(cfg)
 
 
-@pytest.mark.parametrize("name,total,active,tol", [
+@pytest.mark.parametrize(
+  "name,total,active,tol",
+  [
     # DeepSeek-V3 report: 671B total, 37B activated (we get 671.0B / 37.6B).
     ("deepseek_v3", 671e9, 37e9, 0.016),
     # Kimi K2 report: 1.04T total, 32.6B activated (we get 1.026T / 32.9B).
     ("kimi_k2", 1.04e12, 32.6e9, 0.014),
-])
+  ],
+)
 def test_param_counts_near_public_numbers(name, total, active, tol):
   got_total, got_active = transformer.param_counts(get_preset(name))
   assert got_total == pytest.approx(total, rel=tol)
@@ -51,13 +65,18 @@ def test_kimi_k2_count_matches_the_released_checkpoint():
   entries = names.entries(cfg)
   weights = sum(math.prod(e.hf_shape) for e in entries)
   bo, bi = quant.FP8_BLOCK
-  scales = sum(math.ceil(e.hf_shape[0] / bo) * math.ceil(e.hf_shape[1] / bi)
-               for e in entries if writer.fp8_quantized(e))
+  scales = sum(
+    math.ceil(e.hf_shape[0] / bo) * math.ceil(e.hf_shape[1] / bi)
+    for e in entries
+    if writer.fp8_quantized(e)
+  )
   assert weights == transformer.param_counts(cfg)[0] + cfg.num_moe_layers * cfg.n_routed_experts
   assert round((weights + scales) / 1e8) == 10265
 
 
-@pytest.mark.parametrize("overrides,match", [
+@pytest.mark.parametrize(
+  "overrides,match",
+  [
     (dict(num_experts_per_tok=9), "num_experts_per_tok"),
     (dict(n_group=3), "n_group=3 must divide"),
     (dict(n_group=8, topk_group=4), "2 experts"),
@@ -75,9 +94,12 @@ def test_kimi_k2_count_matches_the_released_checkpoint():
     (dict(rope_scaling=RopeScaling(factor=0.5)), "factor"),
     (dict(scoring_func="softmax"), "sigmoid"),
     (dict(rms_norm_eps=float("inf")), r"rms_norm_eps=inf must be finite"),
-    (dict(rope_scaling=RopeScaling(factor=4.0, mscale=float("nan"))),
-     r"rope_scaling.mscale=nan must be finite"),
-])
+    (
+      dict(rope_scaling=RopeScaling(factor=4.0, mscale=float("nan"))),
+      r"rope_scaling.mscale=nan must be finite",
+    ),
+  ],
+)
 def test_bad_config_raises(overrides, match):
   with pytest.raises(ValueError, match=match):
     get_preset("tiny", **overrides)

@@ -13,10 +13,13 @@ from tests.model.random_variables import random_variables
 _CFG = get_preset("tiny", num_layers=2)  # one dense + one MoE layer
 
 
-@pytest.mark.parametrize("attention, shapes", [
+@pytest.mark.parametrize(
+  "attention, shapes",
+  [
     ("mla", {"latent": (3, 10, 32 + 8)}),  # compressed latent + rope key, not per-head K/V
     ("gqa", {"k": (3, 10, 2, 16), "v": (3, 10, 2, 16)}),
-])
+  ],
+)
 def test_init_shapes(attention, shapes):
   cfg = _CFG.replace(attention=attention, num_layers=3, dtype="bfloat16")
   cache = kv_cache.init(cfg, batch=3, max_len=10)
@@ -63,5 +66,9 @@ def test_chunked_decode_equals_forward(attention):
 def test_decode_needs_positions():
   variables = jax.eval_shape(lambda: transformer.init(_CFG, jax.random.key(0)))
   with pytest.raises(ValueError, match="explicit positions"):
-    jax.eval_shape(lambda v: transformer.Transformer(_CFG).apply(
-        v, jnp.zeros((1, 2), jnp.int32), cache=kv_cache.init(_CFG, 1, 4)), variables)
+    jax.eval_shape(
+      lambda v: transformer.Transformer(_CFG).apply(
+        v, jnp.zeros((1, 2), jnp.int32), cache=kv_cache.init(_CFG, 1, 4)
+      ),
+      variables,
+    )

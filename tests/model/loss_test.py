@@ -32,11 +32,11 @@ def _naive(hidden, head, targets, mask, z_coef):
 @pytest.mark.parametrize("chunk_size,z_coef", [(4, 0.0), (5, 1e-2), (14, 1e-4), (100, 0.0)])
 def test_matches_naive_values_and_grads(chunk_size, z_coef):
   hidden, head, targets, mask = _inputs()
-  loss_fn = lambda h, w: chunked_cross_entropy(h, w, targets, mask, chunk_size=chunk_size,
-                                               z_loss_coef=z_coef)
+  loss_fn = lambda h, w: chunked_cross_entropy(
+    h, w, targets, mask, chunk_size=chunk_size, z_loss_coef=z_coef
+  )
   (loss, metrics), grads = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(hidden, head)
-  want, want_grads = jax.value_and_grad(_naive, argnums=(0, 1))(hidden, head, targets, mask,
-                                                                 z_coef)
+  want, want_grads = jax.value_and_grad(_naive, argnums=(0, 1))(hidden, head, targets, mask, z_coef)
   chex.assert_trees_all_close(loss, want, rtol=1e-5)
   chex.assert_trees_all_close(grads, want_grads, rtol=1e-4, atol=1e-6)
   assert float(metrics["num_tokens"]) == float(mask.sum())

@@ -18,8 +18,16 @@ _T, _D, _E, _F, _K = 12, 8, 4, 6, 2
 
 
 def _cfg(**kw):
-  return get_preset("tiny", hidden_size=_D, n_routed_experts=_E, moe_intermediate_size=_F,
-                    num_experts_per_tok=_K, n_group=2, topk_group=1, **kw)
+  return get_preset(
+    "tiny",
+    hidden_size=_D,
+    n_routed_experts=_E,
+    moe_intermediate_size=_F,
+    num_experts_per_tok=_K,
+    n_group=2,
+    topk_group=1,
+    **kw,
+  )
 
 
 def _expert_inputs(seed=0):
@@ -57,18 +65,30 @@ def test_route_matches_hf_router():
   weights, experts, _ = router.route(jnp.asarray(x @ w), jnp.asarray(bias), cfg)
   order = np.argsort(np.asarray(experts), axis=-1)  # HF top-k is unsorted
   want_order = np.argsort(want_idx.numpy(), axis=-1)
-  chex.assert_trees_all_equal(np.take_along_axis(np.asarray(experts), order, -1),
-                              np.take_along_axis(want_idx.numpy(), want_order, -1))
-  chex.assert_trees_all_close(np.take_along_axis(np.asarray(weights), order, -1),
-                              np.take_along_axis(want_w.numpy(), want_order, -1), rtol=1e-5)
+  chex.assert_trees_all_equal(
+    np.take_along_axis(np.asarray(experts), order, -1),
+    np.take_along_axis(want_idx.numpy(), want_order, -1),
+  )
+  chex.assert_trees_all_close(
+    np.take_along_axis(np.asarray(weights), order, -1),
+    np.take_along_axis(want_w.numpy(), want_order, -1),
+    rtol=1e-5,
+  )
 
 
 def test_group_limited_topk_hand_built():
   # 8 experts in 4 groups of 2; keep 2 groups; top-2. Group sums of top-2 (sigmoid):
   # group 0 = {0.99, 0.01} (sum ~1.0), group 1 = {0.7, 0.7} (1.4), group 2 = {0.6, 0.6} (1.2),
   # group 3 = {0.1, 0.1}. Expert 0 has the single best score but its group loses.
-  cfg = get_preset("tiny", n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=2,
-                   norm_topk_prob=False, routed_scaling_factor=1.0)
+  cfg = get_preset(
+    "tiny",
+    n_routed_experts=8,
+    n_group=4,
+    topk_group=2,
+    num_experts_per_tok=2,
+    norm_topk_prob=False,
+    routed_scaling_factor=1.0,
+  )
   probs = jnp.array([[0.99, 0.01, 0.7, 0.69, 0.6, 0.6, 0.1, 0.1]])
   weights, experts, _ = router.route(jnp.log(probs / (1 - probs)), jnp.zeros(8), cfg)
   assert sorted(np.asarray(experts)[0].tolist()) == [2, 3]
@@ -92,11 +112,13 @@ def test_bias_changes_selection_not_gate_values():
 
 
 _DISPATCHES = {
-    "dropless_ragged_dot": functools.partial(
-        moe.dropless, expert_fn=functools.partial(moe.grouped_swiglu, impl="ragged_dot")),
-    "dropless_tiled": functools.partial(
-        moe.dropless, expert_fn=functools.partial(moe.grouped_swiglu, impl="tiled")),
-    "dense": moe.dense,
+  "dropless_ragged_dot": functools.partial(
+    moe.dropless, expert_fn=functools.partial(moe.grouped_swiglu, impl="ragged_dot")
+  ),
+  "dropless_tiled": functools.partial(
+    moe.dropless, expert_fn=functools.partial(moe.grouped_swiglu, impl="tiled")
+  ),
+  "dense": moe.dense,
 }
 
 
@@ -121,11 +143,13 @@ def test_grouped_swiglu_matches_per_row_reference(impl, group_sizes):
   x, _, _, gate, up, down = _expert_inputs()
   rows = jnp.concatenate([x, x[:4] + 1.0])[:16]  # 16 rows, the groups use sum(group_sizes)
   row_expert = np.repeat(np.arange(_E), group_sizes)
-  want = [(jax.nn.silu(rows[i] @ gate[e]) * (rows[i] @ up[e])) @ down[e]
-          for i, e in enumerate(row_expert)]
+  want = [
+    (jax.nn.silu(rows[i] @ gate[e]) * (rows[i] @ up[e])) @ down[e] for i, e in enumerate(row_expert)
+  ]
   want = jnp.concatenate([jnp.stack(want), jnp.zeros((16 - len(want), _D))])
   got = jax.jit(functools.partial(moe.grouped_swiglu, impl=impl, tile_rows=8))(
-      rows, jnp.asarray(group_sizes, jnp.int32), gate, up, down)
+    rows, jnp.asarray(group_sizes, jnp.int32), gate, up, down
+  )
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -144,14 +168,12 @@ def test_capacity_large_equals_dropless_and_small_drops():
   x, weights, experts, gate, up, down = _expert_inputs()
   valid = jnp.ones(_T, bool).at[-1].set(False)  # padding takes no capacity, is not dropped
   want, _ = moe.dropless(x, weights, experts, valid, gate, up, down)
-  big, dropped = moe.capacity(x, weights, experts, valid, gate, up, down,
-                              capacity_factor=float(_E))
+  big, dropped = moe.capacity(x, weights, experts, valid, gate, up, down, capacity_factor=float(_E))
   chex.assert_trees_all_close(big[:-1], want[:-1], rtol=1e-5, atol=1e-6)
   assert float(dropped) == 0.0
 
   factor = 0.5
-  small, dropped = moe.capacity(x, weights, experts, valid, gate, up, down,
-                                capacity_factor=factor)
+  small, dropped = moe.capacity(x, weights, experts, valid, gate, up, down, capacity_factor=factor)
   # Hand count: capacity ceil(0.5 * T * K / E); k-major, token-order priority.
   cap = int(np.ceil(factor * _T * _K / _E))
   used, kept = np.zeros(_E, int), np.zeros((_T, _K), bool)
@@ -167,8 +189,9 @@ def test_capacity_large_equals_dropless_and_small_drops():
 
 def test_router_stats_and_balance_loss_by_hand():
   experts = jnp.array([[0, 1], [0, 2], [3, 0], [1, 2]])
-  scores = jnp.array([[0.5, 0.25, 0.25, 0.0], [0.5, 0.0, 0.5, 0.0], [0.5, 0.0, 0.0, 0.5],
-                      [0.0, 0.5, 0.5, 0.0]])
+  scores = jnp.array(
+    [[0.5, 0.25, 0.25, 0.0], [0.5, 0.0, 0.5, 0.0], [0.5, 0.0, 0.0, 0.5], [0.0, 0.5, 0.5, 0.0]]
+  )
   valid = jnp.array([True, True, True, False])
   s = router.router_stats(experts, scores, valid)
   chex.assert_trees_all_close(s["router_counts"], jnp.array([3.0, 1.0, 1.0, 1.0]))

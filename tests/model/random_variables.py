@@ -7,8 +7,9 @@ from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 
 
-def random_variables(cfg: ModelConfig, seed: int = 0, std: float = 0.1,
-                     head_std: float = 0.3) -> dict:
+def random_variables(
+  cfg: ModelConfig, seed: int = 0, std: float = 0.1, head_std: float = 0.3
+) -> dict:
   """`transformer.init`-shaped variables: N(0, std) weights and router biases, norm scales
   1 + N(0, std), and an output head of `head_std` so next-token distributions are peaked."""
   rng = np.random.default_rng(seed)

@@ -12,16 +12,28 @@ from composer_jax.model.config import RopeScaling, get_preset
 from tests.model import hf_reference
 
 _CONFIGS = {
-    "tiny": get_preset("tiny"),
-    "deepseek_v3": get_preset("deepseek_v3"),
-    "kimi_k2": get_preset("kimi_k2"),
-    "no_scaling": get_preset("tiny", rope_scaling=None),
-    # mscale_all_dim = 0: HF falls back to mscale(factor) on cos/sin, no softmax factor.
-    "mscale_only": get_preset("tiny", rope_scaling=RopeScaling(
-        factor=8.0, original_max_position_embeddings=128, beta_fast=16.0, beta_slow=2.0,
-        mscale=0.7, mscale_all_dim=0.0)),
-    "mscale_differs": get_preset("tiny", rope_scaling=RopeScaling(
-        factor=16.0, original_max_position_embeddings=64, mscale=1.0, mscale_all_dim=0.707)),
+  "tiny": get_preset("tiny"),
+  "deepseek_v3": get_preset("deepseek_v3"),
+  "kimi_k2": get_preset("kimi_k2"),
+  "no_scaling": get_preset("tiny", rope_scaling=None),
+  # mscale_all_dim = 0: HF falls back to mscale(factor) on cos/sin, no softmax factor.
+  "mscale_only": get_preset(
+    "tiny",
+    rope_scaling=RopeScaling(
+      factor=8.0,
+      original_max_position_embeddings=128,
+      beta_fast=16.0,
+      beta_slow=2.0,
+      mscale=0.7,
+      mscale_all_dim=0.0,
+    ),
+  ),
+  "mscale_differs": get_preset(
+    "tiny",
+    rope_scaling=RopeScaling(
+      factor=16.0, original_max_position_embeddings=64, mscale=1.0, mscale_all_dim=0.707
+    ),
+  ),
 }
 
 
@@ -33,8 +45,9 @@ def _hf_rotary(cfg):
 def test_inverse_frequencies_and_attention_factor_match_hf(name):
   cfg = _CONFIGS[name]
   hf = _hf_rotary(cfg)
-  inv_freq, factor = rope.inverse_frequencies(cfg.qk_rope_head_dim, cfg.rope_theta,
-                                              cfg.rope_scaling)
+  inv_freq, factor = rope.inverse_frequencies(
+    cfg.qk_rope_head_dim, cfg.rope_theta, cfg.rope_scaling
+  )
   chex.assert_trees_all_close(inv_freq, hf.inv_freq.numpy(), rtol=1e-6)
   assert factor == pytest.approx(hf.attention_scaling, rel=1e-12)
 
@@ -43,8 +56,9 @@ def test_inverse_frequencies_and_attention_factor_match_hf(name):
 def test_softmax_scale_matches_hf(name):
   cfg = _CONFIGS[name]
   attn = hf_ds.DeepseekV3Attention(hf_reference.hf_config(cfg), layer_idx=0)
-  assert rope.softmax_scale(cfg.qk_head_dim, cfg.rope_scaling) == pytest.approx(attn.scaling,
-                                                                                rel=1e-12)
+  assert rope.softmax_scale(cfg.qk_head_dim, cfg.rope_scaling) == pytest.approx(
+    attn.scaling, rel=1e-12
+  )
 
 
 def test_yarn_mscale_hand_values():
@@ -64,13 +78,15 @@ def test_apply_rope_matches_hf_interleaved(name):
   cos_t, sin_t = hf(torch.zeros(1), torch.from_numpy(positions))
   # HF is [batch, heads, seq, dim].
   want_q, want_k = hf_ds.apply_rotary_pos_emb_interleave(
-      hf_reference.to_torch(q).transpose(1, 2), hf_reference.to_torch(k).transpose(1, 2),
-      cos_t, sin_t)
+    hf_reference.to_torch(q).transpose(1, 2), hf_reference.to_torch(k).transpose(1, 2), cos_t, sin_t
+  )
   cos, sin = rope.rope_tables(jnp.asarray(positions), dr, cfg.rope_theta, cfg.rope_scaling)
-  chex.assert_trees_all_close(rope.apply_rope(jnp.asarray(q), cos, sin),
-                              want_q.transpose(1, 2).numpy(), atol=2e-5)
-  chex.assert_trees_all_close(rope.apply_rope(jnp.asarray(k), cos, sin),
-                              want_k.transpose(1, 2).numpy(), atol=2e-5)
+  chex.assert_trees_all_close(
+    rope.apply_rope(jnp.asarray(q), cos, sin), want_q.transpose(1, 2).numpy(), atol=2e-5
+  )
+  chex.assert_trees_all_close(
+    rope.apply_rope(jnp.asarray(k), cos, sin), want_k.transpose(1, 2).numpy(), atol=2e-5
+  )
 
 
 def test_rope_is_relative():

@@ -21,13 +21,13 @@ def variables():
 def test_init_tree_matches_logical_axes(variables):
   names = transformer.logical_axes(_CFG)
   shapes = jax.tree.map(lambda x: x.shape, variables)
-  chex.assert_trees_all_equal_structs(jax.tree.map(lambda n: 0, names, is_leaf=_is_names),
-                                      jax.tree.map(lambda x: 0, variables))
+  chex.assert_trees_all_equal_structs(
+    jax.tree.map(lambda n: 0, names, is_leaf=_is_names), jax.tree.map(lambda x: 0, variables)
+  )
   jax.tree.map(lambda n, s: chex.assert_equal(len(n), len(s)), names, shapes, is_leaf=_is_names)
   jax.tree.map(lambda x: chex.assert_type(x, jnp.float32), variables)
   p, d, e = names["params"], _CFG.hidden_size, _CFG.n_routed_experts
-  assert p["moe_layers"]["moe"]["experts"]["gate"] == ("layers", "experts", "embed",
-                                                       "expert_mlp")
+  assert p["moe_layers"]["moe"]["experts"]["gate"] == ("layers", "experts", "embed", "expert_mlp")
   assert names["router"]["moe_layers"]["moe"]["bias"] == ("layers", "router")
   assert shapes["params"]["moe_layers"]["moe"]["router"]["kernel"] == (1, d, e)
   assert shapes["params"]["lm_head"]["kernel"] == (d, _CFG.vocab_size)
@@ -40,10 +40,12 @@ def test_tied_head_and_dtypes():
   shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
   assert "lm_head" not in shapes["params"]
   table = jnp.arange(6.0).reshape(3, 2)
-  chex.assert_trees_all_equal(transformer.output_head(cfg, {"embed": {"embedding": table}}),
-                              table.T)
-  hidden, aux = jax.eval_shape(lambda v: transformer.forward(cfg, v, jnp.zeros((2, 4), int)),
-                               shapes)
+  chex.assert_trees_all_equal(
+    transformer.output_head(cfg, {"embed": {"embedding": table}}), table.T
+  )
+  hidden, aux = jax.eval_shape(
+    lambda v: transformer.forward(cfg, v, jnp.zeros((2, 4), int)), shapes
+  )
   assert hidden.dtype == jnp.bfloat16 and aux["router_counts"].dtype == jnp.float32
 
 
@@ -62,13 +64,15 @@ def test_causal_and_packed_equals_separate(attention):
   # Doc A alone (default segments/positions); doc B alone, followed by padding.
   h_a, aux_a = jax.jit(lambda t: transformer.forward(cfg, variables, t))(jnp.asarray(doc_a)[None])
   junk = rng.integers(0, cfg.vocab_size, 5)
-  h_b, aux_b = fwd(jnp.asarray(np.concatenate([doc_b, junk]))[None],
-                   jnp.asarray([[1] * 7 + [0] * 5]), jnp.asarray([list(range(12))]))
+  h_b, aux_b = fwd(
+    jnp.asarray(np.concatenate([doc_b, junk]))[None],
+    jnp.asarray([[1] * 7 + [0] * 5]),
+    jnp.asarray([list(range(12))]),
+  )
   chex.assert_trees_all_close(h[0, :5], h_a[0], atol=1e-5)
   chex.assert_trees_all_close(h[0, 5:], h_b[0, :7], atol=1e-5)
   # Padding is excluded from router counts.
-  chex.assert_trees_all_close(aux["router_counts"],
-                              aux_a["router_counts"] + aux_b["router_counts"])
+  chex.assert_trees_all_close(aux["router_counts"], aux_a["router_counts"] + aux_b["router_counts"])
   assert float(aux["router_counts"].sum()) == 12 * cfg.num_experts_per_tok
   assert bool(jnp.all(jnp.isfinite(h_b)))
 
@@ -106,16 +110,20 @@ def test_remat_policies_keep_gradients(variables, policy):
     loss = lambda v: jnp.sum(jnp.sin(transformer.forward(cfg, v, tokens)[0]))
     return jax.jit(jax.grad(loss))(variables)
 
-  chex.assert_trees_all_close(grads(_CFG.replace(remat_policy=policy)), grads(_CFG),
-                              rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(
+    grads(_CFG.replace(remat_policy=policy)), grads(_CFG), rtol=1e-5, atol=1e-6
+  )
 
 
-@pytest.mark.parametrize("kwargs,match", [
+@pytest.mark.parametrize(
+  "kwargs,match",
+  [
     (dict(tokens=jnp.zeros((2, 4))), "integer"),
     (dict(tokens=jnp.zeros((4,), int)), "integer"),
     (dict(segment_ids=jnp.ones((2, 3), int)), "segment_ids shape"),
     (dict(positions=jnp.ones((1, 4), int)), "positions shape"),
-])
+  ],
+)
 def test_bad_inputs_raise(variables, kwargs, match):
   args = dict(tokens=jnp.zeros((2, 4), int), segment_ids=None, positions=None) | kwargs
   with pytest.raises(ValueError, match=match):

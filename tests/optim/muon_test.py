@@ -14,14 +14,14 @@ from composer_jax.optim import muon, newton_schulz
 # One leaf per parameter kind of the model's tree (`transformer.logical_axes`; small dims),
 # with its logical axes.
 KINDS = {
-    "q_b": ((16, 4, 12), ("q_lora", "heads", "head_dim")),  # MLA, per head
-    "kv_a": ((24, 20), ("embed", "kv_lora")),
-    "o": ((4, 8, 24), ("heads", "head_dim", "embed")),  # per head, head axis first
-    "gqa_k": ((24, 2, 8), ("embed", "kv_heads", "head_dim")),  # batch axis in the middle
-    "mlp_up": ((24, 40), ("embed", "mlp")),  # dense MLP [D, F]
-    "stack_down": ((2, 40, 24), ("layers", "mlp", "embed")),  # scanned stack [L, F, D]
-    "experts_gate": ((2, 3, 24, 10), ("layers", "experts", "embed", "expert_mlp")),
-    "experts_down": ((2, 3, 10, 24), ("layers", "experts", "expert_mlp", "embed")),
+  "q_b": ((16, 4, 12), ("q_lora", "heads", "head_dim")),  # MLA, per head
+  "kv_a": ((24, 20), ("embed", "kv_lora")),
+  "o": ((4, 8, 24), ("heads", "head_dim", "embed")),  # per head, head axis first
+  "gqa_k": ((24, 2, 8), ("embed", "kv_heads", "head_dim")),  # batch axis in the middle
+  "mlp_up": ((24, 40), ("embed", "mlp")),  # dense MLP [D, F]
+  "stack_down": ((2, 40, 24), ("layers", "mlp", "embed")),  # scanned stack [L, F, D]
+  "experts_gate": ((2, 3, 24, 10), ("layers", "experts", "embed", "expert_mlp")),
+  "experts_down": ((2, 3, 10, 24), ("layers", "experts", "expert_mlp", "embed")),
 }
 AXES = {k: names for k, (_, names) in KINDS.items()}
 
@@ -35,12 +35,19 @@ def _optax_dims():
   def dims(names):
     _, (r, o) = axes_lib.muon_dims(names)
     return contrib.MuonDimensionNumbers(reduction_axis=r, output_axis=o)
+
   return jax.tree.map(dims, AXES, is_leaf=muon.is_axes_leaf)
 
 
-@pytest.mark.parametrize("scale_mode,coeffs,nesterov,dtype", [
-    ("consistent_rms", "quintic", True, "float64"), ("keller", "polar_express", False, "float64"),
-    ("consistent_rms", "quintic", True, "float32"), ("keller", "polar_express", False, "float32")])
+@pytest.mark.parametrize(
+  "scale_mode,coeffs,nesterov,dtype",
+  [
+    ("consistent_rms", "quintic", True, "float64"),
+    ("keller", "polar_express", False, "float64"),
+    ("consistent_rms", "quintic", True, "float32"),
+    ("keller", "polar_express", False, "float32"),
+  ],
+)
 def test_matches_optax_contrib_muon_over_steps(scale_mode, coeffs, nesterov, dtype):
   """Three steps of (Muon direction + decoupled weight decay) · LR vs optax.
 
@@ -56,13 +63,29 @@ def test_matches_optax_contrib_muon_over_steps(scale_mode, coeffs, nesterov, dty
   table = newton_schulz.coefficient_schedule(coeffs, steps)
   with jax.enable_x64(dtype == "float64"):
     ref_tx = contrib.muon(
-        learning_rate=lr, ns_coeffs=tuple(map(tuple, table)), ns_steps=steps, beta=beta, eps=0.0,
-        weight_decay=wd, nesterov=nesterov, muon_weight_dimension_numbers=_optax_dims(),
-        consistent_rms=0.2 if scale_mode == "consistent_rms" else None)
+      learning_rate=lr,
+      ns_coeffs=tuple(map(tuple, table)),
+      ns_steps=steps,
+      beta=beta,
+      eps=0.0,
+      weight_decay=wd,
+      nesterov=nesterov,
+      muon_weight_dimension_numbers=_optax_dims(),
+      consistent_rms=0.2 if scale_mode == "consistent_rms" else None,
+    )
     tx = optax.chain(
-        muon.scale_by_muon(AXES, momentum=beta, nesterov=nesterov, ns_coeffs=coeffs,
-                           ns_steps=steps, scale_mode=scale_mode, eps=0.0),
-        optax.add_decayed_weights(wd), optax.scale_by_learning_rate(lr))
+      muon.scale_by_muon(
+        AXES,
+        momentum=beta,
+        nesterov=nesterov,
+        ns_coeffs=coeffs,
+        ns_steps=steps,
+        scale_mode=scale_mode,
+        eps=0.0,
+      ),
+      optax.add_decayed_weights(wd),
+      optax.scale_by_learning_rate(lr),
+    )
     params = _tree(0, dtype)
     state, ref_state = jax.jit(tx.init)(params), jax.jit(ref_tx.init)(params)
     update, ref_update = jax.jit(tx.update), jax.jit(ref_tx.update)
@@ -74,8 +97,9 @@ def test_matches_optax_contrib_muon_over_steps(scale_mode, coeffs, nesterov, dty
         scale = muon.update_scale(shape, names, scale_mode) * lr
         # float32: the two NS loops round differently (1.2e-6 at LLVM -O0, tests/conftest.py).
         atol = {"float64": 1e-10, "float32": 3e-6}[dtype]
-        chex.assert_trees_all_close(u[k] / scale, ref_u[k] / scale, atol=atol, rtol=0,
-                                    custom_message=f"{k} step {step}")
+        chex.assert_trees_all_close(
+          u[k] / scale, ref_u[k] / scale, atol=atol, rtol=0, custom_message=f"{k} step {step}"
+        )
       params = optax.apply_updates(params, u)
 
 
@@ -106,8 +130,11 @@ def test_zero_and_tiny_gradients():
   """
   kinds = ("q_b", "experts_gate")
   grads = {k: v for k, v in _tree(3, "float32").items() if k in kinds}
-  grads = {"zero": jax.tree.map(jnp.zeros_like, grads),
-           "tiny": jax.tree.map(lambda g: g * 1e-20, grads), "ref": grads}
+  grads = {
+    "zero": jax.tree.map(jnp.zeros_like, grads),
+    "tiny": jax.tree.map(lambda g: g * 1e-20, grads),
+    "ref": grads,
+  }
   tx = muon.scale_by_muon({case: {k: AXES[k] for k in kinds} for case in grads})
   both = jax.jit(tx.update)(grads, tx.init(grads))[0]
   for u in jax.tree.leaves(both["zero"]):

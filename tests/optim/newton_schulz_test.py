@@ -11,8 +11,11 @@ from composer_jax.optim import newton_schulz
 
 # Singular-value bands after 5 steps: Keller's quintic oscillates in ~[0.68, 1.13];
 # Polar Express (5 of its 8 tuned steps) in ~[0.87, 1.13], and converges by 8 steps.
-BANDS = {("quintic", 5): (0.65, 1.2), ("polar_express", 5): (0.85, 1.15),
-         ("polar_express", 8): (1 - 1e-4, 1 + 1e-4)}
+BANDS = {
+  ("quintic", 5): (0.65, 1.2),
+  ("polar_express", 5): (0.85, 1.15),
+  ("polar_express", 8): (1 - 1e-4, 1 + 1e-4),
+}
 
 
 def _random_matrices(shape, seed=0):
@@ -27,8 +30,11 @@ def _random_matrices(shape, seed=0):
 
 
 @pytest.mark.parametrize("coeffs,steps", sorted(BANDS))
-@pytest.mark.parametrize("shape", [(16, 16), (8, 24), (24, 8), (4, 12, 6), (2, 3, 10, 14)],
-                         ids=["square", "wide", "tall", "per_head", "per_expert"])
+@pytest.mark.parametrize(
+  "shape",
+  [(16, 16), (8, 24), (24, 8), (4, 12, 6), (2, 3, 10, 14)],
+  ids=["square", "wide", "tall", "per_head", "per_expert"],
+)
 def test_output_is_polar_factor_with_singular_values_in_band(shape, coeffs, steps):
   x = _random_matrices(shape)
   out = np.asarray(newton_schulz.orthogonalize(jnp.asarray(x), coeffs, steps), np.float64)
@@ -44,8 +50,9 @@ def test_output_is_polar_factor_with_singular_values_in_band(shape, coeffs, step
   assert lo <= sv.min() and sv.max() <= hi, (sv.min(), sv.max())
 
 
-@pytest.mark.parametrize("coeffs,steps", [("quintic", 5), ("polar_express", 5),
-                                          ("polar_express", 3)])
+@pytest.mark.parametrize(
+  "coeffs,steps", [("quintic", 5), ("polar_express", 5), ("polar_express", 3)]
+)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_matches_optax_contrib(coeffs, steps, dtype):
   """Same math as optax: equal to 1e-10 in float64; 1e-6 in float32.
@@ -92,27 +99,34 @@ def test_returns_input_dtype():
 
 
 def test_coefficient_schedule_hand_values():
-  np.testing.assert_array_equal(newton_schulz.coefficient_schedule("quintic", 3),
-                                [[3.4445, -4.7750, 2.0315]] * 3)
+  np.testing.assert_array_equal(
+    newton_schulz.coefficient_schedule("quintic", 3), [[3.4445, -4.7750, 2.0315]] * 3
+  )
   table = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
-  np.testing.assert_array_equal(newton_schulz.coefficient_schedule(table, 3),
-                                [[1, 2, 3], [4, 5, 6], [4, 5, 6]])
+  np.testing.assert_array_equal(
+    newton_schulz.coefficient_schedule(table, 3), [[1, 2, 3], [4, 5, 6], [4, 5, 6]]
+  )
   pe = newton_schulz.coefficient_schedule("polar_express", 10)
   # Rows 0..6 carry the 1.01 safety factor (row 0 twice: input normalization too).
   s = 1.01
-  np.testing.assert_allclose(pe[0], [8.28721201814563 / s**2, -23.595886519098837 / s**6,
-                                     17.300387312530933 / s**10])
-  np.testing.assert_allclose(pe[1], [4.107059111542203 / s, -2.9478499167379106 / s**3,
-                                     0.5448431082926601 / s**5])
+  np.testing.assert_allclose(
+    pe[0], [8.28721201814563 / s**2, -23.595886519098837 / s**6, 17.300387312530933 / s**10]
+  )
+  np.testing.assert_allclose(
+    pe[1], [4.107059111542203 / s, -2.9478499167379106 / s**3, 0.5448431082926601 / s**5]
+  )
   np.testing.assert_array_equal(pe[7:], [[1.875, -1.25, 0.375]] * 3)
 
 
-@pytest.mark.parametrize("coeffs,steps,match", [
+@pytest.mark.parametrize(
+  "coeffs,steps,match",
+  [
     ("cubic", 5, "Unknown Newton-Schulz coefficients 'cubic'"),
     ([1.0, 2.0], 5, r"shape \[3\] or \[n, 3\]"),
     ([[1.0, 2.0, 3.0, 4.0]], 5, r"shape \[3\] or \[n, 3\]"),
     ("quintic", 0, "positive integer"),
-])
+  ],
+)
 def test_bad_coefficients_raise(coeffs, steps, match):
   with pytest.raises(ValueError, match=match):
     newton_schulz.orthogonalize(jnp.ones((4, 4)), coeffs, steps)

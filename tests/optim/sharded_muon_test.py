@@ -39,11 +39,20 @@ from experiments.configs import layouts
 _SHARDED_GROUPS = {"fsdp": 10, "hsdp": 8, "fsdp_ep": 8, "cp2_ep8": 8, "fsdp_tp": 9}
 _COMPILED = ("cp2_ep8", "fsdp_tp")
 
-_COLLECTIVES = ("all-to-all", "all-gather", "all-reduce", "reduce-scatter", "collective-permute",
-                "collective-broadcast", "ragged-all-to-all")
+_COLLECTIVES = (
+  "all-to-all",
+  "all-gather",
+  "all-reduce",
+  "reduce-scatter",
+  "collective-permute",
+  "collective-broadcast",
+  "ragged-all-to-all",
+)
 _OP = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = .*? ([a-z][a-z0-9\-]*)\(")  # the opcode
-_CALLS = re.compile(r"\b(?:body|condition|to_apply|calls|branch_computations)="
-                    r"(\{[^}]*\}|%?[\w.\-]+)")
+_CALLS = re.compile(
+  r"\b(?:body|condition|to_apply|calls|branch_computations)="
+  r"(\{[^}]*\}|%?[\w.\-]+)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +61,12 @@ def tiny():
   names = transformer.logical_axes(cfg)["params"]
   shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))["params"]
   rng = np.random.default_rng(0)
-  grads = [jax.tree.map(lambda x: rng.standard_normal(x.shape, np.float32), shapes)
-           for _ in range(2)]
-  labels = jax.tree.map(lambda n: "muon" if axes_lib.uses_muon(n) else "adam", names,
-                        is_leaf=muon.is_axes_leaf)
+  grads = [
+    jax.tree.map(lambda x: rng.standard_normal(x.shape, np.float32), shapes) for _ in range(2)
+  ]
+  labels = jax.tree.map(
+    lambda n: "muon" if axes_lib.uses_muon(n) else "adam", names, is_leaf=muon.is_axes_leaf
+  )
   ref = optax.partition({"muon": muon.scale_by_muon(names), "adam": optax.identity()}, labels)
   state = ref.init(grads[0])
   update = jax.jit(ref.update).lower(grads[0], state).compile()
@@ -74,8 +85,9 @@ def _shardings(tiny, layout):
 def _groups(tiny, layout):
   """[(group, shard count k, local matrices per device)] of every group of the layout."""
   shardings = _shardings(tiny, layout)
-  muon_tree = jax.tree.map(lambda x, label: x if label == "muon" else optax.MaskedNode(),
-                           tiny["shapes"], tiny["labels"])
+  muon_tree = jax.tree.map(
+    lambda x, label: x if label == "muon" else optax.MaskedNode(), tiny["shapes"], tiny["labels"]
+  )
   out = []
   for mesh, leaves in muon_leaves(muon_tree, tiny["names"], shardings).items():
     for g in plan_groups(leaves, mesh):
@@ -134,28 +146,37 @@ def _ops(comps, names) -> list[str]:
 def collective_report(hlo: str) -> dict:
   """Collective ops of a compiled module, those inside while loops, and the async pairs."""
   comps = _computations(hlo)
-  bodies = [b.lstrip("%") for c in comps.values() for line in c if " while(" in line
-            for b in re.findall(r"\bbody=(%?[\w.\-]+)", line)]
+  bodies = [
+    b.lstrip("%")
+    for c in comps.values()
+    for line in c
+    if " while(" in line
+    for b in re.findall(r"\bbody=(%?[\w.\-]+)", line)
+  ]
   in_loops = _reachable(comps, bodies)
+
   def collectives(ops):  # an async collective counts once, by its start op
     return [op.removesuffix("-start") for op in ops if op.removesuffix("-start") in _COLLECTIVES]
 
   everywhere = _ops(comps, comps)
   return dict(
-      loops=len(bodies),
-      loops_with_dots=sum("dot" in _ops(comps, _reachable(comps, [b])) for b in bodies),
-      collectives=collectives(everywhere),
-      collectives_in_loops=collectives(_ops(comps, in_loops)),
-      # `all-to-all-start` or an `async-start` wrapping the collective (`async-done` ends it).
-      async_starts=sum(op in ("all-to-all-start", "async-start") for op in everywhere))
+    loops=len(bodies),
+    loops_with_dots=sum("dot" in _ops(comps, _reachable(comps, [b])) for b in bodies),
+    collectives=collectives(everywhere),
+    collectives_in_loops=collectives(_ops(comps, in_loops)),
+    # `all-to-all-start` or an `async-start` wrapping the collective (`async-done` ends it).
+    async_starts=sum(op in ("all-to-all-start", "async-start") for op in everywhere),
+  )
 
 
 # ~12 s per layout on 2 shared cores (one compile of the sharded update), so not `slow`.
 @pytest.mark.parametrize("layout", _COMPILED)
 def test_matches_single_device_muon_and_hlo(tiny, layout):
   shardings = _shardings(tiny, layout)
-  opt = optax.partition({"muon": sharded_scale_by_muon(tiny["names"], shardings),
-                         "adam": optax.identity()}, tiny["labels"])
+  opt = optax.partition(
+    {"muon": sharded_scale_by_muon(tiny["names"], shardings), "adam": optax.identity()},
+    tiny["labels"],
+  )
   grads = [jax.device_put(g, shardings) for g in tiny["grads"]]
   state = jax.jit(opt.init)(grads[0])
   update = jax.jit(opt.update).lower(grads[0], state).compile()
@@ -183,8 +204,11 @@ def test_plain_muon_on_sharded_leaf_communicates_inside_the_loop():
   collectives inside every Newton-Schulz iteration, and `collective_report` sees them."""
   mesh = make_meshes(layouts.get_config("fsdp").mesh).dense
   names = {"w": ("embed", "mlp")}
-  g = {"w": jax.device_put(np.ones((64, 32), np.float32),
-                           NamedSharding(mesh, jax.sharding.PartitionSpec("fsdp", None)))}
+  g = {
+    "w": jax.device_put(
+      np.ones((64, 32), np.float32), NamedSharding(mesh, jax.sharding.PartitionSpec("fsdp", None))
+    )
+  }
   opt = muon.scale_by_muon(names)
   update = jax.jit(opt.update).lower(g, opt.init(g)).compile()
   report = collective_report(update.as_text())

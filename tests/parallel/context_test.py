@@ -59,19 +59,28 @@ def _packed_batch(rng) -> dict:
   segs, pos = np.zeros((_B, _L), np.int32), np.zeros((_B, _L), np.int32)
   for b in range(_B):
     a, n = rng.integers(3, _L // 2), rng.integers(3, _L // 2)
-    segs[b, :a], segs[b, a:a + n] = 1, 2
-    pos[b, :a], pos[b, a:a + n] = np.arange(a), np.arange(n)
-  return dict(tokens=rng.integers(0, _CFG.vocab_size, (_B, _L)).astype(np.int32),
-              targets=rng.integers(0, _CFG.vocab_size, (_B, _L)).astype(np.int32),
-              segment_ids=segs, positions=pos, loss_mask=(segs != 0).astype(np.float32))
+    segs[b, :a], segs[b, a : a + n] = 1, 2
+    pos[b, :a], pos[b, a : a + n] = np.arange(a), np.arange(n)
+  return dict(
+    tokens=rng.integers(0, _CFG.vocab_size, (_B, _L)).astype(np.int32),
+    targets=rng.integers(0, _CFG.vocab_size, (_B, _L)).astype(np.int32),
+    segment_ids=segs,
+    positions=pos,
+    loss_mask=(segs != 0).astype(np.float32),
+  )
 
 
 def _loss_and_logits(cfg):
   """`(params, router, batch) -> ((CE token sum, logits [B, L, V]), d CE / d params)`."""
 
   def f(params, router, batch):
-    hidden, _ = transformer.forward(cfg, {"params": params, "router": router}, batch["tokens"],
-                                    batch["segment_ids"], batch["positions"])
+    hidden, _ = transformer.forward(
+      cfg,
+      {"params": params, "router": router},
+      batch["tokens"],
+      batch["segment_ids"],
+      batch["positions"],
+    )
     logits = hidden @ transformer.output_head(cfg, params)
     ce = -jnp.take_along_axis(jax.nn.log_softmax(logits), batch["targets"][..., None], -1)
     return (ce[..., 0] * batch["loss_mask"]).sum(), logits
@@ -85,8 +94,12 @@ def _unsharded(attention):
   cfg = _CFG.replace(attention=attention)
   variables = transformer.init(cfg, jax.random.key(0))
   batch = _packed_batch(np.random.default_rng(0))
-  return cfg, variables, batch, jax.jit(_loss_and_logits(cfg))(
-      variables["params"], variables["router"], batch)
+  return (
+    cfg,
+    variables,
+    batch,
+    jax.jit(_loss_and_logits(cfg))(variables["params"], variables["router"], batch),
+  )
 
 
 # (gqa, 4) is left out to keep the test time down: it adds nothing (mla, 4) and (gqa, 2) miss.
@@ -95,14 +108,16 @@ def test_model_equals_unsharded(attention, cp):
   cfg, variables, batch, ((want_loss, want_logits), want_grads) = _unsharded(attention)
   fn = _loss_and_logits(cfg)
   dm = _mesh(cp)
-  shardings = param_shardings(transformer.logical_axes(cfg)["params"], dm, default_rules(),
-                              shapes=variables["params"])
+  shardings = param_shardings(
+    transformer.logical_axes(cfg)["params"], dm, default_rules(), shapes=variables["params"]
+  )
   params = jax.device_put(variables["params"], shardings)
   _, eval_sharding = placement.batch_shardings(dm, default_rules())
   sharded_batch = placement.to_global(batch, eval_sharding)  # zig-zag order, seq over context
   assert sharded_batch["tokens"].sharding.spec[1] == "context"
   (loss, logits), grads = jax.jit(context_mesh.with_mesh(dm, default_rules(), fn))(
-      params, variables["router"], sharded_batch)
+    params, variables["router"], sharded_batch
+  )
 
   chex.assert_trees_all_close(loss, want_loss, rtol=1e-5)
   chex.assert_trees_all_close(context.unzigzag(logits, cp, axis=1), want_logits, atol=1e-5)
@@ -113,8 +128,9 @@ def test_mla_gathers_the_latent_not_kv():
   cfg = _CFG.replace(first_k_dense_replace=1)  # attention + dense MLP only
   variables = transformer.init(cfg, jax.random.key(0))
   dm = make_meshes(default_mesh_config(fsdp=1, context=2), jax.devices()[:2])
-  tokens = jax.device_put(jnp.zeros((2, _L), jnp.int32),
-                          NamedSharding(dm.dense, PartitionSpec(None, "context")))
+  tokens = jax.device_put(
+    jnp.zeros((2, _L), jnp.int32), NamedSharding(dm.dense, PartitionSpec(None, "context"))
+  )
   fwd = context_mesh.with_mesh(dm, default_rules(), lambda v, t: transformer.forward(cfg, v, t)[0])
   hlo = jax.jit(fwd).lower(variables, tokens).compile().as_text()  # params replicated
   gathered = re.findall(r"= f32\[([\d,]+)\]\{[^}]*\} all-gather(?:-start)?\(", hlo)
@@ -126,22 +142,29 @@ def test_mla_gathers_the_latent_not_kv():
 
 
 def test_sequence_not_divisible_by_2cp_raises():
-  with pytest.raises(ValueError, match="seq_len=12 is not divisible by 2 \\* context "
-                                       "parallelism = 8"):
+  with pytest.raises(
+    ValueError, match="seq_len=12 is not divisible by 2 \\* context parallelism = 8"
+  ):
     context.zigzag_order(12, 4)
   dm = _mesh(4)
   variables = jax.eval_shape(lambda: transformer.init(_CFG, jax.random.key(0)))
-  with context_mesh.use_mesh(dm, default_rules()), pytest.raises(ValueError, match="seq_len=12 is not divisible"):
-    jax.eval_shape(lambda v: transformer.forward(_CFG, v, jnp.zeros((2, 12), jnp.int32)),
-                   variables)
+  with (
+    context_mesh.use_mesh(dm, default_rules()),
+    pytest.raises(ValueError, match="seq_len=12 is not divisible"),
+  ):
+    jax.eval_shape(lambda v: transformer.forward(_CFG, v, jnp.zeros((2, 12), jnp.int32)), variables)
 
 
 def test_rules_must_shard_the_sequence_over_context():
   rules = default_rules()
   rules.dense = [("seq", None)] + [r for r in rules.dense if r[0] != "seq"]
   variables = jax.eval_shape(lambda: transformer.init(_CFG, jax.random.key(0)))
-  with context_mesh.use_mesh(_mesh(2), rules), pytest.raises(
-      ValueError, match="needs the dense rule 'seq' -> 'context'; the layout's rules shard the "
-                        "sequence over None"):
-    jax.eval_shape(lambda v: transformer.forward(_CFG, v, jnp.zeros((2, _L), jnp.int32)),
-                   variables)
+  with (
+    context_mesh.use_mesh(_mesh(2), rules),
+    pytest.raises(
+      ValueError,
+      match="needs the dense rule 'seq' -> 'context'; the layout's rules shard the "
+      "sequence over None",
+    ),
+  ):
+    jax.eval_shape(lambda v: transformer.forward(_CFG, v, jnp.zeros((2, _L), jnp.int32)), variables)

@@ -21,54 +21,113 @@ from tests import local_launch
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-_SLURM = {"SLURM_JOB_ID": "77", "SLURM_STEP_NODELIST": "gpu[01-02]", "SLURM_NTASKS": "16",
-          "SLURM_PROCID": "5", "SLURM_LOCALID": "5", "SLURM_STEP_NUM_NODES": "2",
-          "SLURM_GPUS_ON_NODE": "8"}
+_SLURM = {
+  "SLURM_JOB_ID": "77",
+  "SLURM_STEP_NODELIST": "gpu[01-02]",
+  "SLURM_NTASKS": "16",
+  "SLURM_PROCID": "5",
+  "SLURM_LOCALID": "5",
+  "SLURM_STEP_NUM_NODES": "2",
+  "SLURM_GPUS_ON_NODE": "8",
+}
 
 
-@pytest.mark.parametrize("settings,environ,tpu_vm,expected", [
+@pytest.mark.parametrize(
+  "settings,environ,tpu_vm,expected",
+  [
     (Settings(), {}, False, Plan("single", {})),
-    (Settings(coordinator="10.0.0.1:1234", num_processes=2, process_id=1), {}, False,
-     Plan("explicit", dict(coordinator_address="10.0.0.1:1234", num_processes=2, process_id=1,
-                           local_device_ids=None, cluster_detection_method="deactivate"))),
+    (
+      Settings(coordinator="10.0.0.1:1234", num_processes=2, process_id=1),
+      {},
+      False,
+      Plan(
+        "explicit",
+        dict(
+          coordinator_address="10.0.0.1:1234",
+          num_processes=2,
+          process_id=1,
+          local_device_ids=None,
+          cluster_detection_method="deactivate",
+        ),
+      ),
+    ),
     # Explicit settings win over SLURM; --num_processes=1 alone over everything.
-    (Settings(coordinator="h:1", num_processes=2, process_id=0, local_device_ids=(0, 1)),
-     _SLURM, True, Plan("explicit", dict(coordinator_address="h:1", num_processes=2,
-                                         process_id=0, local_device_ids=(0, 1),
-                                         cluster_detection_method="deactivate"))),
+    (
+      Settings(coordinator="h:1", num_processes=2, process_id=0, local_device_ids=(0, 1)),
+      _SLURM,
+      True,
+      Plan(
+        "explicit",
+        dict(
+          coordinator_address="h:1",
+          num_processes=2,
+          process_id=0,
+          local_device_ids=(0, 1),
+          cluster_detection_method="deactivate",
+        ),
+      ),
+    ),
     (Settings(num_processes=1), _SLURM, True, Plan("single", {})),
     # One process per GPU: JAX reads the SLURM env and picks GPU SLURM_LOCALID itself.
     (Settings(), _SLURM, False, Plan("slurm", {})),
     # One process per node: it drives every GPU of its node.
-    (Settings(), {**_SLURM, "SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "0"},
-     False, Plan("slurm", {"local_device_ids": tuple(range(8))})),
-    (Settings(local_device_ids=(2, 3)), {**_SLURM, "SLURM_NTASKS": "2", "SLURM_PROCID": "1"},
-     False, Plan("slurm", {"local_device_ids": (2, 3)})),
+    (
+      Settings(),
+      {**_SLURM, "SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "0"},
+      False,
+      Plan("slurm", {"local_device_ids": tuple(range(8))}),
+    ),
+    (
+      Settings(local_device_ids=(2, 3)),
+      {**_SLURM, "SLURM_NTASKS": "2", "SLURM_PROCID": "1"},
+      False,
+      Plan("slurm", {"local_device_ids": (2, 3)}),
+    ),
     # A one-task step, or SLURM outside srun (no step variables), is a single process.
     (Settings(), {**_SLURM, "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}, False, Plan("single", {})),
     (Settings(), {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "4"}, False, Plan("single", {})),
     (Settings(), {}, True, Plan("tpu", {})),
-])
+  ],
+)
 def test_resolve(settings, environ, tpu_vm, expected):
   assert distributed.resolve(settings, environ, tpu_vm=tpu_vm) == expected
 
 
-@pytest.mark.parametrize("settings,environ,message", [
-    (Settings(coordinator="h:1", num_processes=2, process_id=2), {},
-     "--process_id=2 must be in [0, --num_processes=2)"),
-    (Settings(num_processes=2, process_id=0), {},
-     "--coordinator missing (given: --num_processes=2, --process_id=0)"),
+@pytest.mark.parametrize(
+  "settings,environ,message",
+  [
+    (
+      Settings(coordinator="h:1", num_processes=2, process_id=2),
+      {},
+      "--process_id=2 must be in [0, --num_processes=2)",
+    ),
+    (
+      Settings(num_processes=2, process_id=0),
+      {},
+      "--coordinator missing (given: --num_processes=2, --process_id=0)",
+    ),
     (Settings(coordinator="h:1"), {}, "--num_processes and --process_id missing"),
-    (Settings(coordinator="localhost", num_processes=2, process_id=0), {},
-     "--coordinator='localhost' must be HOST:PORT"),
+    (
+      Settings(coordinator="localhost", num_processes=2, process_id=0),
+      {},
+      "--coordinator='localhost' must be HOST:PORT",
+    ),
     (Settings(num_processes=0), {}, "--num_processes=0 must be >= 1"),
     (Settings(num_processes=1, process_id=1), {}, "--process_id=1 must be 0 with"),
     (Settings(local_device_ids=(0, 1)), {}, "--local_device_ids=0,1 applies to multi-process"),
-    (Settings(coordinator="h:1", num_processes=2, process_id=0, local_device_ids=(1, 1)), {},
-     "--local_device_ids=1,1 must be distinct"),
-    (Settings(), {**_SLURM, "SLURM_PROCID": "16"}, "SLURM_PROCID=16 must be in [0, SLURM_NTASKS=16)"),
+    (
+      Settings(coordinator="h:1", num_processes=2, process_id=0, local_device_ids=(1, 1)),
+      {},
+      "--local_device_ids=1,1 must be distinct",
+    ),
+    (
+      Settings(),
+      {**_SLURM, "SLURM_PROCID": "16"},
+      "SLURM_PROCID=16 must be in [0, SLURM_NTASKS=16)",
+    ),
     (Settings(), {**_SLURM, "SLURM_NTASKS": "x"}, "SLURM_NTASKS='x' is not an integer"),
-])
+  ],
+)
 def test_bad_settings_are_one_line_errors(settings, environ, message):
   with pytest.raises(ValueError, match=r"^[^\n]+$") as e:
     distributed.resolve(settings, environ, tpu_vm=False)
@@ -102,11 +161,17 @@ def test_multi_process_mesh_must_span_every_device(monkeypatch):
 
 
 # A few steps of the default config's model and optimizer, tiny batches, over all devices.
-_OVERRIDES = {"train.steps": 3, "optim.warmup_steps": 1, "train.batch_size": 8,
-              "train.seq_len": 32, "train.log_every": 1, "train.eval_every": 0,
-              "train.eval_batches": 1,
-              "data.paths": os.path.join(sysconfig.get_paths()["stdlib"], "asyncio"),
-              "data.validation_fraction": 0.2}
+_OVERRIDES = {
+  "train.steps": 3,
+  "optim.warmup_steps": 1,
+  "train.batch_size": 8,
+  "train.seq_len": 32,
+  "train.log_every": 1,
+  "train.eval_every": 0,
+  "train.eval_batches": 1,
+  "data.paths": os.path.join(sysconfig.get_paths()["stdlib"], "asyncio"),
+  "data.validation_fraction": 0.2,
+}
 _LAYOUT = "fsdp_ep"
 
 
@@ -129,9 +194,14 @@ def _final_params(workdir, config):
 
 def _launch(num_processes: int, devices_per_process: int, workdir: str) -> subprocess.Popen:
   return local_launch.launch(
-    num_processes, devices_per_process,
-    [f"--config=experiments/configs/default.py:{_LAYOUT}", f"--workdir={workdir}",
-     *(f"--config.{k}={v}" for k, v in _OVERRIDES.items())])
+    num_processes,
+    devices_per_process,
+    [
+      f"--config=experiments/configs/default.py:{_LAYOUT}",
+      f"--workdir={workdir}",
+      *(f"--config.{k}={v}" for k, v in _OVERRIDES.items()),
+    ],
+  )
 
 
 @pytest.mark.slow
@@ -146,8 +216,11 @@ def test_two_processes_match_one(tmp_path):
   # The 1-process run compiled each step program once (its persistent cache holds one entry
   # each): the train step's outputs (its next inputs) come back with its first inputs'
   # shardings (`out_shardings`), so step 2 reuses step 1's program.
-  cached = sorted(f.split("-")[0] for f in os.listdir(os.path.join(single, "compile_cache"))
-                  if f.startswith(("jit_train_step", "jit_eval_step")))
+  cached = sorted(
+    f.split("-")[0]
+    for f in os.listdir(os.path.join(single, "compile_cache"))
+    if f.startswith(("jit_train_step", "jit_eval_step"))
+  )
   assert cached == ["jit_eval_step", "jit_train_step"], cached
 
   def losses(workdir):
@@ -160,11 +233,17 @@ def test_two_processes_match_one(tmp_path):
   # Both processes wrote their shards and their data-iterator positions.
   step_dir = os.path.join(multi, "checkpoints", "3")
   assert sorted(os.listdir(os.path.join(step_dir, "data"))) == [
-      "commit_success.txt", "process_0-of-2.json", "process_1-of-2.json"]
+    "commit_success.txt",
+    "process_0-of-2.json",
+    "process_1-of-2.json",
+  ]
   assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(os.path.join(step_dir, "state")))
   config = _config()
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-               _final_params(multi, config), _final_params(single, config))
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+    _final_params(multi, config),
+    _final_params(single, config),
+  )
 
 
 def _one_line_errors(output: str) -> list[str]:
@@ -173,13 +252,26 @@ def _one_line_errors(output: str) -> list[str]:
 
 # Accepted with one process, refused with two: the error shows both processes joined one run.
 _NEEDS_ONE_PROCESS = "--config.train.batch_size=3"
-_TWO_PROCESS_ERROR = "error: train.batch_size=3 must be divisible by train.grad_accum=1 x process count 2"
+_TWO_PROCESS_ERROR = (
+  "error: train.batch_size=3 must be divisible by train.grad_accum=1 x process count 2"
+)
 
 
 def test_local_launcher_joins_processes_and_propagates_failure():
   proc = subprocess.run(
-      [sys.executable, "launch/local.py", "--num_processes=2", "--devices_per_process=1", "--",
-       _NEEDS_ONE_PROCESS], cwd=REPO, capture_output=True, text=True, timeout=300)
+    [
+      sys.executable,
+      "launch/local.py",
+      "--num_processes=2",
+      "--devices_per_process=1",
+      "--",
+      _NEEDS_ONE_PROCESS,
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 1, proc.stdout + proc.stderr
   assert _one_line_errors(proc.stdout) == [f"[process {i}] {_TWO_PROCESS_ERROR}" for i in (0, 1)]
   assert "exited with 1" in proc.stderr, proc.stderr
@@ -204,17 +296,37 @@ def test_slurm_script_runs_one_process_per_gpu(tmp_path):
   srun.write_text(_FAKE_SRUN)
   srun.chmod(0o755)
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS" and not k.startswith("SLURM")}
-  env.update(PATH=f"{tmp_path}:{env['PATH']}", PYTHON=sys.executable, SLURM_SUBMIT_DIR=REPO,
-             SLURM_JOB_NUM_NODES="1", SLURM_GPUS_ON_NODE="2", JAX_PLATFORMS="cpu",
-             JAX_COORDINATOR_PORT=str(local_launch.free_port()))
+  env.update(
+    PATH=f"{tmp_path}:{env['PATH']}",
+    PYTHON=sys.executable,
+    SLURM_SUBMIT_DIR=REPO,
+    SLURM_JOB_NUM_NODES="1",
+    SLURM_GPUS_ON_NODE="2",
+    JAX_PLATFORMS="cpu",
+    JAX_COORDINATOR_PORT=str(local_launch.free_port()),
+  )
   script = os.path.join(REPO, "launch", "slurm.sbatch")  # Run from elsewhere: it cds itself.
-  proc = subprocess.run(["bash", script, _NEEDS_ONE_PROCESS], cwd=tmp_path, env=env,
-                        capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+    ["bash", script, _NEEDS_ONE_PROCESS],
+    cwd=tmp_path,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 1, proc.stdout + proc.stderr
   assert proc.stderr.count(_TWO_PROCESS_ERROR) == 2, proc.stderr  # Shared stderr: may interleave.
   assert (tmp_path / "srun_args").read_text().split() == [
-      "--nodes=1", "--ntasks-per-node=2", "--ntasks=2", "--gpu-bind=none",
-      "--kill-on-bad-exit=1", sys.executable, "-m", "experiments.run", _NEEDS_ONE_PROCESS]
+    "--nodes=1",
+    "--ntasks-per-node=2",
+    "--ntasks=2",
+    "--gpu-bind=none",
+    "--kill-on-bad-exit=1",
+    sys.executable,
+    "-m",
+    "experiments.run",
+    _NEEDS_ONE_PROCESS,
+  ]
 
 
 def test_tpu_pod_script_commands(tmp_path):
@@ -224,14 +336,22 @@ def test_tpu_pod_script_commands(tmp_path):
   gcloud.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> "$(dirname "$0")/calls"\n')
   gcloud.chmod(0o755)
   env = dict(os.environ, GCLOUD=str(gcloud), SETUP="1", REMOTE_DIR="cj")
-  proc = subprocess.run(["bash", "launch/tpu_pod.sh", "pod", "zone-a", "--config=a b.py",
-                         "--workdir=/mnt/w"], cwd=REPO, env=env, capture_output=True, text=True,
-                        timeout=60)
+  proc = subprocess.run(
+    ["bash", "launch/tpu_pod.sh", "pod", "zone-a", "--config=a b.py", "--workdir=/mnt/w"],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
   assert proc.returncode == 0, proc.stderr
   scp, setup, run = (tmp_path / "calls").read_text().splitlines()
   assert scp.startswith("compute tpus tpu-vm scp ") and scp.endswith(
-      " pod:composer_jax.tar.gz --zone=zone-a --worker=all")
+    " pod:composer_jax.tar.gz --zone=zone-a --worker=all"
+  )
   assert setup.startswith("compute tpus tpu-vm ssh pod --zone=zone-a --worker=all --command=")
   assert "cd cj && tar xzf ~/composer_jax.tar.gz" in setup and ".[tpu]" in setup
-  assert run == ("compute tpus tpu-vm ssh pod --zone=zone-a --worker=all --command=cd cj && "
-                 ".venv/bin/python -m experiments.run --config=a\\ b.py --workdir=/mnt/w ")
+  assert run == (
+    "compute tpus tpu-vm ssh pod --zone=zone-a --worker=all --command=cd cj && "
+    ".venv/bin/python -m experiments.run --config=a\\ b.py --workdir=/mnt/w "
+  )

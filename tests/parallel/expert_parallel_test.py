@@ -26,9 +26,14 @@ def _inputs(seed=0, num_experts=_E):
   rng = np.random.default_rng(seed)
   f = lambda *s: jnp.asarray(rng.standard_normal(s, dtype=np.float32))
   x = f(_T, _D)
-  gate, up, down = f(num_experts, _D, _F) / 3, f(num_experts, _D, _F) / 3, f(num_experts, _F, _D) / 3
-  experts = jnp.asarray(np.argsort(rng.standard_normal((_T, num_experts)), axis=-1)[:, :_K],
-                        jnp.int32)  # K distinct experts per token
+  gate, up, down = (
+    f(num_experts, _D, _F) / 3,
+    f(num_experts, _D, _F) / 3,
+    f(num_experts, _F, _D) / 3,
+  )
+  experts = jnp.asarray(
+    np.argsort(rng.standard_normal((_T, num_experts)), axis=-1)[:, :_K], jnp.int32
+  )  # K distinct experts per token
   weights = jnp.abs(f(_T, _K))
   valid = jnp.ones(_T, bool)
   return x, weights, experts, valid, gate, up, down
@@ -59,9 +64,14 @@ def _value_and_grads(fn, *args):
 
 @functools.cache
 def _ep(ep, capacity_factor=None, ragged=False):
-  return functools.partial(expert_parallel.dispatch, expert_fn=moe.grouped_swiglu,
-                           mesh=_expert_mesh(ep), rules=default_rules().expert,
-                           capacity_factor=capacity_factor, ragged=ragged)
+  return functools.partial(
+    expert_parallel.dispatch,
+    expert_fn=moe.grouped_swiglu,
+    mesh=_expert_mesh(ep),
+    rules=default_rules().expert,
+    capacity_factor=capacity_factor,
+    ragged=ragged,
+  )
 
 
 @pytest.mark.parametrize("ep,routing", [(8, "random"), (4, "random"), (8, "one_expert")])
@@ -99,8 +109,9 @@ def _hand_keep(experts, valid, ep, cap, ragged):
   return keep, int(np.sum(~keep & valid[:, None]))
 
 
-def _fake_ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets,
-                            recv_sizes, *, axis_name):
+def _fake_ragged_all_to_all(
+  operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *, axis_name
+):
   """`jax.lax.ragged_all_to_all` as its docstring defines it, from all_gather (runs on CPU).
 
   A `recv_sizes` that disagrees with what the peer sends poisons the result with NaN.
@@ -132,8 +143,7 @@ def test_small_buffer_drops_counted_and_zero(ragged, monkeypatch):
   keep, hand_dropped = _hand_keep(experts, valid, ep, cap, ragged)
   assert hand_dropped > 0
   args = (x, weights, experts, valid, gate, up, down)
-  y, dropped, grads = _value_and_grads(
-      _ep(ep, capacity_factor=factor, ragged=ragged), *args)
+  y, dropped, grads = _value_and_grads(_ep(ep, capacity_factor=factor, ragged=ragged), *args)
   kept_weights = weights * jnp.asarray(keep)  # dropped assignments contribute 0
   want_y, _, want_grads = _value_and_grads(moe.dropless, x, kept_weights, *args[2:])
   assert float(dropped) == hand_dropped
@@ -154,18 +164,24 @@ def test_ragged_path_matches_dropless(monkeypatch):
 
 def test_bad_inputs_clear_errors():
   args = _inputs(num_experts=12)
-  with pytest.raises(ValueError, match="n_routed_experts=12 is not divisible by expert "
-                                       "parallelism 8"):
+  with pytest.raises(
+    ValueError, match="n_routed_experts=12 is not divisible by expert parallelism 8"
+  ):
     _ep(8)(*args)
   dense_view = make_meshes(default_mesh_config()).dense
   with pytest.raises(ValueError, match="names mesh axis 'expert_replica', not in this view's"):
-    expert_parallel.dispatch(*args, expert_fn=moe.grouped_swiglu, mesh=dense_view,
-                             rules=default_rules().expert)
+    expert_parallel.dispatch(
+      *args, expert_fn=moe.grouped_swiglu, mesh=dense_view, rules=default_rules().expert
+    )
   # Rules that split the experts' matrices (the `fsdp` layout) cannot run this dispatch.
   fsdp = layouts.get_config("fsdp")
   with pytest.raises(ValueError, match="shard 'experts' over one mesh axis and leave 'embed'"):
-    expert_parallel.dispatch(*_inputs(), expert_fn=moe.grouped_swiglu,
-                             mesh=make_meshes(fsdp.mesh).expert, rules=fsdp.rules.expert)
+    expert_parallel.dispatch(
+      *_inputs(),
+      expert_fn=moe.grouped_swiglu,
+      mesh=make_meshes(fsdp.mesh).expert,
+      rules=fsdp.rules.expert,
+    )
 
 
 def test_moe_layer_with_sharded_params_matches_dropless():
@@ -177,10 +193,14 @@ def test_moe_layer_with_sharded_params_matches_dropless():
   layer = moe.MoE(cfg)
   variables = layer.init(jax.random.key(0), x, valid)  # init needs no mesh
   axes = nn.get_partition_spec(variables)["params"]
-  params = jax.device_put(nn.meta.unbox(variables["params"]),
-                          param_shardings(jax.tree.map(tuple, axes), dm, default_rules()))
+  params = jax.device_put(
+    nn.meta.unbox(variables["params"]),
+    param_shardings(jax.tree.map(tuple, axes), dm, default_rules()),
+  )
   apply = lambda c, p: moe.MoE(c).apply({**nn.meta.unbox(variables), "params": p}, x, valid)
-  y, stats = jax.jit(context_mesh.with_mesh(dm, default_rules(), functools.partial(apply, cfg)))(params)
+  y, stats = jax.jit(context_mesh.with_mesh(dm, default_rules(), functools.partial(apply, cfg)))(
+    params
+  )
   want_y, _ = apply(cfg.replace(moe_dispatch="dropless"), nn.meta.unbox(variables["params"]))
   assert float(stats["dropped_tokens"]) == 0.0
   chex.assert_trees_all_close(y, want_y, atol=1e-5, rtol=1e-5)
@@ -191,23 +211,46 @@ def test_train_step_reports_dropped_assignments():
   """cp2_ep8 (context parallel 2 and EP 8 on the same 8 devices), a bounded buffer: the
   step's dropped count is the sum over micro-batches of the forward's, and its fraction of
   all routed assignments is reported."""
-  cfg = get_preset("tiny", moe_dispatch="expert_parallel", num_layers=1, first_k_dense_replace=0,
-                   ep_capacity_factor=0.25)
+  cfg = get_preset(
+    "tiny",
+    moe_dispatch="expert_parallel",
+    num_layers=1,
+    first_k_dense_replace=0,
+    ep_capacity_factor=0.25,
+  )
   layout = layouts.get_config("cp2_ep8")
   dm = make_meshes(layout.mesh)
   state = init_state(cfg, optax.sgd(0.1), jax.random.key(0))
   rng = np.random.default_rng(0)
   tokens = rng.integers(0, cfg.vocab_size, (2, 4, 16), dtype=np.int32)  # [G, B, L]
   ones = np.ones(tokens.shape, np.int32)
-  batch = {"tokens": tokens, "targets": tokens, "loss_mask": ones.astype(np.float32),
-           "segment_ids": ones, "positions": np.cumsum(ones, -1) - 1}
+  batch = {
+    "tokens": tokens,
+    "targets": tokens,
+    "loss_mask": ones.astype(np.float32),
+    "segment_ids": ones,
+    "positions": np.cumsum(ones, -1) - 1,
+  }
   batch = {k: context.zigzag(v, 2) for k, v in batch.items()}  # the context-parallel layout
-  step = step_lib.make_train_step(cfg, optax.sgd(0.1), optax.constant_schedule(0.1),
-                                  jax.tree.map(lambda _: "adamw", state.params), loss_chunk=64,
-                                  z_loss=0.0, router_bias_rate=0.0)
+  step = step_lib.make_train_step(
+    cfg,
+    optax.sgd(0.1),
+    optax.constant_schedule(0.1),
+    jax.tree.map(lambda _: "adamw", state.params),
+    loss_chunk=64,
+    z_loss=0.0,
+    router_bias_rate=0.0,
+  )
   _, metrics = jax.jit(context_mesh.with_mesh(dm, layout.rules, step))(state, batch)
-  forward = jax.jit(context_mesh.with_mesh(dm, layout.rules, lambda t, p: transformer.forward(
-      cfg, {"params": state.params, "router": state.router}, t, positions=p)[1]))
+  forward = jax.jit(
+    context_mesh.with_mesh(
+      dm,
+      layout.rules,
+      lambda t, p: transformer.forward(
+        cfg, {"params": state.params, "router": state.router}, t, positions=p
+      )[1],
+    )
+  )
   per_micro = [forward(t, p) for t, p in zip(batch["tokens"], batch["positions"])]
   want = sum(float(a["dropped_tokens"]) for a in per_micro)
   routed = sum(float(a["router_counts"].sum()) for a in per_micro)

@@ -12,11 +12,11 @@ from experiments.configs import layouts
 
 # Expected (dense, expert) view shapes on 8 devices, written out by hand.
 _SHAPES = {
-    "fsdp": ((1, 8, 1, 1), (1, 8)),
-    "hsdp": ((2, 4, 1, 1), (1, 8)),
-    "fsdp_ep": ((1, 8, 1, 1), (1, 8)),
-    "fsdp_tp": ((1, 4, 1, 2), (1, 8)),
-    "cp2_ep8": ((1, 4, 2, 1), (1, 8)),
+  "fsdp": ((1, 8, 1, 1), (1, 8)),
+  "hsdp": ((2, 4, 1, 1), (1, 8)),
+  "fsdp_ep": ((1, 8, 1, 1), (1, 8)),
+  "fsdp_tp": ((1, 4, 1, 2), (1, 8)),
+  "cp2_ep8": ((1, 4, 2, 1), (1, 8)),
 }
 
 
@@ -49,13 +49,16 @@ def test_explicit_device_order_is_kept():
   assert list(dm.dense.devices.flat) == devs == list(dm.expert.devices.flat)
 
 
-@pytest.mark.parametrize("sizes, match", [
+@pytest.mark.parametrize(
+  "sizes, match",
+  [
     (dict(fsdp=3), "multiply to 3, not the device count 8"),
     (dict(fsdp=-1, replica=3), "does not divide the device count 8"),
     (dict(expert=4), "multiply to 4, not the device count 8"),
     (dict(fsdp=-1, replica=-1), "at most one -1"),
     (dict(fsdp=0, replica=8), "must be >= 1"),
-])
+  ],
+)
 def test_bad_sizes_raise(sizes, match):
   with pytest.raises(ValueError, match=match):
     make_meshes(default_mesh_config(**sizes))

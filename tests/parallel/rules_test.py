@@ -15,38 +15,57 @@ from experiments.configs import layouts
 # A slice of the model's parameter tree (`transformer.logical_axes`, tiny-model dims): logical
 # names and shapes.
 _AXES = {
-    "embed": ("vocab", "embed"),
-    "gate": ("layers", "embed", "mlp"),
-    "q_b": ("layers", "q_lora", "heads", "head_dim"),
-    "o": ("layers", "heads", "head_dim", "embed"),
-    "norm": ("layers", "norm"),
-    "experts_down": ("layers", "experts", "expert_mlp", "embed"),
+  "embed": ("vocab", "embed"),
+  "gate": ("layers", "embed", "mlp"),
+  "q_b": ("layers", "q_lora", "heads", "head_dim"),
+  "o": ("layers", "heads", "head_dim", "embed"),
+  "norm": ("layers", "norm"),
+  "experts_down": ("layers", "experts", "expert_mlp", "embed"),
 }
 _SHAPES = {
-    "embed": (512, 64), "gate": (1, 64, 128), "q_b": (2, 32, 4, 24), "o": (2, 4, 16, 64),
-    "norm": (2, 64), "experts_down": (2, 8, 32, 64),
+  "embed": (512, 64),
+  "gate": (1, 64, 128),
+  "q_b": (2, 32, 4, 24),
+  "o": (2, 4, 16, 64),
+  "norm": (2, 64),
+  "experts_down": (2, 8, 32, 64),
 }
 _SHAPE_TREE = {k: jax.ShapeDtypeStruct(s, "float32") for k, s in _SHAPES.items()}
 
 # Expected specs, by hand from the rule tables (size-1 mesh axes dropped).
 _EXPECTED = {
-    "fsdp_ep": {
-        "embed": P(None, "fsdp"), "gate": P(None, "fsdp", None),
-        "q_b": P(None, "fsdp", None, None), "o": P(None, None, None, "fsdp"),
-        "norm": P(None, None), "experts_down": P(None, "expert", None, None)},
-    "fsdp": {
-        "embed": P(None, "fsdp"), "gate": P(None, "fsdp", None),
-        "q_b": P(None, "fsdp", None, None), "o": P(None, None, None, "fsdp"),
-        "norm": P(None, None), "experts_down": P(None, None, None, "expert")},
-    "cp2_ep8": {
-        "embed": P(None, ("fsdp", "context")), "gate": P(None, ("fsdp", "context"), None),
-        "q_b": P(None, ("fsdp", "context"), None, None),
-        "o": P(None, None, None, ("fsdp", "context")),
-        "norm": P(None, None), "experts_down": P(None, "expert", None, None)},
-    "fsdp_tp": {
-        "embed": P("tensor", "fsdp"), "gate": P(None, "fsdp", "tensor"),
-        "q_b": P(None, "fsdp", "tensor", None), "o": P(None, "tensor", None, "fsdp"),
-        "norm": P(None, None), "experts_down": P(None, "expert", None, None)},
+  "fsdp_ep": {
+    "embed": P(None, "fsdp"),
+    "gate": P(None, "fsdp", None),
+    "q_b": P(None, "fsdp", None, None),
+    "o": P(None, None, None, "fsdp"),
+    "norm": P(None, None),
+    "experts_down": P(None, "expert", None, None),
+  },
+  "fsdp": {
+    "embed": P(None, "fsdp"),
+    "gate": P(None, "fsdp", None),
+    "q_b": P(None, "fsdp", None, None),
+    "o": P(None, None, None, "fsdp"),
+    "norm": P(None, None),
+    "experts_down": P(None, None, None, "expert"),
+  },
+  "cp2_ep8": {
+    "embed": P(None, ("fsdp", "context")),
+    "gate": P(None, ("fsdp", "context"), None),
+    "q_b": P(None, ("fsdp", "context"), None, None),
+    "o": P(None, None, None, ("fsdp", "context")),
+    "norm": P(None, None),
+    "experts_down": P(None, "expert", None, None),
+  },
+  "fsdp_tp": {
+    "embed": P("tensor", "fsdp"),
+    "gate": P(None, "fsdp", "tensor"),
+    "q_b": P(None, "fsdp", "tensor", None),
+    "o": P(None, "tensor", None, "fsdp"),
+    "norm": P(None, None),
+    "experts_down": P(None, "expert", None, None),
+  },
 }
 
 
@@ -63,8 +82,9 @@ def test_param_shardings_match_hand_specs(name):
 def test_shardings_place_arrays():
   cfg = layouts.get_config("cp2_ep8")
   shardings = param_shardings(_AXES, make_meshes(cfg.mesh), cfg.rules, shapes=_SHAPE_TREE)
-  arrays = jax.jit(lambda: {k: jax.numpy.zeros(s) for k, s in _SHAPES.items()},
-                   out_shardings=shardings)()
+  arrays = jax.jit(
+    lambda: {k: jax.numpy.zeros(s) for k, s in _SHAPES.items()}, out_shardings=shardings
+  )()
   assert arrays["experts_down"].addressable_shards[0].data.shape == (2, 1, 32, 64)
   assert arrays["gate"].addressable_shards[0].data.shape == (1, 8, 128)
 
@@ -73,9 +93,11 @@ def test_activation_sharding():
   cfg = layouts.get_config("cp2_ep8")
   dm = make_meshes(cfg.mesh)
   assert activation_sharding(("batch", "seq", "act_embed"), dm, cfg.rules).spec == P(
-      "fsdp", "context", None)
+    "fsdp", "context", None
+  )
   assert activation_sharding(("batch", "act_embed"), dm, cfg.rules, "expert").spec == P(
-      "expert", None)
+    "expert", None
+  )
 
 
 def test_missing_rule_raises():
@@ -88,8 +110,11 @@ def test_missing_rule_raises():
 def test_indivisible_dim_raises():
   cfg = layouts.get_config("fsdp_ep")
   shapes = dict(_SHAPE_TREE, gate=jax.ShapeDtypeStruct((1, 60, 128), "float32"))
-  with pytest.raises(ValueError, match=r"\['gate'\] dim 1 \('embed'\) of size 60 is not "
-                                       r"divisible by mesh axes \('fsdp',\) of total size 8"):
+  with pytest.raises(
+    ValueError,
+    match=r"\['gate'\] dim 1 \('embed'\) of size 60 is not "
+    r"divisible by mesh axes \('fsdp',\) of total size 8",
+  ):
     param_shardings(_AXES, make_meshes(cfg.mesh), cfg.rules, shapes=shapes)
 
 
@@ -103,8 +128,10 @@ def test_rule_with_unknown_mesh_axis_raises():
 @pytest.fixture(scope="module")
 def tiny_tree():
   cfg = get_preset("tiny")
-  return (transformer.logical_axes(cfg),
-          jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0))))
+  return (
+    transformer.logical_axes(cfg),
+    jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0))),
+  )
 
 
 @pytest.mark.parametrize("name", sorted(layouts.LAYOUTS))
@@ -122,7 +149,8 @@ def test_every_layout_shards_the_whole_tiny_model(tiny_tree, name):
 def test_none_names_a_dim_that_is_never_sharded():
   cfg = layouts.get_config("cp2_ep8")
   assert activation_sharding((None, "batch", "seq"), make_meshes(cfg.mesh), cfg.rules).spec == P(
-      None, "fsdp", "context")
+    None, "fsdp", "context"
+  )
 
 
 def test_a_tuple_names_a_flattened_dim():
@@ -131,17 +159,23 @@ def test_a_tuple_names_a_flattened_dim():
   cfg = layouts.get_config("cp2_ep8")
   dm = make_meshes(cfg.mesh)
   assert activation_sharding((("batch", "seq"), "act_embed"), dm, cfg.rules).spec == P(
-      ("fsdp", "context"), None)
-  assert activation_sharding(("seq", ("batch", "seq")), dm, cfg.rules).spec == P(
-      "context", "fsdp")
+    ("fsdp", "context"), None
+  )
+  assert activation_sharding(("seq", ("batch", "seq")), dm, cfg.rules).spec == P("context", "fsdp")
 
 
-@pytest.mark.parametrize("mesh, batch_rule, want_tokens", [
+@pytest.mark.parametrize(
+  "mesh, batch_rule, want_tokens",
+  [
     (dict(), ("expert_replica", "expert"), P("expert", None)),  # fsdp_ep: EP 8
-    (dict(expert_replica=2, expert=4), ("expert_replica", "expert"),
-     P(("expert_replica", "expert"), None)),
+    (
+      dict(expert_replica=2, expert=4),
+      ("expert_replica", "expert"),
+      P(("expert_replica", "expert"), None),
+    ),
     (dict(expert_replica=2, expert=4), "expert", P("expert", None)),  # tokens over EP only
-])
+  ],
+)
 def test_expert_parallel_specs_follow_the_rules(mesh, batch_rule, want_tokens):
   # The shard_map specs of the dispatch, by hand from the rule tables.
   rules = default_rules()
@@ -149,5 +183,6 @@ def test_expert_parallel_specs_follow_the_rules(mesh, batch_rule, want_tokens):
   got = expert_parallel.specs(make_meshes(default_mesh_config(**mesh)).expert, rules.expert)
   assert got.tokens == want_tokens and got.rows == P(want_tokens[0])
   assert got.gate_up == got.down == P("expert", None, None) and got.ep_axis == "expert"
-  assert got.token_axes == ((want_tokens[0],) if isinstance(want_tokens[0], str)
-                            else want_tokens[0])
+  assert got.token_axes == (
+    (want_tokens[0],) if isinstance(want_tokens[0], str) else want_tokens[0]
+  )

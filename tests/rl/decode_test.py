@@ -34,7 +34,7 @@ def _generation_hidden(cfg, variables, prompts, tokens):
   """Full (uncached) forward on prompt + tokens per row -> hidden `[B, N, D]` predicting them."""
   seq = np.zeros((B, P + N), np.int32)
   for b, n in enumerate(LENS):
-    seq[b, :n], seq[b, n:n + N] = prompts[b, :n], tokens[b]
+    seq[b, :n], seq[b, n : n + N] = prompts[b, :n], tokens[b]
   hidden, _ = _forward(cfg, variables, jnp.asarray(seq))
   return hidden[np.arange(B)[:, None], LENS[:, None] - 1 + np.arange(N)]
 
@@ -56,13 +56,15 @@ _log_softmax = functools.partial(special.log_softmax, axis=-1)
 @pytest.mark.parametrize("attention", ["mla", "gqa"])
 def test_logprobs_match_trainer(attention):
   cfg, variables, prompts = _setup(attention)
-  out = decode.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
-                       **SAMPLING)
+  out = decode.sample(
+    cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N, **SAMPLING
+  )
   np.testing.assert_array_equal(out.lengths, [N] * B)
   hidden = _generation_hidden(cfg, variables, prompts, np.asarray(out.tokens))
   head = transformer.output_head(cfg, variables["params"])
-  trainer, _ = losses.token_logprob_entropy(hidden.reshape(B * N, -1), head,
-                                            out.tokens.reshape(-1), chunk=128)
+  trainer, _ = losses.token_logprob_entropy(
+    hidden.reshape(B * N, -1), head, out.tokens.reshape(-1), chunk=128
+  )
   np.testing.assert_allclose(out.logprobs, trainer.reshape(B, N), atol=1e-5, rtol=0)
   # The sampling distribution: nucleus of softmax(z / T), in float64.
   logits = np.asarray(hidden @ head, np.float64).reshape(B * N, -1)
@@ -71,19 +73,22 @@ def test_logprobs_match_trainer(attention):
   assert np.isfinite(want).all(), "a sampled token lies outside the nucleus"
   np.testing.assert_allclose(out.sampling_logprobs, want, atol=1e-5, rtol=0)
   # Same key -> same output; another key -> other tokens.
-  again = decode.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
-                         **SAMPLING)
+  again = decode.sample(
+    cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N, **SAMPLING
+  )
   jax.tree.map(np.testing.assert_array_equal, again, out)
-  other = decode.sample(cfg, variables, prompts, LENS, jax.random.key(3), max_new_tokens=N,
-                         **SAMPLING)
+  other = decode.sample(
+    cfg, variables, prompts, LENS, jax.random.key(3), max_new_tokens=N, **SAMPLING
+  )
   assert not np.array_equal(other.tokens, out.tokens)
 
 
 @pytest.mark.parametrize("attention", ["mla", "gqa"])
 def test_greedy_equals_repeated_full_forward(attention):
   cfg, variables, prompts = _setup(attention)
-  out = decode.sample(cfg, variables, prompts, LENS, jax.random.key(0), max_new_tokens=N,
-                       temperature=0.0)
+  out = decode.sample(
+    cfg, variables, prompts, LENS, jax.random.key(0), max_new_tokens=N, temperature=0.0
+  )
   head = transformer.output_head(cfg, variables["params"])
   tokens = np.zeros((B, N), np.int32)
   for t in range(N):  # no cache: re-run the whole sequence for every new token
@@ -99,43 +104,62 @@ def _expected_lengths(tokens, stops):
   """First t (+1) at which a row's tokens[:t + 1] end with a stop sequence, else N."""
   lengths = []
   for row in tokens.tolist():
-    ends = [t + 1 for t in range(N) for s in stops if t + 1 >= len(s)
-            and tuple(row[t + 1 - len(s):t + 1]) == s]
+    ends = [
+      t + 1
+      for t in range(N)
+      for s in stops
+      if t + 1 >= len(s) and tuple(row[t + 1 - len(s) : t + 1]) == s
+    ]
     lengths.append(min(ends, default=N))
   return np.array(lengths)
 
 
 def test_stop_sequences_end_rows():
   cfg, variables, prompts = _setup("mla")
-  free = decode.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
-                        **SAMPLING)
+  free = decode.sample(
+    cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N, **SAMPLING
+  )
   toks = np.asarray(free.tokens)
   stops = ((int(toks[0, 2]),), (int(toks[2, 3]), int(toks[2, 4])))  # a token, a bigram
-  out = decode.sample(cfg, variables, prompts, LENS, jax.random.key(2), max_new_tokens=N,
-                       stop_ids=(stops[0][0], stops[1]), pad_id=7, **SAMPLING)
+  out = decode.sample(
+    cfg,
+    variables,
+    prompts,
+    LENS,
+    jax.random.key(2),
+    max_new_tokens=N,
+    stop_ids=(stops[0][0], stops[1]),
+    pad_id=7,
+    **SAMPLING,
+  )
   lengths = _expected_lengths(toks, stops)
   assert lengths[0] <= 3 and lengths[2] <= 5
   np.testing.assert_array_equal(out.lengths, lengths)
   live = np.arange(N) < lengths[:, None]
   np.testing.assert_array_equal(out.tokens, np.where(live, toks, 7))
   np.testing.assert_allclose(out.logprobs, np.where(live, free.logprobs, 0), atol=1e-6)
-  np.testing.assert_allclose(out.sampling_logprobs, np.where(live, free.sampling_logprobs, 0),
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    out.sampling_logprobs, np.where(live, free.sampling_logprobs, 0), atol=1e-6
+  )
 
 
 def test_top_p_by_hand():
   probs = np.array([[0.05, 0.5, 0.15, 0.3]])
   logp = jnp.log(jnp.asarray(probs, jnp.float32))
-  cases = {0.7: [0, 0.5 / 0.8, 0, 0.3 / 0.8],  # 0.5 < 0.7 <= 0.5 + 0.3
-           0.9: [0, 0.5 / 0.95, 0.15 / 0.95, 0.3 / 0.95],
-           1.0: probs[0],
-           1e-6: [0, 1, 0, 0]}  # only the top token
+  cases = {
+    0.7: [0, 0.5 / 0.8, 0, 0.3 / 0.8],  # 0.5 < 0.7 <= 0.5 + 0.3
+    0.9: [0, 0.5 / 0.95, 0.15 / 0.95, 0.3 / 0.95],
+    1.0: probs[0],
+    1e-6: [0, 1, 0, 0],
+  }  # only the top token
   for top_p, want in cases.items():
     got = np.exp(decode.top_p_logprobs(logp, top_p))
     np.testing.assert_allclose(got, [want], atol=1e-6, err_msg=f"top_p={top_p}")
 
 
-@pytest.mark.parametrize("change, match", [
+@pytest.mark.parametrize(
+  "change, match",
+  [
     (dict(prompt_lens=np.array([7, 2, 4])), r"prompt_lens \[7, 2, 4\] must lie in \[1, 6\]"),
     (dict(prompt_lens=np.array([0, 2, 4])), "must lie in"),
     (dict(prompts=np.zeros((B, 30), np.int32)), "exceeds max_position_embeddings=32"),
@@ -147,12 +171,14 @@ def test_top_p_by_hand():
     (dict(stop_ids=((),)), "stop sequence"),
     (dict(stop_ids=(512,)), r"stop sequence \(512,\) must be"),
     (dict(prompts=np.zeros((B, P), np.float32)), "integer"),
-])
+  ],
+)
 def test_bad_inputs(change, match):
   cfg = _CFG.replace(max_position_embeddings=32)
   args = dict(prompts=np.zeros((B, P), np.int32), prompt_lens=LENS, max_new_tokens=N)
   args.update(change)
   variables = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
   with pytest.raises(ValueError, match=match):
-    decode.sample(cfg, variables, args.pop("prompts"), args.pop("prompt_lens"),
-                   jax.random.key(0), **args)
+    decode.sample(
+      cfg, variables, args.pop("prompts"), args.pop("prompt_lens"), jax.random.key(0), **args
+    )

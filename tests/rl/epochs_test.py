@@ -77,8 +77,12 @@ def _run():
   old = old_policy(_hidden(variables, batch), head(variables["params"]), batch)
   # Behaviour log-probs: the old policy's plus noise (a stale, numerically different sampler).
   noise = np.random.default_rng(1).normal(0, 0.3, (B, L)).astype(np.float32)
-  batch = dict(batch, sampler_logprobs=np.where(batch["model_mask"] > 0,
-                                                np.asarray(old["old_logprobs"]) + noise, 0.0))
+  batch = dict(
+    batch,
+    sampler_logprobs=np.where(
+      batch["model_mask"] > 0, np.asarray(old["old_logprobs"]) + noise, 0.0
+    ),
+  )
   full = dict(batch, **old)
   tx = optax.adam(0.03)
 
@@ -100,8 +104,14 @@ def _run():
     return update(state, mini)
 
   params = variables["params"]
-  _, metrics = epochs.run_epochs(recording_update, (params, tx.init(params)), full, epochs=K,
-                                 minibatches=M, key=jax.random.key(3))
+  _, metrics = epochs.run_epochs(
+    recording_update,
+    (params, tx.init(params)),
+    full,
+    epochs=K,
+    minibatches=M,
+    key=jax.random.key(3),
+  )
   return full, seen, metrics
 
 
@@ -151,8 +161,11 @@ def test_minibatches_cover_each_epoch_once():
   [
     (dict(epochs=0, minibatches=1), r"epochs=0 must be an integer >= 1"),
     (dict(epochs=2, minibatches=0), r"minibatches=0 must be an integer >= 1"),
-    (dict(epochs=1, minibatches=3), r"minibatches=3 does not divide the batch of 4 rows; "
-                                    r"valid: \[1, 2, 4\]"),
+    (
+      dict(epochs=1, minibatches=3),
+      r"minibatches=3 does not divide the batch of 4 rows; "
+      r"valid: \[1, 2, 4\]",
+    ),
   ],
 )
 def test_bad_epochs_or_minibatches(kwargs, match):

@@ -31,7 +31,8 @@ def test_bad_kinds_name_the_valid_ones():
 
 
 def test_model_turns_are_the_sampled_turns():
-  traj = Trajectory.from_turns([Turn([1, 2]), Turn([3, 4], [0.0, 0.0]), Turn([5]),
-                                Turn([6], [0.0])], 1.0, 0)
+  traj = Trajectory.from_turns(
+    [Turn([1, 2]), Turn([3, 4], [0.0, 0.0]), Turn([5]), Turn([6], [0.0])], 1.0, 0
+  )
   got = [(k, list(ids)) for k, ids in model_turns(Episode(traj, None, None))]
   assert got == [(1, [3, 4]), (3, [6])]

@@ -51,8 +51,10 @@ def _episodes():
     turns = [Turn(rng.integers(3, 64, 4 + i % 3).tolist())]
     for _ in range(1 + i % 2):
       n = int(rng.integers(2, 4))
-      turns += [Turn(rng.integers(3, 64, n).tolist(), (-rng.random(n) - 0.1).tolist()),
-                Turn(rng.integers(3, 64, 2).tolist())]
+      turns += [
+        Turn(rng.integers(3, 64, n).tolist(), (-rng.random(n) - 0.1).tolist()),
+        Turn(rng.integers(3, 64, 2).tolist()),
+      ]
     trajs.append(Trajectory.from_turns(turns, float(rng.random()), i // 2))
   return trajs, [DistillTarget(i, 1, rng.integers(3, 64, 2).tolist()) for i in range(5)]
 
@@ -62,8 +64,15 @@ def _batches(reuse_prefix=False):
   rows of 1 + hint + turn <= 6 tokens over the student's prefix cache)."""
   trajs, targets = _episodes()
   batch = pack_batch(trajs, [L], batch_size=ROWS)
-  teacher = build_teacher_batch(trajs, batch, targets, buckets=[8 if reuse_prefix else L],
-                                turn_buckets=[3], num_rows=ROWS, reuse_prefix=reuse_prefix)
+  teacher = build_teacher_batch(
+    trajs,
+    batch,
+    targets,
+    buckets=[8 if reuse_prefix else L],
+    turn_buckets=[3],
+    num_rows=ROWS,
+    reuse_prefix=reuse_prefix,
+  )
   return batch, teacher
 
 
@@ -100,8 +109,9 @@ def reference(init):
 # every layout; here: the dual mesh with context and expert parallelism (Muon), the
 # replicated HSDP mesh (Muon) and FSDP+EP with AdamW. ~15-30 s of CPU each (one compile).
 @pytest.mark.slow
-@pytest.mark.parametrize("layout,optim", [("cp2_ep8", "muon"), ("hsdp", "muon"),
-                                          ("fsdp_ep", "adamw")])
+@pytest.mark.parametrize(
+  "layout,optim", [("cp2_ep8", "muon"), ("hsdp", "muon"), ("fsdp_ep", "adamw")]
+)
 def test_rl_update_matches_single_device(init, reference, layout, optim):
   want_metrics, want_params, want_opt = reference[optim]
   metrics, params, opt_state, prog = _update(layout, init, optim)
@@ -115,11 +125,19 @@ def test_rl_update_matches_single_device(init, reference, layout, optim):
   axes = transformer.logical_axes(model_config(config.model))["params"]
   # Muon weights: this step's change agrees to 1e-4 of its size (see tests/train/layouts_test).
   for (path, new), ref, old, label in zip(
-      jax.tree_util.tree_leaves_with_path(jax.device_get(params)), jax.tree.leaves(want_params),
-      jax.tree.leaves(init["params"]), jax.tree.leaves(param_labels(config.optim, axes))):
+    jax.tree_util.tree_leaves_with_path(jax.device_get(params)),
+    jax.tree.leaves(want_params),
+    jax.tree.leaves(init["params"]),
+    jax.tree.leaves(param_labels(config.optim, axes)),
+  ):
     if label == "muon":
-      np.testing.assert_allclose(new - old, ref - old, atol=1e-4 * np.abs(ref - old).max(),
-                                 rtol=0, err_msg=jax.tree_util.keystr(path))
+      np.testing.assert_allclose(
+        new - old,
+        ref - old,
+        atol=1e-4 * np.abs(ref - old).max(),
+        rtol=0,
+        err_msg=jax.tree_util.keystr(path),
+      )
   # Shardings kept: params as the layout's logical-axis rules place them, optimizer state as
   # the trainer's target.
   expected = rules_lib.param_shardings(axes, prog.progs.mesh, config.rules)

@@ -33,9 +33,20 @@ def _config(mode="colocated", staleness=0):
   c.mesh.fsdp = TRAINER
   c.train.steps = STEPS
   c.optim.lr = c.optim.adam_lr = 1e-2  # large steps: stale weights sample differently
-  c.rl.update(dict(groups=2, group_size=2, seq_len=8, prompt_len=4, teacher_seq_len=16,
-                   teacher_rows=4, mode=mode, max_staleness=staleness, probe_count=0,
-                   sampler_devices=(4, 5, 6, 7) if mode == "disaggregated" else ()))
+  c.rl.update(
+    dict(
+      groups=2,
+      group_size=2,
+      seq_len=8,
+      prompt_len=4,
+      teacher_seq_len=16,
+      teacher_rows=4,
+      mode=mode,
+      max_staleness=staleness,
+      probe_count=0,
+      sampler_devices=(4, 5, 6, 7) if mode == "disaggregated" else (),
+    )
+  )
   return c
 
 
@@ -44,8 +55,7 @@ def _run(config, workdir):
   init."""
   init = jax.device_get(transformer.init(model_config(config.model), jax.random.key(0)))
   records = rl_run.run(config, str(workdir), ToyEnv(), init)
-  rows = [{k: v for k, v in r.items() if "seconds" not in k and "bytes" not in k}
-          for r in records]
+  rows = [{k: v for k, v in r.items() if "seconds" not in k and "bytes" not in k} for r in records]
   return rows, load_checkpoint.load(str(workdir))[1]["params"]
 
 
@@ -88,15 +98,20 @@ def test_staleness_1_samples_with_the_previous_weights(colocated, tmp_path):
   assert all(abs(r["tis_weight"] - 1.0) > 1e-4 for r in rows[1:])
 
 
-@pytest.mark.parametrize("change,message", [
-  (dict(mode="disaggregated", sampler_devices=(2, 3, 4, 5)),
-   "rl.mode='disaggregated': sampler devices (2, 3, 4, 5) overlap the trainer's devices "
-   "(0, 1, 2, 3) (layout 'fsdp') on [2, 3]"),
-  (dict(mode="disaggregated", max_staleness=-1), "rl.max_staleness=-1 must be >= 0"),
-  (dict(max_staleness=1), "rl.max_staleness=1 needs rl.mode='disaggregated'"),
-  (dict(mode="disaggregated", sampler_devices=()), "rl.sampler_devices=() must be distinct"),
-  (dict(mode="async"), "rl.mode='async'; valid: ('colocated', 'disaggregated')"),
-])
+@pytest.mark.parametrize(
+  "change,message",
+  [
+    (
+      dict(mode="disaggregated", sampler_devices=(2, 3, 4, 5)),
+      "rl.mode='disaggregated': sampler devices (2, 3, 4, 5) overlap the trainer's devices "
+      "(0, 1, 2, 3) (layout 'fsdp') on [2, 3]",
+    ),
+    (dict(mode="disaggregated", max_staleness=-1), "rl.max_staleness=-1 must be >= 0"),
+    (dict(max_staleness=1), "rl.max_staleness=1 needs rl.mode='disaggregated'"),
+    (dict(mode="disaggregated", sampler_devices=()), "rl.sampler_devices=() must be distinct"),
+    (dict(mode="async"), "rl.mode='async'; valid: ('colocated', 'disaggregated')"),
+  ],
+)
 def test_bad_mode_settings_are_one_line(change, message):
   config = _config()
   config.rl.update(change)
@@ -110,8 +125,11 @@ def test_trajectory_longer_than_the_sampler_cache_is_one_line(tmp_path):
   config.mesh.fsdp = 1
   config.rl.prompt_len = 2  # the first turn has 3 tokens
   init = jax.device_get(transformer.init(model_config(config.model), jax.random.key(0)))
-  with pytest.raises(ValueError, match=r"an episode history has \d+ tokens > prompt_len 2; "
-                                       r"raise prompt_len") as e:
+  with pytest.raises(
+    ValueError,
+    match=r"an episode history has \d+ tokens > prompt_len 2; "
+    r"raise prompt_len",
+  ) as e:
     rl_run.run(config, str(tmp_path), ToyEnv(), init)
   assert "\n" not in str(e.value)
 
@@ -148,8 +166,9 @@ def _hand_sd_loss(config, router, params, batch, teacher_params, teacher_batch):
   cfg = model_config(config.model)
 
   def log_probs(p, b):
-    h, _ = transformer.forward(cfg, {"params": p, "router": router}, b["tokens"],
-                               b["segment_ids"], b["positions"])
+    h, _ = transformer.forward(
+      cfg, {"params": p, "router": router}, b["tokens"], b["segment_ids"], b["positions"]
+    )
     z = np.asarray(h, np.float64) @ np.asarray(transformer.output_head(cfg, p), np.float64)
     return z - special.logsumexp(z, axis=-1, keepdims=True)
 
@@ -189,8 +208,9 @@ def test_sd_teacher_is_the_model_itself_with_the_hint(tmp_path):
   for step, (p, _, teacher, _) in enumerate(runs["ema"][1]):
     if step:  # the EMA after the previous update, towards the weights it produced (= p)
       ema = jax.tree.map(lambda e, q: e + ema_rate * (q - e), ema, p)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
-                 teacher, (ema,))
+    jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), teacher, (ema,)
+    )
   assert not np.allclose(embedding(ema), embedding(init["params"]))
   assert not np.allclose(embedding(ema), embedding(p))
   # Hint inserted: the toy env's prompt is [1, t, 2], its hint [t, t] (tests/rl/toy_env.py).
@@ -208,5 +228,7 @@ def test_sd_teacher_is_the_model_itself_with_the_hint(tmp_path):
       params, batch, (teacher,), tb = calls[step]
       np.testing.assert_allclose(
         logged[step]["sd_loss"],
-        _hand_sd_loss(config, init["router"], params, batch, teacher, tb), rtol=1e-3,
-        err_msg=f"{kind} step {step}")
+        _hand_sd_loss(config, init["router"], params, batch, teacher, tb),
+        rtol=1e-3,
+        err_msg=f"{kind} step {step}",
+      )

@@ -25,17 +25,40 @@ LAYOUT = "fsdp_ep"
 def test_two_processes_match_one(tmp_path):
   # One init for both sides.
   model_cfg = model_config(layouts_test._config("single").model)
-  init = jax.device_get(jax.jit(transformer.init, static_argnums=0).lower(
-    model_cfg, jax.random.key(0)).compile()(jax.random.key(0)))
+  init = jax.device_get(
+    jax.jit(transformer.init, static_argnums=0)
+    .lower(model_cfg, jax.random.key(0))
+    .compile()(jax.random.key(0))
+  )
   init_path, out = str(tmp_path / "init.npz"), str(tmp_path / "update.npz")
   multiprocess_update.save_init(init, init_path)
   coordinator = f"localhost:{local_launch.free_port()}"
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=local_launch.CHEAP_XLA_FLAGS
-             + " --xla_force_host_platform_device_count=4")
-  procs = [subprocess.Popen(
-    [sys.executable, "-m", "tests.rl.multiprocess_update", LAYOUT, coordinator, "2", str(i),
-     init_path, out], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    text=True) for i in range(2)]
+  env = dict(
+    os.environ,
+    JAX_PLATFORMS="cpu",
+    XLA_FLAGS=local_launch.CHEAP_XLA_FLAGS + " --xla_force_host_platform_device_count=4",
+  )
+  procs = [
+    subprocess.Popen(
+      [
+        sys.executable,
+        "-m",
+        "tests.rl.multiprocess_update",
+        LAYOUT,
+        coordinator,
+        "2",
+        str(i),
+        init_path,
+        out,
+      ],
+      cwd=REPO,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i in range(2)
+  ]
   want_metrics, want_params, _, _ = layouts_test._update(LAYOUT, init)
   for p in procs:
     log, _ = p.communicate(timeout=900)
@@ -52,15 +75,32 @@ def test_two_processes_match_one(tmp_path):
 # A whole run of `rl_tool_feedback.py:sd,layout=fsdp_ep` at tiny sizes: short tasks (1-3 calls in 4
 # turns), 30 warm-up steps (enough for the policy to call tools, so turns get flagged and the
 # SD term has a gradient), 2 RL steps of 8 episodes with 8 probes.
-_RL_ARGS = ["--config=experiments/configs/rl_tool_feedback.py:sd,layout=fsdp_ep", *(
-  f"--config.{k}={v}" for k, v in {
-    "env.calls_per_task": 0, "env.max_model_turns": 4,
-    "warmup.steps": 30, "warmup.batch_size": 16, "warmup.seq_len": 64, "warmup.log_every": 10,
-    "warmup.optim.warmup_steps": 1, "warmup.optim.total_steps": 30,
-    "train.steps": 2, "train.log_every": 1,
-    "rl.groups": 2, "rl.group_size": 4, "rl.teacher_rows": 8, "rl.probe_count": 8,
-    "rl.seq_len": 48, "rl.prompt_len": 48, "rl.teacher_seq_len": 64,
-    "loss.log_term_grads": False}.items())]
+_RL_ARGS = [
+  "--config=experiments/configs/rl_tool_feedback.py:sd,layout=fsdp_ep",
+  *(
+    f"--config.{k}={v}"
+    for k, v in {
+      "env.calls_per_task": 0,
+      "env.max_model_turns": 4,
+      "warmup.steps": 30,
+      "warmup.batch_size": 16,
+      "warmup.seq_len": 64,
+      "warmup.log_every": 10,
+      "warmup.optim.warmup_steps": 1,
+      "warmup.optim.total_steps": 30,
+      "train.steps": 2,
+      "train.log_every": 1,
+      "rl.groups": 2,
+      "rl.group_size": 4,
+      "rl.teacher_rows": 8,
+      "rl.probe_count": 8,
+      "rl.seq_len": 48,
+      "rl.prompt_len": 48,
+      "rl.teacher_seq_len": 64,
+      "loss.log_term_grads": False,
+    }.items()
+  ),
+]
 
 
 @pytest.mark.slow  # ~3 min of CPU: the 1-process run, then the 2-process RL part
@@ -79,8 +119,9 @@ def test_rl_run_two_processes_match_one(tmp_path):
   multi, single = str(tmp_path / "multi"), str(tmp_path / "single")
   local_launch.wait_ok([local_launch.launch(1, 8, [*_RL_ARGS, f"--workdir={single}"])], 1200)
   shutil.copytree(os.path.join(single, "warmup"), os.path.join(multi, "warmup"))
-  out, = local_launch.wait_ok([local_launch.launch(2, 4, [*_RL_ARGS, f"--workdir={multi}"])],
-                              1200)
+  (out,) = local_launch.wait_ok(
+    [local_launch.launch(2, 4, [*_RL_ARGS, f"--workdir={multi}"])], 1200
+  )
   # Each process read the warm-up's last checkpoint; none trained a warm-up step.
   assert "/30 [" not in out and out.count("Trained variables of") == 2, out[-5000:]
 
@@ -88,8 +129,7 @@ def test_rl_run_two_processes_match_one(tmp_path):
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
       rows = [json.loads(line) for line in f]
     assert [r["step"] for r in rows] == [1, 2]  # written once, by process 0
-    return [{k: v for k, v in r.items() if "seconds" not in k and k != "startup_s"}
-            for r in rows]
+    return [{k: v for k, v in r.items() if "seconds" not in k and k != "startup_s"} for r in rows]
 
   got, want = records(multi), records(single)
   assert any(r["flagged_turns"] > 0 and r["grad_norm"] > 0 for r in want)
@@ -103,14 +143,23 @@ def test_rl_run_two_processes_match_one(tmp_path):
 
 def test_rl_run_bad_input_is_one_line_per_process(tmp_path):
   """A disaggregated sampler on devices the 2-process trainer's mesh (all 8) also uses."""
-  proc = local_launch.launch(2, 4, [
-    "--config=experiments/configs/rl_tool_feedback.py:sd,layout=fsdp_ep", f"--workdir={tmp_path}",
-    "--config.rl.mode=disaggregated", "--config.rl.sampler_devices=(0,1,2,3)"])
+  proc = local_launch.launch(
+    2,
+    4,
+    [
+      "--config=experiments/configs/rl_tool_feedback.py:sd,layout=fsdp_ep",
+      f"--workdir={tmp_path}",
+      "--config.rl.mode=disaggregated",
+      "--config.rl.sampler_devices=(0,1,2,3)",
+    ],
+  )
   out, _ = proc.communicate(timeout=600)
   assert proc.returncode == 1, out
   errors = sorted(line for line in out.splitlines() if "error: " in line)
-  want = ("error: rl.mode='disaggregated': sampler devices (0, 1, 2, 3) overlap the trainer's "
-          "devices")
-  assert len(errors) == 2 and all(e.startswith(f"[process {i}] {want}")
-                                  for i, e in enumerate(errors)), out
+  want = (
+    "error: rl.mode='disaggregated': sampler devices (0, 1, 2, 3) overlap the trainer's devices"
+  )
+  assert len(errors) == 2 and all(
+    e.startswith(f"[process {i}] {want}") for i, e in enumerate(errors)
+  ), out
   assert "(layout 'fsdp_ep') on [0, 1, 2, 3]" in errors[0] and "Traceback" not in out

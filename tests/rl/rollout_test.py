@@ -81,8 +81,11 @@ def test_episode_metrics_by_hand():
   ]
   m = program.make_env(rl_tool_feedback.get_config("sd")).episode_metrics(episodes)
   assert m == dict(
-    reward=1 / 3, unavailable_rate=1 / 4, verbose_rate=1 / 2, calls_per_episode=4 / 3,
-    model_turns_per_episode=7 / 3
+    reward=1 / 3,
+    unavailable_rate=1 / 4,
+    verbose_rate=1 / 2,
+    calls_per_episode=4 / 3,
+    model_turns_per_episode=7 / 3,
   )
 
 

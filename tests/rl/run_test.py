@@ -92,8 +92,9 @@ def _signalled_from(first: int):
 
 
 @pytest.mark.slow
-def test_sigterm_in_the_warmup_or_in_rl_saves_and_resumes_bit_exact(full_run, tmp_path,
-                                                                    monkeypatch):
+def test_sigterm_in_the_warmup_or_in_rl_saves_and_resumes_bit_exact(
+  full_run, tmp_path, monkeypatch
+):
   full_dir, full = full_run
   monkeypatch.setattr(loop, "StopFlag", _signalled_from(0))  # in the warm-up's first step
   with pytest.raises(loop.Preempted, match=r"warmup stopped at step 1 of 3"):
@@ -111,7 +112,8 @@ def test_sigterm_in_the_warmup_or_in_rl_saves_and_resumes_bit_exact(full_run, tm
   # The warm-up resumed from its step-1 checkpoint on the batches it would have drawn.
   untimed = lambda rs: [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rs]
   assert untimed(read_metrics(str(tmp_path / "warmup"))) == untimed(
-    read_metrics(os.path.join(full_dir, "warmup")))
+    read_metrics(os.path.join(full_dir, "warmup"))
+  )
 
 
 @pytest.mark.slow
@@ -120,8 +122,11 @@ def test_checkpoint_of_another_model_warmup_or_teacher_is_rejected(full_run):
     program.run(_config(num_layers=2), full_run[0])
   config = _config()
   config.warmup.hint_prob = 0.25
-  with pytest.raises(ValueError, match=r"warmup holds a warm-up made with warmup.hint_prob=0.5 "
-                                       r"\(this config: 0.25\)"):
+  with pytest.raises(
+    ValueError,
+    match=r"warmup holds a warm-up made with warmup.hint_prob=0.5 "
+    r"\(this config: 0.25\)",
+  ):
     program.run(config, full_run[0])
   config = _config()
   config.loss.teacher = "frozen"
@@ -129,22 +134,34 @@ def test_checkpoint_of_another_model_warmup_or_teacher_is_rejected(full_run):
     program.run(config, full_run[0])
 
 
-@pytest.mark.parametrize("field,value,message", [
-  ("loss.divergence", "kl", "loss.divergence='kl'; valid: ('reverse_kl', 'forward_kl', 'jsd')"),
-  ("loss.teacher", "teacher",
-   "loss.teacher='teacher'; valid: ('live', 'ema', 'frozen', 'trust_region')"),
-  ("loss.support", "top", "loss.support='top'; valid: ('full', 'topk', 'sampled')"),
-  ("rl.top_p", 0.0, "rl.top_p=0.0 must be in (0, 1] (1 = no nucleus truncation)"),
-  # A NaN coefficient ran the warm-up, then stopped at RL step 1 naming no field (#23).
-  ("loss.sd_coef", float("nan"), "loss.sd_coef=nan must be finite and >= 0"),
-  ("loss.ref_kl_coef", -0.1, "loss.ref_kl_coef=-0.1 must be finite and >= 0"),
-  ("loss.ema_rate", 0.0, "loss.ema_rate=0.0 must be in (0, 1] (the EMA teacher's step towards "
-                         "the policy)"),
-  ("optim.warmup_steps", 90, "optim: Need 0 <= warmup_steps < total_steps, got "
-                             "warmup_steps=90, total_steps=80 (optim.total_steps 0 = train.steps)"),
-])
-def test_bad_settings_are_one_line_before_any_work(field, value, message, tmp_path,
-                                                    monkeypatch):
+@pytest.mark.parametrize(
+  "field,value,message",
+  [
+    ("loss.divergence", "kl", "loss.divergence='kl'; valid: ('reverse_kl', 'forward_kl', 'jsd')"),
+    (
+      "loss.teacher",
+      "teacher",
+      "loss.teacher='teacher'; valid: ('live', 'ema', 'frozen', 'trust_region')",
+    ),
+    ("loss.support", "top", "loss.support='top'; valid: ('full', 'topk', 'sampled')"),
+    ("rl.top_p", 0.0, "rl.top_p=0.0 must be in (0, 1] (1 = no nucleus truncation)"),
+    # A NaN coefficient ran the warm-up, then stopped at RL step 1 naming no field (#23).
+    ("loss.sd_coef", float("nan"), "loss.sd_coef=nan must be finite and >= 0"),
+    ("loss.ref_kl_coef", -0.1, "loss.ref_kl_coef=-0.1 must be finite and >= 0"),
+    (
+      "loss.ema_rate",
+      0.0,
+      "loss.ema_rate=0.0 must be in (0, 1] (the EMA teacher's step towards the policy)",
+    ),
+    (
+      "optim.warmup_steps",
+      90,
+      "optim: Need 0 <= warmup_steps < total_steps, got "
+      "warmup_steps=90, total_steps=80 (optim.total_steps 0 = train.steps)",
+    ),
+  ],
+)
+def test_bad_settings_are_one_line_before_any_work(field, value, message, tmp_path, monkeypatch):
   """Found before the warm-up (which would otherwise run first, for minutes at full size)."""
   monkeypatch.setattr(loop, "train", lambda *a: pytest.fail("the warm-up started"))
   config = rl_tool_feedback.get_config("sd")
@@ -158,10 +175,18 @@ def test_bad_settings_are_one_line_before_any_work(field, value, message, tmp_pa
 
 def test_bad_settings_exit_with_one_line_from_the_cli(tmp_path):
   proc = subprocess.run(
-      [sys.executable, "-m", "experiments.run",
-       "--config=experiments/configs/rl_tool_feedback.py:rl", f"--workdir={tmp_path}",
-       "--config.train.ckpt_every=0"],
-      capture_output=True, text=True, timeout=300,
-      cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    [
+      sys.executable,
+      "-m",
+      "experiments.run",
+      "--config=experiments/configs/rl_tool_feedback.py:rl",
+      f"--workdir={tmp_path}",
+      "--config.train.ckpt_every=0",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+  )
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1] == "error: train.ckpt_every=0 must be >= 1"

@@ -32,23 +32,32 @@ def _probe_data():
   turns = lambda tool: [Turn([1, 3, 4, 5]), Turn([6, tool, 2], [-0.5] * 3)]
   trajs = [Trajectory.from_turns(turns(t), 0.0, i) for i, t in enumerate((7, 8, 9))]
   targets = [DistillTarget(0, 1, (10, 3)), DistillTarget(1, 1, (10, 4)), DistillTarget(2, 1, (5,))]
-  return sd_probes.build_probe_set(trajs, targets, [1, 1, 1], [3, 4, 5], seq_len=8,
-                                teacher_seq_len=10, turn_len=3)
+  return sd_probes.build_probe_set(
+    trajs, targets, [1, 1, 1], [3, 4, 5], seq_len=8, teacher_seq_len=10, turn_len=3
+  )
 
 
 @pytest.mark.parametrize("teacher_kind", ["frozen", "trust_region"])
 def test_probe_metrics_match_numpy(teacher_kind):
   ps = _probe_data()
   cfg = default_loss_config()
-  cfg.update(vocab_chunk_size=4, skip_first_tokens=1, teacher=teacher_kind,
-             trust_region_alpha=0.3, divergence="jsd", support="sampled")  # probes ignore these
+  cfg.update(
+    vocab_chunk_size=4,
+    skip_first_tokens=1,
+    teacher=teacher_kind,
+    trust_region_alpha=0.3,
+    divergence="jsd",
+    support="sampled",
+  )  # probes ignore these
   rng = np.random.default_rng(0)
   arr = lambda *s: rng.normal(size=s).astype(np.float32)
   h, hh, w = arr(3, 8, D), arr(3, 10, D), arr(D, V)
-  teacher = ((arr(3, 10, D), arr(D, V)),) + (((arr(3, 10, D), arr(D, V)),)
-                                             if teacher_kind == "trust_region" else ())
+  teacher = ((arr(3, 10, D), arr(D, V)),) + (
+    ((arr(3, 10, D), arr(D, V)),) if teacher_kind == "trust_region" else ()
+  )
   got = jax.jit(functools.partial(sd_probes.probe_metrics, ml_collections.FrozenConfigDict(cfg)))(
-    h, hh, w, teacher, ps)
+    h, hh, w, teacher, ps
+  )
   # Reference: rows 'call TOOL <eot>' after a 4-token system turn; stream index 4 'call',
   # 5 TOOL, 6 <eot>; logits at i predict i + 1. Teacher stream: system + hint + turn.
   mix = (1.0,) if teacher_kind == "frozen" else (0.7, 0.3)
@@ -58,13 +67,15 @@ def test_probe_metrics_match_numpy(teacher_kind):
     for j in (1, 2):  # slot 0 ('call') skipped
       s_pos, t_pos = 4 + j - 1, 4 + hint_len + j - 1
       p = _log_softmax(np.float64(h[r, s_pos]) @ w)
-      q = _log_softmax(sum(m * (np.float64(th[r, t_pos]) @ tw) for m, (th, tw) in
-                           zip(mix, teacher, strict=True)))
+      q = _log_softmax(
+        sum(m * (np.float64(th[r, t_pos]) @ tw) for m, (th, tw) in zip(mix, teacher, strict=True))
+      )
       kls.append((np.exp(p) * (p - q)).sum())
       if j == 1:
         ph = _log_softmax(np.float64(hh[r, t_pos]) @ w)
-        for k, v in dict(bad=p[bad], good=p[good], bad_hint=ph[bad], good_hint=ph[good],
-                         teacher_good=q[good]).items():
+        for k, v in dict(
+          bad=p[bad], good=p[good], bad_hint=ph[bad], good_hint=ph[good], teacher_good=q[good]
+        ).items():
           ref[k].append(np.exp(v))
   np.testing.assert_allclose(got["probe_kl"], np.mean(kls), rtol=1e-5)
   for k, v in ref.items():
@@ -86,8 +97,15 @@ def test_term_grad_stats_by_hand():
 def test_probe_slots_must_be_sampled_tokens():
   turns = [Turn([1, 3]), Turn([6, 7, 2], [-0.5] * 3)]
   with pytest.raises(ValueError, match="probe_slots"):
-    sd_probes.build_probe_set([Trajectory.from_turns(turns, 0.0, 0)], [DistillTarget(0, 1, (5,))],
-                           [3], [4], seq_len=8, teacher_seq_len=8, turn_len=4)
+    sd_probes.build_probe_set(
+      [Trajectory.from_turns(turns, 0.0, 0)],
+      [DistillTarget(0, 1, (5,))],
+      [3],
+      [4],
+      seq_len=8,
+      teacher_seq_len=8,
+      turn_len=4,
+    )
 
 
 @pytest.mark.slow
@@ -99,8 +117,14 @@ def test_sd_term_alone_closes_the_probe_gap():
   model_cfg, env = model_config(config.model), program.make_env(config)
   variables = transformer.init(model_cfg, jax.random.key(0))
   r = config.rl
-  ps = probe_contexts.probe_set(env, np.random.default_rng(123), 8, seq_len=r.seq_len,
-                             teacher_seq_len=r.teacher_seq_len, turn_len=r.max_new_tokens)
+  ps = probe_contexts.probe_set(
+    env,
+    np.random.default_rng(123),
+    8,
+    seq_len=r.seq_len,
+    teacher_seq_len=r.teacher_seq_len,
+    turn_len=r.max_new_tokens,
+  )
   batch = dict(ps["batch"], group_index=np.zeros(8, np.int32), reward=np.ones(8, np.float32))
   tb = {k: v for k, v in ps["teacher_batch"].items() if k not in ("probe_slot", "good_id")}
   loss_cfg = ml_collections.FrozenConfigDict(config.loss)

@@ -133,11 +133,18 @@ def _reuse_data():
   ids = lambda n: rng.integers(1, 90, n).tolist()
   lp = lambda n: [-1.0] * n
   long = [Turn(ids(7)), Turn(ids(4), lp(4)), Turn(ids(5)), Turn(ids(6), lp(6)), Turn(ids(3))]
-  trajs = [Trajectory.from_turns(long, 1.0, 0), Trajectory.from_turns(long[:2], 0.0, 0),
-           Trajectory.from_turns(long[:4], 0.0, 0)]
+  trajs = [
+    Trajectory.from_turns(long, 1.0, 0),
+    Trajectory.from_turns(long[:2], 0.0, 0),
+    Trajectory.from_turns(long[:4], 0.0, 0),
+  ]
   batch = pack_batch(trajs, buckets=[32])
-  targets = [DistillTarget(0, 3, ids(5)), DistillTarget(0, 1, ids(2)), DistillTarget(1, 1, []),
-             DistillTarget(2, 3, ids(3))]
+  targets = [
+    DistillTarget(0, 3, ids(5)),
+    DistillTarget(0, 1, ids(2)),
+    DistillTarget(1, 1, []),
+    DistillTarget(2, 3, ids(3)),
+  ]
   kw = dict(turn_buckets=[8], num_rows=5)
   full = build_teacher_batch(trajs, batch, targets, buckets=[32], **kw)
   reuse = build_teacher_batch(trajs, batch, targets, buckets=[16], reuse_prefix=True, **kw)

@@ -46,8 +46,9 @@ def _setup(layout="single", lr=0.03):
   # Behaviour log-probs around the random model's (~ -log 64): pi_old / pi_sampler in
   # (0.6, 2.2), truncated at CAP = 1.5 on part of the tokens.
   noise = np.random.default_rng(1).uniform(-0.5, 0.8, batch["tokens"].shape)
-  batch["sampler_logprobs"] = np.where(batch["model_mask"] > 0, -np.log(64) - noise,
-                                       0).astype(np.float32)
+  batch["sampler_logprobs"] = np.where(batch["model_mask"] > 0, -np.log(64) - noise, 0).astype(
+    np.float32
+  )
   router = jax.device_put(init["router"], prog.replicated)
   return config, model_cfg, init, prog, state, batch, router
 
@@ -60,8 +61,18 @@ def _epochs(layout="single", lr=0.03):
   """(params, opt_state, history) of K epochs of M minibatch updates under `layout`."""
   _, _, _, prog, state, batch, router = _setup(layout, lr)
   return epoch_updates(
-    prog, state.params, state.opt_state, router, rl_mesh.place_batch(batch, prog.per_token),
-    None, None, epochs=K, minibatches=M, key=jax.random.key(_KEY), staleness=STALE)
+    prog,
+    state.params,
+    state.opt_state,
+    router,
+    rl_mesh.place_batch(batch, prog.per_token),
+    None,
+    None,
+    epochs=K,
+    minibatches=M,
+    key=jax.random.key(_KEY),
+    staleness=STALE,
+  )
 
 
 @functools.cache
@@ -72,7 +83,8 @@ def _forward(model_cfg):
 def _np_logp(model_cfg, params, router, b):
   """float64 log pi(targets) [R, L] from the model's hidden states and head."""
   h, _ = _forward(model_cfg)(
-    {"params": params, "router": router}, b["tokens"], b["segment_ids"], b["positions"])
+    {"params": params, "router": router}, b["tokens"], b["segment_ids"], b["positions"]
+  )
   head = np.asarray(transformer.output_head(model_cfg, params), np.float64)
   logits = np.asarray(h, np.float64) @ head
   return np.take_along_axis(_log_softmax(logits), np.asarray(b["targets"])[..., None], -1)[..., 0]
@@ -110,13 +122,26 @@ def test_k_epochs_match_the_numpy_clipped_objective():
     surrogate = np.minimum(w * a, np.clip(w, 1 - 0.2, 1 + 0.28) * a)
     tis = np.minimum(np.exp(old[rows] - batch["sampler_logprobs"][rows]), CAP)
     m = mask[rows]
-    np.testing.assert_allclose(history["loss"][u], (-tis * surrogate)[m].sum() / m.sum(),
-                               rtol=1e-5, atol=5e-6, err_msg=f"update {u}")
+    np.testing.assert_allclose(
+      history["loss"][u],
+      (-tis * surrogate)[m].sum() / m.sum(),
+      rtol=1e-5,
+      atol=5e-6,
+      err_msg=f"update {u}",
+    )
     clipped = ((a < 0) & (w < 1 - 0.2)) | ((a > 0) & (w > 1 + 0.28))
     np.testing.assert_allclose(history["clip_frac"][u], clipped[m].mean(), atol=1e-6)
     np.testing.assert_allclose(history["staleness_mean"][u], STALE + u)
-    p, o, _ = prog.minibatch_update(p, o, router, fixed, rows.astype(np.int32),
-                                    np.full(len(rows), STALE + u, np.int32), None, None)
+    p, o, _ = prog.minibatch_update(
+      p,
+      o,
+      router,
+      fixed,
+      rows.astype(np.int32),
+      np.full(len(rows), STALE + u, np.int32),
+      None,
+      None,
+    )
   chex.assert_trees_all_equal(jax.device_get(params), jax.device_get(p))
   np.testing.assert_allclose(history["ratio_max"][0], 1.0, atol=1e-5)
   assert history["clip_frac"][0] == 0 and history["clip_frac"][-M:].min() > 0
@@ -144,10 +169,12 @@ def test_k_epochs_on_a_sharded_layout_equal_one_device():
     np.testing.assert_allclose(history[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
   # 8 AdamW updates of lr 1e-3: a weight whose gradient is ~eps moves by up to 1.2e-5 with
   # the reduction order; a layout bug moves weights by ~lr per update.
-  chex.assert_trees_all_close(jax.device_get(params), jax.device_get(want_params),
-                              atol=3e-5, rtol=1e-5)
-  chex.assert_trees_all_close(jax.device_get(opt_state), jax.device_get(want_opt),
-                              atol=1e-5, rtol=1e-5)
+  chex.assert_trees_all_close(
+    jax.device_get(params), jax.device_get(want_params), atol=3e-5, rtol=1e-5
+  )
+  chex.assert_trees_all_close(
+    jax.device_get(opt_state), jax.device_get(want_opt), atol=1e-5, rtol=1e-5
+  )
   axes = transformer.logical_axes(model_cfg)["params"]
   expected = rules_lib.param_shardings(axes, prog.progs.mesh, config.rules)
   for (path, x), s in zip(jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(expected)):
@@ -183,12 +210,17 @@ def test_teacher_prefix_reuse_equals_full_recompute_in_the_update():
   chex.assert_trees_all_close(out["reuse"][0], out["full"][0], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("change,message", [
-  (dict(epochs=0), "rl.epochs=0 must be an integer >= 1"),
-  (dict(minibatches=0), "rl.minibatches=0 must be an integer >= 1"),
-  (dict(minibatches=3), "rl.minibatches=3 does not divide the batch of 8 rows; valid: "
-                        "[1, 2, 4, 8]"),
-])
+@pytest.mark.parametrize(
+  "change,message",
+  [
+    (dict(epochs=0), "rl.epochs=0 must be an integer >= 1"),
+    (dict(minibatches=0), "rl.minibatches=0 must be an integer >= 1"),
+    (
+      dict(minibatches=3),
+      "rl.minibatches=3 does not divide the batch of 8 rows; valid: [1, 2, 4, 8]",
+    ),
+  ],
+)
 def test_bad_epochs_are_one_line(change, message):
   config = _config()
   config.rl.update(change)

@@ -53,8 +53,14 @@ def _run(tool, cases):
   """Runs `cases` {name: (argv, fail, expected exit line or None for success)}; asserts
   each finished or exited with one line starting with what was expected."""
   argv = json.dumps([[a, fail] for a, fail, _ in cases.values()])
-  proc = subprocess.run([sys.executable, "-c", _DRIVER, tool, argv], cwd=REPO,
-                        env=helpers.CLI_ENV, capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+    [sys.executable, "-c", _DRIVER, tool, argv],
+    cwd=REPO,
+    env=helpers.CLI_ENV,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 0, proc.stderr
   assert "Traceback" not in proc.stderr, proc.stderr
   got = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -99,33 +105,59 @@ def test_export_outputs(tmp_path):
   before = _digest(ck), _digest(mine)
   t = tmp_path
   cases = {
-      "into_ckpt": ([f"--ckpt={ck}", f"--out={ck}"], False,
-                    f"error: --out {ck} is the input {ck}: pass another directory"),
-      "inside_ckpt": ([f"--ckpt={ck}", f"--out={ck}/hf", "--overwrite"], False,
-                      f"error: --out {ck}/hf is inside the input {ck}"),
-      "around_ckpt": ([f"--ckpt={ck}", f"--out={t}", "--overwrite"], False,
-                      f"error: --out {t} holds the input {ck}"),
-      "out_is_file": ([f"--ckpt={ck}", f"--out={t}/file"], False,
-                      f"error: --out {t}/file is a file, not a directory"),
-      "other_model": ([f"--ckpt={ck}", f"--out={old}"], False,
-                      f"error: --out {old} is not empty (it holds 'config.json' and 1 more); "
-                      "pass a new or empty directory or --overwrite to replace it"),
-      "not_an_export": ([f"--ckpt={ck}", f"--out={mine}", "--overwrite"], False,
-                        f"error: --out {mine} is not a Hugging Face directory (config.json + "
-                        "*.safetensors), so --overwrite does not replace it"),
-      "not_a_ckpt": ([f"--ckpt={t}/file", f"--out={t}/a"], False,
-                     f"error: checkpoint '{t}/file' is none of: an imported checkpoint"),
-      "disk_full": ([f"--ckpt={ck}", f"--out={old}", "--overwrite"], True,
-                    "error: [Errno 28] No space left on device"),
-      "workdir": ([f"--ckpt={wd}", f"--out={t}/from_wd", "--dtype=float32"], False, None),
-      "overwrite": ([f"--ckpt={ck}", f"--out={old}", "--dtype=float32", "--overwrite"], False,
-                    None),
+    "into_ckpt": (
+      [f"--ckpt={ck}", f"--out={ck}"],
+      False,
+      f"error: --out {ck} is the input {ck}: pass another directory",
+    ),
+    "inside_ckpt": (
+      [f"--ckpt={ck}", f"--out={ck}/hf", "--overwrite"],
+      False,
+      f"error: --out {ck}/hf is inside the input {ck}",
+    ),
+    "around_ckpt": (
+      [f"--ckpt={ck}", f"--out={t}", "--overwrite"],
+      False,
+      f"error: --out {t} holds the input {ck}",
+    ),
+    "out_is_file": (
+      [f"--ckpt={ck}", f"--out={t}/file"],
+      False,
+      f"error: --out {t}/file is a file, not a directory",
+    ),
+    "other_model": (
+      [f"--ckpt={ck}", f"--out={old}"],
+      False,
+      f"error: --out {old} is not empty (it holds 'config.json' and 1 more); "
+      "pass a new or empty directory or --overwrite to replace it",
+    ),
+    "not_an_export": (
+      [f"--ckpt={ck}", f"--out={mine}", "--overwrite"],
+      False,
+      f"error: --out {mine} is not a Hugging Face directory (config.json + "
+      "*.safetensors), so --overwrite does not replace it",
+    ),
+    "not_a_ckpt": (
+      [f"--ckpt={t}/file", f"--out={t}/a"],
+      False,
+      f"error: checkpoint '{t}/file' is none of: an imported checkpoint",
+    ),
+    "disk_full": (
+      [f"--ckpt={ck}", f"--out={old}", "--overwrite"],
+      True,
+      "error: [Errno 28] No space left on device",
+    ),
+    "workdir": ([f"--ckpt={wd}", f"--out={t}/from_wd", "--dtype=float32"], False, None),
+    "overwrite": ([f"--ckpt={ck}", f"--out={old}", "--dtype=float32", "--overwrite"], False, None),
   }
   _run("export_hf", cases)
   assert (_digest(ck), _digest(mine)) == before  # the checkpoint is never written
   for out in (f"{t}/from_wd", str(old)):  # replaced whole: no shard of the other model left
-    assert sorted(os.listdir(out)) == ["config.json", "model-00001-of-00001.safetensors",
-                                       writer.INDEX_FILE]
+    assert sorted(os.listdir(out)) == [
+      "config.json",
+      "model-00001-of-00001.safetensors",
+      writer.INDEX_FILE,
+    ]
     chex.assert_trees_all_equal(importer.load_hf(out)[1], x)
   assert sorted(os.listdir(t)) == ["ck", "file", "from_wd", "mine", "old", "wd"]  # no temporaries
 
@@ -151,21 +183,27 @@ def test_import_inputs_and_outputs(tmp_path):
   before = _digest(hf)
   t = tmp_path
   cases = {
-      "into_hf": ([f"--hf_dir={hf}", f"--out={hf}"], False,
-                  f"error: --out {hf} is the input {hf}"),
-      "rope_scaling_str": ([f"--hf_dir={rope_str}", f"--out={t}/a"], False,
-                           f"error: {rope_str}/config.json: config.json rope_scaling='yarn' "
-                           "must be a JSON object or null"),
-      "shard_outside": ([f"--hf_dir={outside}", f"--out={t}/a"], False,
-                        f"error: {outside}/{writer.INDEX_FILE} names shard "
-                        "'../hf/model-00001-of-00001.safetensors', not a file name in"),
-      "truncated": ([f"--hf_dir={cut}", f"--out={t}/a"], False,
-                    f"error: {shard}: truncated"),
-      "ok": ([f"--hf_dir={hf}", f"--out={done}", "--dtype=bfloat16"], False, None),
-      "not_empty": ([f"--hf_dir={hf}", f"--out={done}"], False,
-                    f"error: --out {done} is not empty"),
-      "disk_full": ([f"--hf_dir={hf}", f"--out={done}", "--overwrite"], True,
-                    "error: [Errno 28] No space left on device"),
+    "into_hf": ([f"--hf_dir={hf}", f"--out={hf}"], False, f"error: --out {hf} is the input {hf}"),
+    "rope_scaling_str": (
+      [f"--hf_dir={rope_str}", f"--out={t}/a"],
+      False,
+      f"error: {rope_str}/config.json: config.json rope_scaling='yarn' "
+      "must be a JSON object or null",
+    ),
+    "shard_outside": (
+      [f"--hf_dir={outside}", f"--out={t}/a"],
+      False,
+      f"error: {outside}/{writer.INDEX_FILE} names shard "
+      "'../hf/model-00001-of-00001.safetensors', not a file name in",
+    ),
+    "truncated": ([f"--hf_dir={cut}", f"--out={t}/a"], False, f"error: {shard}: truncated"),
+    "ok": ([f"--hf_dir={hf}", f"--out={done}", "--dtype=bfloat16"], False, None),
+    "not_empty": ([f"--hf_dir={hf}", f"--out={done}"], False, f"error: --out {done} is not empty"),
+    "disk_full": (
+      [f"--hf_dir={hf}", f"--out={done}", "--overwrite"],
+      True,
+      "error: [Errno 28] No space left on device",
+    ),
   }
   _run("import_hf", cases)
   assert _digest(hf) == before
@@ -178,4 +216,3 @@ def test_import_inputs_and_outputs(tmp_path):
   assert got["router"]["moe_layers"]["moe"]["bias"].dtype == np.float32
   assert sorted(os.listdir(done)) == ["config.json", "variables"]
   assert not [n for n in os.listdir(t) if ".partial-" in n or ".replaced-" in n]
-

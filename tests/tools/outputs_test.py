@@ -20,23 +20,33 @@ def tree(tmp_path):
   return tmp_path
 
 
-@pytest.mark.parametrize("out, kwargs, error", [
+@pytest.mark.parametrize(
+  "out, kwargs, error",
+  [
     ("src", {}, "--out {t}/src is the input {t}/src: pass another directory"),
     ("src", {"overwrite": True}, "is the input"),  # --overwrite never touches an input
     ("src/hf", {}, "--out {t}/src/hf is inside the input {t}/src"),
     (".", {}, "--out {t}/. holds the input {t}/src"),
     ("file", {}, "--out {t}/file is a file, not a directory"),
-    ("full", {"is_own": (lambda p: True, "")}, "--out {t}/full is not empty (it holds "
-     "'eval.json' and 1 more); pass a new or empty directory or --overwrite to replace it"),
+    (
+      "full",
+      {"is_own": (lambda p: True, "")},
+      "--out {t}/full is not empty (it holds "
+      "'eval.json' and 1 more); pass a new or empty directory or --overwrite to replace it",
+    ),
     ("full", {"replaceable": ["eval.json"]}, "it holds 'model-00001-of-00002.safetensors')"),
     ("src/eval", {"inside_inputs": True}, None),  # e.g. eval's default <checkpoint>/eval
     ("full", {"overwrite": True}, "is not empty"),  # nothing says it is the tool's own
-    ("full", {"overwrite": True, "is_own": (lambda p: False, "an HF checkpoint")},
-     "--out {t}/full is not an HF checkpoint, so --overwrite does not replace it"),
+    (
+      "full",
+      {"overwrite": True, "is_own": (lambda p: False, "an HF checkpoint")},
+      "--out {t}/full is not an HF checkpoint, so --overwrite does not replace it",
+    ),
     ("full", {"overwrite": True, "is_own": (lambda p: p.endswith("/full"), "")}, None),
     ("empty", {}, None),
     ("new/sub", {}, None),
-])
+  ],
+)
 def test_check(tree, out, kwargs, error):
   path = f"{tree}/{out}"
   if error is None:

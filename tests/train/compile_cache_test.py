@@ -24,8 +24,10 @@ def test_untrusted_directory_is_one_line(tmp_path):
   os.chmod(shared, 0o777)  # (mkdir's mode goes through the umask)
   with pytest.raises(ValueError) as e:
     compile_cache.enable(str(shared))
-  assert str(e.value).startswith(f"train.compile_cache_dir {shared} is writable by its group or "
-                                 "others (mode drwxrwxrwx): a compiled program read from it ")
+  assert str(e.value).startswith(
+    f"train.compile_cache_dir {shared} is writable by its group or "
+    "others (mode drwxrwxrwx): a compiled program read from it "
+  )
   (tmp_path / "file").write_text("")
   with pytest.raises(ValueError, match="is not a directory"):
     compile_cache.enable(str(tmp_path / "file"))
@@ -47,8 +49,11 @@ def _compiled_entry(directory) -> str:
   jax.config.update("jax_compilation_cache_dir", str(directory))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   try:
-    np.testing.assert_allclose(jax.jit(lambda x: jnp.tanh(x) * 3.0)(np.ones(3, np.float32)),
-                                np.tanh(np.ones(3)) * 3.0, rtol=1e-6)
+    np.testing.assert_allclose(
+      jax.jit(lambda x: jnp.tanh(x) * 3.0)(np.ones(3, np.float32)),
+      np.tanh(np.ones(3)) * 3.0,
+      rtol=1e-6,
+    )
   finally:
     cc.reset_cache()
     jax.config.update("jax_compilation_cache_dir", saved)
@@ -64,8 +69,12 @@ def test_bad_entries_are_deleted_with_a_warning_naming_them(tmp_path, caplog):
   os.chmod(tmp_path / "writable-cache", 0o666)
   os.symlink(tmp_path / good, tmp_path / "link-cache")
   os.mkfifo(tmp_path / "fifo-cache")
-  bad = {"truncated-cache": "does not decompress", "writable-cache": "is writable by its group",
-         "link-cache": "is a link", "fifo-cache": "is not a regular file"}
+  bad = {
+    "truncated-cache": "does not decompress",
+    "writable-cache": "is writable by its group",
+    "link-cache": "is a link",
+    "fifo-cache": "is not a regular file",
+  }
   # Not JAX's (it reads only <key>-cache at the top level): left alone, e.g. a cache directory
   # that other tools' caches share.
   others = ["notes.txt", "deps/writable-cache", "deps/link"]
@@ -92,6 +101,7 @@ def test_bad_entries_are_deleted_with_a_warning_naming_them(tmp_path, caplog):
 def test_zstd_entries_are_read_as_jax_reads_them(loads, tmp_path, monkeypatch, caplog):
   """On Python 3.14 JAX compresses with the standard library's `compression.zstd` (the
   zstandard package may be absent): an entry it wrote is kept, one that fails is deleted."""
+
   def decompress(blob):
     if not loads:
       raise ValueError("not a zstd frame")

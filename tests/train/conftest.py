@@ -20,8 +20,20 @@ def tiny_config(steps: int = TOTAL_STEPS, **train):
   c.optim = c.optim.copy_and_resolve_references()
   c.optim.update(dict(total_steps=TOTAL_STEPS, warmup_steps=2))
   c.data.update(dict(paths=DATA_DIR, validation_fraction=0.2))
-  c.train.update({**dict(steps=steps, batch_size=4, seq_len=32, log_every=1, eval_every=3,
-                        eval_batches=1, ckpt_every=3), **train})
+  c.train.update(
+    {
+      **dict(
+        steps=steps,
+        batch_size=4,
+        seq_len=32,
+        log_every=1,
+        eval_every=3,
+        eval_batches=1,
+        ckpt_every=3,
+      ),
+      **train,
+    }
+  )
   return c
 
 

@@ -34,12 +34,16 @@ def _truncate(path):
 
 # Which file of checkpoint `d` a fault truncates, and the file the error must name.
 _CORRUPTIONS = {
-    "array_data": (lambda d: max(glob.glob(f"{d}/state/ocdbt.process_0/d/*"),
-                                 key=os.path.getsize), lambda d: f"{d}: "),
-    "state_metadata": (lambda d: f"{d}/state/_METADATA", lambda d: f"{d}/state/_METADATA: "),
-    "config": (lambda d: f"{d}/config/metadata", lambda d: f"{d}/config/metadata: "),
-    "data_iterator": (lambda d: f"{d}/data/process_0-of-1.json",
-                      lambda d: f"{d}/data/process_0-of-1.json: "),
+  "array_data": (
+    lambda d: max(glob.glob(f"{d}/state/ocdbt.process_0/d/*"), key=os.path.getsize),
+    lambda d: f"{d}: ",
+  ),
+  "state_metadata": (lambda d: f"{d}/state/_METADATA", lambda d: f"{d}/state/_METADATA: "),
+  "config": (lambda d: f"{d}/config/metadata", lambda d: f"{d}/config/metadata: "),
+  "data_iterator": (
+    lambda d: f"{d}/data/process_0-of-1.json",
+    lambda d: f"{d}/data/process_0-of-1.json: ",
+  ),
 }
 
 
@@ -92,16 +96,19 @@ def test_resume_falls_back_past_corrupt_checkpoint(full_run, tmp_path, caplog):
 
   _truncate(f"{ckpt_dir}/3/config/metadata")  # now none restores: stop, rename nothing
   _truncate(_CORRUPTIONS["array_data"][0](f"{ckpt_dir}/6"))
-  with pytest.raises(checkpointing.CorruptCheckpointError,
-                     match=rf"no checkpoint in {ckpt_dir} restores \(steps \[6, 3\]\)"):
+  with pytest.raises(
+    checkpointing.CorruptCheckpointError,
+    match=rf"no checkpoint in {ckpt_dir} restores \(steps \[6, 3\]\)",
+  ):
     loop.train(tiny_config(), workdir)
   assert sorted(os.listdir(ckpt_dir)) == ["3", "6", "6.corrupt"]
 
 
 def test_torn_metrics_line_moved_aside(tmp_path):
   path = tmp_path / "metrics.jsonl"
-  path.write_text("".join(json.dumps({"step": s, "loss": s / 10}) + "\n" for s in (1, 2, 3))
-                  + '{"step": 4, "lo')
+  path.write_text(
+    "".join(json.dumps({"step": s, "loss": s / 10}) + "\n" for s in (1, 2, 3)) + '{"step": 4, "lo'
+  )
   MetricsWriter(str(tmp_path), 10, start_step=2).close()  # resumed from checkpoint 2
   assert path.read_text() == '{"step": 1, "loss": 0.1}\n{"step": 2, "loss": 0.2}\n'
   assert (tmp_path / "metrics.jsonl.torn").read_text() == '{"step": 4, "lo\n'
@@ -116,8 +123,10 @@ def test_full_disk_is_one_line(tmp_path, monkeypatch):
   with pytest.raises(checkpointing.CheckpointSaveError) as e:
     ckpt.save(3, state, it, get_preset("tiny"), {})
   assert e.value.errno == errno.ENOSPC
-  assert str(e.value).startswith(f"[Errno 28] cannot write checkpoint step 3: it needs ~1.0 "
-                                 f"MiB, 0.0 MiB free in {ckpt.directory}"), str(e.value)
+  assert str(e.value).startswith(
+    f"[Errno 28] cannot write checkpoint step 3: it needs ~1.0 "
+    f"MiB, 0.0 MiB free in {ckpt.directory}"
+  ), str(e.value)
   ckpt.close()
   assert ckpt.all_steps() == [1, 2]
 
@@ -130,22 +139,25 @@ def test_async_save_failure_is_one_line(tmp_path, monkeypatch):
 
   def full(*_, **__):
     raise OSError(errno.ENOSPC, "No space left on device", "process_0-of-1.json")
+
   monkeypatch.setattr(grain_handler.CheckpointHandler, "save", full)
   it = iter(grain.MapDataset.range(8).to_iter_dataset())
-  with pytest.raises(checkpointing.CheckpointSaveError,
-                     match=r"checkpoint save in .* failed \(while saving step 3\): \[Errno 28\] "
-                           r"No space left.*; checkpoints \[1, 2\] are intact"):
+  with pytest.raises(
+    checkpointing.CheckpointSaveError,
+    match=r"checkpoint save in .* failed \(while saving step 3\): \[Errno 28\] "
+    r"No space left.*; checkpoints \[1, 2\] are intact",
+  ):
     ckpt.save(3, state, it, get_preset("tiny"), {})
     ckpt.wait()
   ckpt.close()  # the error is not raised a second time
   assert ckpt.all_steps() == [1, 2]
 
 
-
 def _block_commit(monkeypatch, step: str, seconds: float, fail: bool):
   """The commit (rename) of checkpoint `step` waits `seconds` in orbax's writer thread,
   then fails with ENOSPC if `fail`: a save still in flight when the next one starts."""
   from orbax.checkpoint._src.path import atomicity
+
   commit = atomicity.AtomicRenameTemporaryPath.finalize
 
   async def finalize(self, *a, **k):
@@ -154,6 +166,7 @@ def _block_commit(monkeypatch, step: str, seconds: float, fail: bool):
       if fail:
         raise OSError(errno.ENOSPC, "No space left on device", str(self.get()))
     return await commit(self, *a, **k)
+
   monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", finalize)
 
 
@@ -188,8 +201,7 @@ def test_half_written_save_is_no_step_and_is_removed(tmp_path):
   os.makedirs(os.path.join(tmp, "state"))
   reopened = checkpointing.Checkpointer(str(tmp_path), keep=3)
   assert reopened.committed_steps() == [1, 2] and reopened.all_steps() == [1, 2]
-  reopened.save(3, state, iter(grain.MapDataset.range(8).to_iter_dataset()), get_preset("tiny"),
-                {})
+  reopened.save(3, state, iter(grain.MapDataset.range(8).to_iter_dataset()), get_preset("tiny"), {})
   reopened.close()
   assert not os.path.exists(tmp) and reopened.committed_steps() == [1, 2, 3]
 
@@ -213,30 +225,45 @@ def test_non_finite_state_is_never_saved_nor_resumed(tmp_path, monkeypatch, capl
   workdir = str(tmp_path)
   state = {"params": {"w": jnp.zeros(8)}, "step": jnp.int32(0)}
   with pytest.raises(checkpointing.NonFiniteStateError) as e:
-    loop.drive(_Diverging(), state, 0, checkpointing.Checkpointer(workdir, keep=3),
-               workdir=workdir, total_steps=6, ckpt_every=2, console_every=1,
-               model_cfg=get_preset("tiny"), run_config={})
+    loop.drive(
+      _Diverging(),
+      state,
+      0,
+      checkpointing.Checkpointer(workdir, keep=3),
+      workdir=workdir,
+      total_steps=6,
+      ckpt_every=2,
+      console_every=1,
+      model_cfg=get_preset("tiny"),
+      run_config={},
+    )
   ckpt = checkpointing.Checkpointer(workdir, keep=3)
   assert str(e.value) == (
-      "checkpoint step 4 not written: the state is not finite (1 of 1 arrays hold NaN/inf, "
-      f"the first is params/w); the last good checkpoint, {ckpt.directory}/2, is kept")
+    "checkpoint step 4 not written: the state is not finite (1 of 1 arrays hold NaN/inf, "
+    f"the first is params/w); the last good checkpoint, {ckpt.directory}/2, is kept"
+  )
   assert ckpt.all_steps() == [2]
   assert [r["step"] for r in read_metrics(workdir)] == [1, 2, 3, 4]
 
   # A NaN checkpoint written anyway (by a version without this check) is set aside on
   # resume like a corrupt one: the run goes on from the last finite one.
   monkeypatch.setattr(checkpointing, "nonfinite_arrays", lambda _: (0, 1, None))
-  ckpt.save(4, {"params": {"w": jnp.full(8, jnp.inf)}, "step": jnp.int32(4)}, {},
-            get_preset("tiny"), {})
+  ckpt.save(
+    4, {"params": {"w": jnp.full(8, jnp.inf)}, "step": jnp.int32(4)}, {}, get_preset("tiny"), {}
+  )
   ckpt.wait()
   monkeypatch.undo()
-  restored = loop.restore_newest(get_preset("tiny"), ckpt,
-                                 lambda step: ckpt.restore(step, state), workdir)
+  restored = loop.restore_newest(
+    get_preset("tiny"), ckpt, lambda step: ckpt.restore(step, state), workdir
+  )
   assert int(restored["step"]) == 2 and jnp.isfinite(restored["params"]["w"]).all()
-  assert ("checkpoint step 4 does not restore: 1 of 1 arrays hold NaN/inf, the first is "
-          f"params/w; renamed it to {ckpt.directory}/4.corrupt") in caplog.text
+  assert (
+    "checkpoint step 4 does not restore: 1 of 1 arrays hold NaN/inf, the first is "
+    f"params/w; renamed it to {ckpt.directory}/4.corrupt"
+  ) in caplog.text
   assert ckpt.all_steps() == [2]
   ckpt.close()
+
 
 # Runs experiments.run with one fault injected (argv[1]):
 #   block_save:STEP:MARKER  the commit of checkpoint STEP never finishes (MARKER is touched
@@ -271,16 +298,30 @@ runpy.run_module("experiments.run", run_name="__main__", alter_sys=True)
 
 def _cli(workdir, fault=None):
   """experiments.run on tiny_config() (flags), checkpoints every 2 steps."""
-  flags = [f"--workdir={workdir}", "--config.optim.total_steps=6",
-           "--config.optim.warmup_steps=2", f"--config.data.paths={DATA_DIR}",
-           "--config.data.validation_fraction=0.2", f"--config.train.steps={TOTAL_STEPS}",
-           "--config.train.batch_size=4", "--config.train.seq_len=32",
-           "--config.train.log_every=1", "--config.train.eval_every=3",
-           "--config.train.eval_batches=1", "--config.train.ckpt_every=2"]
+  flags = [
+    f"--workdir={workdir}",
+    "--config.optim.total_steps=6",
+    "--config.optim.warmup_steps=2",
+    f"--config.data.paths={DATA_DIR}",
+    "--config.data.validation_fraction=0.2",
+    f"--config.train.steps={TOTAL_STEPS}",
+    "--config.train.batch_size=4",
+    "--config.train.seq_len=32",
+    "--config.train.log_every=1",
+    "--config.train.eval_every=3",
+    "--config.train.eval_batches=1",
+    "--config.train.ckpt_every=2",
+  ]
   cmd = ["-c", _INJECT, fault] if fault else ["-m", "experiments.run"]
   env = dict(os.environ, JAX_DEFAULT_MATMUL_PRECISION="highest")  # as tests/conftest.py
-  return subprocess.Popen([sys.executable, *cmd, *flags], cwd=REPO, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  return subprocess.Popen(
+    [sys.executable, *cmd, *flags],
+    cwd=REPO,
+    env=env,
+    text=True,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+  )
 
 
 def _finish(proc):

@@ -42,7 +42,8 @@ def _expert_parallel(layout) -> bool:
 # (layout, MoE dispatch): a plain run of each layout, and expert-parallel dispatch (shard_map +
 # all-to-all) where the rules allow it.
 CASES = [(name, "dropless") for name in sorted(layouts.LAYOUTS)] + [
-    (name, "expert_parallel") for name in sorted(layouts.LAYOUTS) if _expert_parallel(name)]
+  (name, "expert_parallel") for name in sorted(layouts.LAYOUTS) if _expert_parallel(name)
+]
 
 
 def _config(layout, dispatch="dropless"):
@@ -82,9 +83,13 @@ def _batch(vocab):
   rng = np.random.default_rng(0)
   tokens = rng.integers(0, vocab, (1, B, L), dtype=np.int32)
   mask = (rng.random((1, B, L)) < 0.8).astype(np.float32)  # uneven token counts per shard
-  return {"tokens": tokens, "targets": np.roll(tokens, -1, -1), "loss_mask": mask,
-          "segment_ids": np.ones((1, B, L), np.int32),
-          "positions": np.broadcast_to(np.arange(L, dtype=np.int32), (1, B, L)).copy()}
+  return {
+    "tokens": tokens,
+    "targets": np.roll(tokens, -1, -1),
+    "loss_mask": mask,
+    "segment_ids": np.ones((1, B, L), np.int32),
+    "positions": np.broadcast_to(np.arange(L, dtype=np.int32), (1, B, L)).copy(),
+  }
 
 
 def _step(layout, state0, dispatch="dropless"):
@@ -114,10 +119,14 @@ def test_the_log_check_sees_an_involuntary_rematerialization():
   # reshard this with an all-to-all and replicates (the embedding gather's case in `cp2_ep8`
   # before the table was constrained), so XLA logs the warning and `_compile` returns it.
   mesh = Mesh(np.asarray(jax.devices()).reshape(4, 2), ("a", "b"))
-  fn = jax.jit(lambda x: jax.lax.with_sharding_constraint(
-      x * 2, NamedSharding(mesh, PartitionSpec("a", "b", None))))
-  x = jax.ShapeDtypeStruct((16, 8, 64), jnp.float32,
-                           sharding=NamedSharding(mesh, PartitionSpec(None, None, ("a", "b"))))
+  fn = jax.jit(
+    lambda x: jax.lax.with_sharding_constraint(
+      x * 2, NamedSharding(mesh, PartitionSpec("a", "b", None))
+    )
+  )
+  x = jax.ShapeDtypeStruct(
+    (16, 8, 64), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec(None, None, ("a", "b")))
+  )
   _, remat = _compile(fn.lower(x))
   assert remat
 
@@ -128,8 +137,15 @@ def test_train_step_matches_single_device(reference, layout, dispatch):
   state0, want, want_metrics = reference
   before, got, metrics, progs, remat = _step(layout, state0, dispatch)
   chex.assert_trees_all_equal(before, state0)  # the layout's inputs are the reference's
-  for k in ("loss", "ce", "grad_norm", "update_norm", "update_rms/muon", "update_rms/adamw",
-            "moe/dropped_tokens"):
+  for k in (
+    "loss",
+    "ce",
+    "grad_norm",
+    "update_norm",
+    "update_rms/muon",
+    "update_rms/adamw",
+    "moe/dropped_tokens",
+  ):
     np.testing.assert_allclose(metrics[k], want_metrics[k], rtol=TOL, err_msg=k)
   chex.assert_trees_all_close(jax.device_get(got), want, atol=TOL, rtol=TOL)
   config = _config(layout, dispatch)
@@ -141,16 +157,25 @@ def test_train_step_matches_single_device(reference, layout, dispatch):
   # |g| ~ eps, so its weights are held to the absolute 1e-5 above only.)
   labels = param_labels(config.optim, axes)
   for (path, new), ref, old, label in zip(
-      jax.tree_util.tree_leaves_with_path(jax.device_get(got.params)), jax.tree.leaves(want.params),
-      jax.tree.leaves(state0.params), jax.tree.leaves(labels)):
+    jax.tree_util.tree_leaves_with_path(jax.device_get(got.params)),
+    jax.tree.leaves(want.params),
+    jax.tree.leaves(state0.params),
+    jax.tree.leaves(labels),
+  ):
     if label == "muon":
-      np.testing.assert_allclose(new - old, ref - old, atol=1e-4 * np.abs(ref - old).max(),
-                                 rtol=0, err_msg=jax.tree_util.keystr(path))
+      np.testing.assert_allclose(
+        new - old,
+        ref - old,
+        atol=1e-4 * np.abs(ref - old).max(),
+        rtol=0,
+        err_msg=jax.tree_util.keystr(path),
+      )
   # Outputs keep their input shardings: parameters (and their optimizer moments) exactly as
   # the layout's logical-axis rules place them.
   expected = rules_lib.param_shardings(axes, progs.mesh, config.rules)
-  for (path, x), s in zip(jax.tree_util.tree_leaves_with_path(got.params),
-                          jax.tree.leaves(expected)):
+  for (path, x), s in zip(
+    jax.tree_util.tree_leaves_with_path(got.params), jax.tree.leaves(expected)
+  ):
     assert x.sharding.is_equivalent_to(s, x.ndim), (jax.tree_util.keystr(path), x.sharding, s)
   for x, t in zip(jax.tree.leaves(got), jax.tree.leaves(progs.target)):
     assert x.sharding.is_equivalent_to(t.sharding, x.ndim)

@@ -26,13 +26,20 @@ def _assert_same(got, want):
 
 def _workdir(path, items, state, cfg=CFG, run=None):
   """A run's checkpoint as its driver writes one: orbax items under checkpoints/<step>."""
-  mngr = ocp.CheckpointManager(str(path / "checkpoints"), item_names=items + ("config",),
-                               options=ocp.CheckpointManagerOptions(create=True))
+  mngr = ocp.CheckpointManager(
+    str(path / "checkpoints"),
+    item_names=items + ("config",),
+    options=ocp.CheckpointManagerOptions(create=True),
+  )
   for step in (5, 10):  # the newest is read
     bumped = jax.tree.map(lambda x, s=step: x + s, state)
-    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(bumped),
-                                            config=ocp.args.JsonSave({"model": cfg.to_dict(),
-                                                                      "run": run or {}})))
+    mngr.save(
+      step,
+      args=ocp.args.Composite(
+        state=ocp.args.StandardSave(bumped),
+        config=ocp.args.JsonSave({"model": cfg.to_dict(), "run": run or {}}),
+      ),
+    )
   mngr.wait_until_finished()
   mngr.close()
 
@@ -45,8 +52,9 @@ def test_imported(tmp_path, variables):
 
 
 def test_hugging_face_directory(tmp_path, variables):
-  flat = {tuple(k.key for k in kp): v for kp, v in
-          jax.tree_util.tree_flatten_with_path(variables)[0]}
+  flat = {
+    tuple(k.key for k in kp): v for kp, v in jax.tree_util.tree_flatten_with_path(variables)[0]
+  }
   writer.export_hf(CFG, flat.__getitem__, str(tmp_path), dtype="float32")
   cfg, got = load_checkpoint.load(str(tmp_path))
   assert load_checkpoint.kind(str(tmp_path)) == "hf"
@@ -55,8 +63,13 @@ def test_hugging_face_directory(tmp_path, variables):
 
 
 def test_training_workdir_newest_step(tmp_path, variables):
-  state = {"step": np.int32(0), "params": variables["params"], "router": variables["router"],
-           "opt_state": {"mu": np.zeros(3, np.float32)}, "rng": np.zeros(2, np.uint32)}
+  state = {
+    "step": np.int32(0),
+    "params": variables["params"],
+    "router": variables["router"],
+    "opt_state": {"mu": np.zeros(3, np.float32)},
+    "rng": np.zeros(2, np.uint32),
+  }
   _workdir(tmp_path, ("state", "data"), state)
   cfg, got = load_checkpoint.load(str(tmp_path))
   assert cfg == CFG
@@ -64,7 +77,10 @@ def test_training_workdir_newest_step(tmp_path, variables):
 
 
 def _biased(variables, value):
-  return {**variables, "router": jax.tree.map(lambda b: np.full_like(b, value), variables["router"])}
+  return {
+    **variables,
+    "router": jax.tree.map(lambda b: np.full_like(b, value), variables["router"]),
+  }
 
 
 @pytest.mark.parametrize("start", ["random_init", "init_from", "warmup"])
@@ -80,8 +96,9 @@ def test_rl_workdir_router_is_the_one_the_run_started_from(tmp_path, variables, 
     warm = {**_biased(variables, -0.5), "opt_state": {}}
     _workdir(tmp_path / "run" / "warmup", ("state", "data"), warm)
     want = jax.tree.map(lambda x: x + 10, warm["router"])  # its newest step
-  _workdir(tmp_path / "run", ("state", "data"), {"params": variables["params"], "opt_state": {}},
-           run=run)
+  _workdir(
+    tmp_path / "run", ("state", "data"), {"params": variables["params"], "opt_state": {}}, run=run
+  )
   cfg, got = load_checkpoint.load(str(tmp_path / "run"))
   assert cfg == CFG
   _assert_same(got["router"], want)

@@ -44,9 +44,21 @@ def test_metrics_files(full_run):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     lines = [json.loads(line) for line in f]
   assert [r["step"] for r in lines] == list(range(1, TOTAL_STEPS + 1))
-  expected = {"step", "tokens", "loss", "ce", "z_loss", "grad_norm", "update_norm", "lr",
-              "tokens_per_s", "moe/load_max_over_mean", "moe/router_entropy",
-              "update_rms/muon", "update_rms/adamw"}
+  expected = {
+    "step",
+    "tokens",
+    "loss",
+    "ce",
+    "z_loss",
+    "grad_norm",
+    "update_norm",
+    "lr",
+    "tokens_per_s",
+    "moe/load_max_over_mean",
+    "moe/router_entropy",
+    "update_rms/muon",
+    "update_rms/adamw",
+  }
   assert expected <= set(lines[0])
   assert lines[0]["startup_s"] > 0 and not any("startup_s" in r for r in lines[1:])
   assert "eval_loss" in lines[2] and "eval_loss" in lines[-1]
@@ -79,8 +91,11 @@ def test_different_model_config_is_rejected(full_run):
   workdir, _ = full_run
   config = tiny_config()
   config.model.overrides = {"hidden_size": 128}
-  with pytest.raises(ValueError, match=r"different model config: hidden_size \(checkpoint 64, "
-                                       r"config 128\)"):
+  with pytest.raises(
+    ValueError,
+    match=r"different model config: hidden_size \(checkpoint 64, "
+    r"config 128\)",
+  ):
     loop.train(config, workdir)
 
 
@@ -132,8 +147,11 @@ def test_init_from_imported_checkpoint(full_run, tmp_path):
   other = str(tmp_path / "other")
   other_cfg = model_cfg.replace(num_heads=2)
   hf_checkpoint.save(other, other_cfg, jax.device_get(transformer.init(other_cfg, init_key)))
-  with pytest.raises(ValueError, match=r"init_from=.*different model config: num_heads "
-                                       r"\(checkpoint 2, config 4\)"):
+  with pytest.raises(
+    ValueError,
+    match=r"init_from=.*different model config: num_heads "
+    r"\(checkpoint 2, config 4\)",
+  ):
     loop.train(tiny_config(init_from=other), str(tmp_path / "run2"))
 
 
@@ -154,8 +172,7 @@ class _CountingProgram:
     return {"x": np.zeros(2, np.float32)}, {"n": int(state)}
 
 
-def test_drive_fetches_each_steps_metrics_after_the_next_step_is_dispatched(tmp_path,
-                                                                            monkeypatch):
+def test_drive_fetches_each_steps_metrics_after_the_next_step_is_dispatched(tmp_path, monkeypatch):
   """LM and RL programs alike: the host never waits for step k's metrics before step k + 1 is
   queued (except to save a checkpoint: a non-finite state is never saved)."""
   events = []
@@ -167,13 +184,23 @@ def test_drive_fetches_each_steps_metrics_after_the_next_step_is_dispatched(tmp_
 
   monkeypatch.setattr(jax, "device_get", device_get)
   ckpt = checkpointing.Checkpointer(str(tmp_path), keep=1)
-  records = loop.drive(_CountingProgram(events), 0, 0, ckpt, workdir=str(tmp_path),
-                       total_steps=4, ckpt_every=2, console_every=1,
-                       model_cfg=model_config(base.get_base_config().model), run_config={})
+  records = loop.drive(
+    _CountingProgram(events),
+    0,
+    0,
+    ckpt,
+    workdir=str(tmp_path),
+    total_steps=4,
+    ckpt_every=2,
+    console_every=1,
+    model_cfg=model_config(base.get_base_config().model),
+    run_config={},
+  )
   assert [r["step"] for r in records] == [1, 2, 3, 4] and records[2]["loss"] == 3.0
   fetched = [e for e in events if e[0] == "fetch" and e[1] in (1.0, 2.0, 3.0, 4.0)]
   order = [e for e in events if e[0] == "step" or e in fetched]
   # Step 1's metrics (and record) after step 2 is queued; step 2's before its checkpoint.
-  assert order[:5] == [("step", 1), ("step", 2), ("fetch", 1.0), ("fetch", 1.0),
-                       ("fetch", 2.0)], order
+  assert order[:5] == [("step", 1), ("step", 2), ("fetch", 1.0), ("fetch", 1.0), ("fetch", 2.0)], (
+    order
+  )
   assert order.index(("step", 4)) < order.index(("fetch", 3.0))

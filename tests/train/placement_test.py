@@ -41,15 +41,22 @@ def test_optimizer_state_follows_param_shardings(optim):
   # Reference by optax's own field names: every moment tree (`mu`, `nu`: Adam moments, Muon
   # momentum; MaskedNode where `optax.partition` gives a parameter to the other group) is
   # sharded leaf by leaf like the params; every other leaf is a replicated scalar counter.
-  moments = [m for name in ("mu", "nu")
-             for _, m in optax.tree_utils.tree_get_all_with_path(shard.opt_state, name)]
+  moments = [
+    m
+    for name in ("mu", "nu")
+    for _, m in optax.tree_utils.tree_get_all_with_path(shard.opt_state, name)
+  ]
   matched = []
   for m in moments:
-    jax.tree.map(lambda e, s: matched.append(s == e) if isinstance(s, NamedSharding) else None,
-                 expected, m)
+    jax.tree.map(
+      lambda e, s: matched.append(s == e) if isinstance(s, NamedSharding) else None, expected, m
+    )
   assert matched and all(matched)
-  others = [(x, s) for x, s in zip(jax.tree.leaves(abstract.opt_state),
-                                   jax.tree.leaves(shard.opt_state)) if x.shape == ()]
+  others = [
+    (x, s)
+    for x, s in zip(jax.tree.leaves(abstract.opt_state), jax.tree.leaves(shard.opt_state))
+    if x.shape == ()
+  ]
   assert all(s.spec == PartitionSpec() for _, s in others)
   assert len(matched) + len(others) == len(jax.tree.leaves(shard.opt_state))
   assert shard.step.spec == PartitionSpec() and shard.rng.spec == PartitionSpec()
@@ -66,7 +73,7 @@ def test_memory_plan_matches_hand_count(layout, devices):
   for x, s in zip(jax.tree.leaves(abstract.params), jax.tree.leaves(specs)):
     split = 1
     for entry in s.spec:
-      for a in (() if entry is None else (entry,) if isinstance(entry, str) else entry):
+      for a in () if entry is None else (entry,) if isinstance(entry, str) else entry:
         split *= dict(s.mesh.shape)[a]
     per_device += math.prod(x.shape) * 4 // split
   assert plan["per_device"]["params"] == per_device

@@ -36,14 +36,19 @@ def test_kill_9_frees_the_lock_and_an_old_lock_file_is_no_lock(tmp_path):
   """A live holder in another process is named; after kill -9 the lock is free with no
   takeover (the kernel released it), though its file is still there."""
   workdir = str(tmp_path)
-  code = ("import sys, time; from composer_jax.train import workdir_lock as w; "
-          "w.acquire(sys.argv[1]); print('held', flush=True); time.sleep(60)")
-  holder = subprocess.Popen([sys.executable, "-c", code, workdir], cwd=REPO,
-                            stdout=subprocess.PIPE, text=True)
+  code = (
+    "import sys, time; from composer_jax.train import workdir_lock as w; "
+    "w.acquire(sys.argv[1]); print('held', flush=True); time.sleep(60)"
+  )
+  holder = subprocess.Popen(
+    [sys.executable, "-c", code, workdir], cwd=REPO, stdout=subprocess.PIPE, text=True
+  )
   try:
     assert holder.stdout.readline() == "held\n"
-    with pytest.raises(workdir_lock.WorkdirLockedError,
-                       match=f"in use by pid {holder.pid} on host '{socket.gethostname()}'"):
+    with pytest.raises(
+      workdir_lock.WorkdirLockedError,
+      match=f"in use by pid {holder.pid} on host '{socket.gethostname()}'",
+    ):
       workdir_lock.acquire(workdir)
   finally:
     holder.kill()
@@ -113,9 +118,15 @@ def test_exactly_one_of_many_concurrent_runs_wins(tmp_path):
   for t in range(trials):  # every trial starts from a lock file left by a dead run
     os.makedirs(tmp_path / str(t))
     (tmp_path / str(t) / workdir_lock.LOCK_FILE).write_text(
-        json.dumps({"pid": 2**22 + 1, "host": socket.gethostname(), "time": 0}))
-  proc = subprocess.run([sys.executable, "-c", _CONTENDERS, str(tmp_path), str(k), str(trials)],
-                        cwd=REPO, capture_output=True, text=True, timeout=300)
+      json.dumps({"pid": 2**22 + 1, "host": socket.gethostname(), "time": 0})
+    )
+  proc = subprocess.run(
+    [sys.executable, "-c", _CONTENDERS, str(tmp_path), str(k), str(trials)],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 0, proc.stderr
   rows = [line.split() for line in proc.stdout.splitlines()]
   assert len(rows) == k
@@ -128,8 +139,10 @@ def test_exactly_one_of_many_concurrent_runs_wins(tmp_path):
 def test_filesystem_without_file_locks(tmp_path, monkeypatch):
   """No flock (ENOLCK): the lock is the file's exclusive creation; one holder, and the
   message says to delete the file if its run is gone."""
+
   def no_locks(*_):
     raise OSError(errno.ENOLCK, "No locks available")
+
   monkeypatch.setattr(fcntl, "flock", no_locks)
   path = workdir_lock.acquire(str(tmp_path))
   assert _holder(str(tmp_path))["pid"] == os.getpid()

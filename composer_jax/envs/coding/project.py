@@ -122,7 +122,9 @@ def blob_error(blob) -> str:
   if not isinstance(blob, str):
     return f"a packed project is base64 text, got {type(blob).__name__}"
   try:
-    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(blob, validate=True)), mode="r:gz") as tar:
+    with tarfile.open(
+      fileobj=io.BytesIO(base64.b64decode(blob, validate=True)), mode="r:gz"
+    ) as tar:
       for m in tar.getmembers():
         if m.isfile():
           tarfile.data_filter(m, "/dest")  # what unpack's filter="data" refuses

@@ -71,8 +71,13 @@ def _record_error(record) -> str:
   """'' for a well-formed task record (JSON-decoded), else what is wrong (one line)."""
   if not isinstance(record, dict):
     return f"a task record is a JSON object, got {type(record).__name__}"
-  missing = [n for n, f in _FIELDS.items() if n not in record
-             and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+  missing = [
+    n
+    for n, f in _FIELDS.items()
+    if n not in record
+    and f.default is dataclasses.MISSING
+    and f.default_factory is dataclasses.MISSING
+  ]
   unknown = sorted(set(record) - set(_FIELDS))
   if missing or unknown:
     return f"task record {'lacks ' + str(missing) if missing else 'has unknown ' + str(unknown)}"

@@ -101,8 +101,10 @@ class ToolEnv:
     if calls_per_task < 0:
       raise ValueError(f"calls_per_task={calls_per_task} must be >= 0 (0: distinct capabilities)")
     if calls_per_task and max_model_turns <= calls_per_task:
-      raise ValueError(f"max_model_turns={max_model_turns} must be > calls_per_task="
-                       f"{calls_per_task} (the calls and the answer)")
+      raise ValueError(
+        f"max_model_turns={max_model_turns} must be > calls_per_task="
+        f"{calls_per_task} (the calls and the answer)"
+      )
     self.first_alias_prob, self.calls_per_task = first_alias_prob, calls_per_task
     self.vocab = vocab
     self.min_tools, self.max_tools = min_tools, max_tools
@@ -141,9 +143,14 @@ class ToolEnv:
         return "call", tool
     if t == [self._answer, eot]:
       return "answer", None
-    if len(t) >= 4 and t[:2] == [self._answer, self._result] and t[-1] == eot and all(
-        0 <= i < self.vocab.size and self.vocab.words[i] in vocab_lib.CAPABILITIES
-        for i in t[2:-1]):
+    if (
+      len(t) >= 4
+      and t[:2] == [self._answer, self._result]
+      and t[-1] == eot
+      and all(
+        0 <= i < self.vocab.size and self.vocab.words[i] in vocab_lib.CAPABILITIES for i in t[2:-1]
+      )
+    ):
       return "answer", "verbose"
     return "bad_format", None
 
@@ -184,15 +191,23 @@ class ToolEnv:
       tools = [t for t in tools if TOOL_CAPABILITY[t] == TOOL_CAPABILITY[tool]]
     return self.vocab.encode(["reminder:", "available", *tools, "<eot>"])
 
-  def probe_set(self, rng: np.random.Generator, count: int, *, seq_len: int,
-                teacher_seq_len: int, turn_len: int) -> dict:
+  def probe_set(
+    self, rng: np.random.Generator, count: int, *, seq_len: int, teacher_seq_len: int, turn_len: int
+  ) -> dict:
     """Held-out probe contexts (`envs.tools.probe_contexts`) of this env's first feedback kind, with the
     hint that kind gives (the full tool list when its option `all_tools` is set)."""
     kind = self._feedback_kinds[0]
     all_tools = bool(self._feedback_options.get(kind, {}).get("all_tools", False))
-    return probe_contexts.probe_set(self, rng, count, seq_len=seq_len,
-                                teacher_seq_len=teacher_seq_len, turn_len=turn_len,
-                                behaviour=kind, all_tools=all_tools)
+    return probe_contexts.probe_set(
+      self,
+      rng,
+      count,
+      seq_len=seq_len,
+      teacher_seq_len=teacher_seq_len,
+      turn_len=turn_len,
+      behaviour=kind,
+      all_tools=all_tools,
+    )
 
   def feedback(self, episode) -> list[tuple[int, list[int]]]:
     """(turn index, hint ids) of each model turn flagged by this environment's feedback kinds."""

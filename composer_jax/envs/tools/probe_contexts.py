@@ -24,9 +24,17 @@ from composer_jax.rl.trajectory import Trajectory, Turn
 BEHAVIOURS = ("unavailable_tool", "overlong_message")
 
 
-def probe_set(env, rng: np.random.Generator, count: int, *, seq_len: int,
-              teacher_seq_len: int, turn_len: int, behaviour: str = "unavailable_tool",
-              all_tools: bool = False) -> dict:
+def probe_set(
+  env,
+  rng: np.random.Generator,
+  count: int,
+  *,
+  seq_len: int,
+  teacher_seq_len: int,
+  turn_len: int,
+  behaviour: str = "unavailable_tool",
+  all_tools: bool = False,
+) -> dict:
   """`rl.sd_probes.build_probe_set` of `count` probes of `behaviour` drawn with `rng` on `env`
   (an `envs.tools.ToolEnv`)."""
   if count < 1:
@@ -57,6 +65,13 @@ def probe_set(env, rng: np.random.Generator, count: int, *, seq_len: int,
     trajs.append(Trajectory.from_turns(turns, 0.0, i))
     targets.append(DistillTarget(i, len(turns) - 1, tuple(hint)))
     goods.append(env.vocab.ids[good])
-  return sd_probes.build_probe_set(trajs, targets, [1] * count, goods, seq_len=seq_len,
-                                teacher_seq_len=teacher_seq_len, turn_len=turn_len,
-                                pad_id=env.pad_id)
+  return sd_probes.build_probe_set(
+    trajs,
+    targets,
+    [1] * count,
+    goods,
+    seq_len=seq_len,
+    teacher_seq_len=teacher_seq_len,
+    turn_len=turn_len,
+    pad_id=env.pad_id,
+  )

@@ -30,8 +30,14 @@ from composer_jax.rl import scripted
 from composer_jax.rl.trajectory import Trajectory, Turn
 
 
-def scripted_turns(env: ToolEnv, task: ToolTask, rng: np.random.Generator, hint_prob: float,
-                   hint_all_tools: bool = False, verbose_prob: float = 0.0):
+def scripted_turns(
+  env: ToolEnv,
+  task: ToolTask,
+  rng: np.random.Generator,
+  hint_prob: float,
+  hint_all_tools: bool = False,
+  verbose_prob: float = 0.0,
+):
   """The turns of one scripted episode (model turns carry zero log-probs)."""
   state, first = env.reset(task)
   turns = [Turn(first)]
@@ -63,9 +69,16 @@ def scripted_turns(env: ToolEnv, task: ToolTask, rng: np.random.Generator, hint_
   return turns
 
 
-def warmup_batches(env: ToolEnv, rng: np.random.Generator, *, batch_size: int, seq_len: int,
-                   hint_prob: float, hint_all_tools: bool = False, verbose_prob: float = 0.0
-                   ) -> scripted.EpisodeBatches:
+def warmup_batches(
+  env: ToolEnv,
+  rng: np.random.Generator,
+  *,
+  batch_size: int,
+  seq_len: int,
+  hint_prob: float,
+  hint_all_tools: bool = False,
+  verbose_prob: float = 0.0,
+) -> scripted.EpisodeBatches:
   """[batch_size, seq_len] batches of scripted episodes (tokens/targets/segment_ids/positions,
   loss_mask = model tokens), the tasks and the agent's choices drawn from `rng`."""
   for name, value in (("hint_prob", hint_prob), ("verbose_prob", verbose_prob)):
@@ -73,9 +86,9 @@ def warmup_batches(env: ToolEnv, rng: np.random.Generator, *, batch_size: int, s
       raise ValueError(f"{name}={value} must be in [0, 1]")
 
   def episode(rng):
-    turns = scripted_turns(env, env.sample_task(rng), rng, hint_prob, hint_all_tools,
-                           verbose_prob)
+    turns = scripted_turns(env, env.sample_task(rng), rng, hint_prob, hint_all_tools, verbose_prob)
     return Trajectory.from_turns(turns, 0.0, 0)
 
-  return scripted.EpisodeBatches(episode, rng, batch_size=batch_size, seq_len=seq_len,
-                                 pad_id=env.vocab.pad_id)
+  return scripted.EpisodeBatches(
+    episode, rng, batch_size=batch_size, seq_len=seq_len, pad_id=env.vocab.pad_id
+  )

@@ -53,8 +53,7 @@ def test_unavailable_tool_targets():
   targets = distill_targets(["unavailable_tool"], None, EPISODES)
   got = [(t.trajectory_index, t.turn, " ".join(VOCAB.decode(t.hint))) for t in targets]
   assert got == [(0, 1, HINT), (1, 5, HINT_FACT)]
-  every = distill_targets(["unavailable_tool"], {"unavailable_tool": {"all_tools": True}},
-                          EPISODES)
+  every = distill_targets(["unavailable_tool"], {"unavailable_tool": {"all_tools": True}}, EPISODES)
   assert {" ".join(VOCAB.decode(t.hint)) for t in every} == {
     "reminder: available forecast mail lookup <eot>"
   }
@@ -63,13 +62,15 @@ def test_unavailable_tool_targets():
 def test_second_kind_and_merged_hints():
   got = [
     (t.trajectory_index, t.turn, " ".join(VOCAB.decode(t.hint)))
-    for t in distill_targets(["unavailable_tool", "overlong_message"],
-                             {"overlong_message": {"max_tokens": 3}}, EPISODES)
+    for t in distill_targets(
+      ["unavailable_tool", "overlong_message"], {"overlong_message": {"max_tokens": 3}}, EPISODES
+    )
   ]
   assert got == [(0, 1, HINT), (1, 3, SHORT), (1, 5, HINT_FACT)]
   # The same turn flagged by two kinds gets one teacher row, hints in the order of the kinds.
-  both = distill_targets(["overlong_message", "unavailable_tool"],
-                         {"overlong_message": {"max_tokens": 2}}, EPISODES[:1])
+  both = distill_targets(
+    ["overlong_message", "unavailable_tool"], {"overlong_message": {"max_tokens": 2}}, EPISODES[:1]
+  )
   assert [(t.turn, " ".join(VOCAB.decode(t.hint))) for t in both] == [
     (1, f"{SHORT} {HINT}"),
     (3, SHORT),

@@ -46,8 +46,9 @@ def test_verbose_answer_parses_counts_and_is_flagged():
   assert verbose.verbose_answer and not short.verbose_answer
   ep = type("Episode", (), {})()  # the feedback reads only `trajectory` and `task`
   (flag,) = make_feedback(FEEDBACK_KINDS, ["overlong_message"])
-  ep.trajectory = Trajectory.from_turns([Turn([1]), Turn(VOCAB.encode(
-      "answer result temperature <eot>"), [0.0] * 4)], 1.0, 0)
+  ep.trajectory = Trajectory.from_turns(
+    [Turn([1]), Turn(VOCAB.encode("answer result temperature <eot>"), [0.0] * 4)], 1.0, 0
+  )
   assert flag(env, ep) == [(1, VOCAB.encode(SHORT_HINT))]
 
 
@@ -71,12 +72,22 @@ def test_warmup_full_list_hint_and_verbose_answers():
   assert 0.35 < short_hinted / answers < 0.65 and 0.15 < verbose / answers < 0.35
 
 
-@pytest.mark.parametrize("behaviour, bad, good", [("unavailable_tool", None, None),
-                                                  ("overlong_message", "result", "<eot>")])
+@pytest.mark.parametrize(
+  "behaviour, bad, good",
+  [("unavailable_tool", None, None), ("overlong_message", "result", "<eot>")],
+)
 def test_probe_contexts(behaviour, bad, good):
   env = ToolEnv(VOCAB, max_required=3)
-  ps = probe_contexts.probe_set(env, np.random.default_rng(5), 6, seq_len=64, teacher_seq_len=64,
-                        turn_len=6, behaviour=behaviour, all_tools=True)
+  ps = probe_contexts.probe_set(
+    env,
+    np.random.default_rng(5),
+    6,
+    seq_len=64,
+    teacher_seq_len=64,
+    turn_len=6,
+    behaviour=behaviour,
+    all_tools=True,
+  )
   tb = ps["teacher_batch"]
   rows = np.arange(6)
   bad_ids = tb["slot_target"][rows, tb["probe_slot"]]
@@ -87,5 +98,6 @@ def test_probe_contexts(behaviour, bad, good):
   else:
     assert set(words(bad_ids)) == {bad} and set(words(tb["good_id"])) == {good}
   with pytest.raises(ValueError, match="behaviour='typo'"):
-    probe_contexts.probe_set(env, np.random.default_rng(5), 1, seq_len=64, teacher_seq_len=64,
-                     turn_len=6, behaviour="typo")
+    probe_contexts.probe_set(
+      env, np.random.default_rng(5), 1, seq_len=64, teacher_seq_len=64, turn_len=6, behaviour="typo"
+    )

@@ -37,8 +37,9 @@ def test_hinted_calls_use_offered_tools_and_episodes_succeed_within_budget():
 
 
 def test_batch_loss_mask_is_model_tokens():
-  batch = next(warmup_batches(ENV, np.random.default_rng(1), batch_size=8, seq_len=64,
-                              hint_prob=0.3))
+  batch = next(
+    warmup_batches(ENV, np.random.default_rng(1), batch_size=8, seq_len=64, hint_prob=0.3)
+  )
   assert batch["tokens"].shape == (8, 64)
   words = np.array(VOCAB.words)[batch["targets"]]
   mask = batch["loss_mask"] > 0

@@ -4,15 +4,35 @@ from experiments.bench import versus
 
 
 def _result(peer_matmul: float, peer_small: float) -> versus.Result:
-  health = {"ours": {"matmul_flops_cpu": 100e9, "matmul_flops_wall": 100e9,
-                     "small_op_s_cpu": 50e-6, "small_op_s_wall": 50e-6},
-            "peer": {"matmul_flops_cpu": peer_matmul, "matmul_flops_wall": peer_matmul,
-                     "small_op_s_cpu": peer_small, "small_op_s_wall": peer_small}}
-  times = {"ours": {"wall": [1.0, 2.0, 1.0], "cpu": [1.0, 1.0, 1.2]},
-           "peer": {"wall": [3.0, 3.0, 9.0], "cpu": [2.0, 2.2, 2.0]}}
-  return versus.Result(device="cpu", clock="cpu", threads=1, health=health, times=times,
-                       loads=[1.0, 1.0, 1.0], flops_per_call=50e9, items_per_call=1000,
-                       item="tokens")
+  health = {
+    "ours": {
+      "matmul_flops_cpu": 100e9,
+      "matmul_flops_wall": 100e9,
+      "small_op_s_cpu": 50e-6,
+      "small_op_s_wall": 50e-6,
+    },
+    "peer": {
+      "matmul_flops_cpu": peer_matmul,
+      "matmul_flops_wall": peer_matmul,
+      "small_op_s_cpu": peer_small,
+      "small_op_s_wall": peer_small,
+    },
+  }
+  times = {
+    "ours": {"wall": [1.0, 2.0, 1.0], "cpu": [1.0, 1.0, 1.2]},
+    "peer": {"wall": [3.0, 3.0, 9.0], "cpu": [2.0, 2.2, 2.0]},
+  }
+  return versus.Result(
+    device="cpu",
+    clock="cpu",
+    threads=1,
+    health=health,
+    times=times,
+    loads=[1.0, 1.0, 1.0],
+    flops_per_call=50e9,
+    items_per_call=1000,
+    item="tokens",
+  )
 
 
 def test_healthy_sides_give_the_median_ratio_and_mfu(capsys):

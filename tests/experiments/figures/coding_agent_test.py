@@ -9,8 +9,12 @@ import sys
 
 import pytest
 
-EVAL_KEYS = ("malformed_turns_per_episode", "tool_errors_per_episode", "turns_per_episode",
-             "submitted_per_episode")
+EVAL_KEYS = (
+  "malformed_turns_per_episode",
+  "tool_errors_per_episode",
+  "turns_per_episode",
+  "submitted_per_episode",
+)
 
 
 def _eval(path, pass_at_1):
@@ -29,11 +33,20 @@ def test_cli_writes_intervals_and_paired_differences(tmp_path):
     (root / "warmup" / "metrics.jsonl").write_text(json.dumps({"step": 1, "ce": 0.5}) + "\n")
     (root / "rl").mkdir()
     (root / "rl" / "metrics.jsonl").write_text(
-      "".join(json.dumps({"step": s, "reward": r}) + "\n" for s, r in ((1, 0.0), (2, 0.5))))
+      "".join(json.dumps({"step": s, "reward": r}) + "\n" for s, r in ((1, 0.0), (2, 0.5)))
+    )
   out = tmp_path / "results"
   # Its own process, as learn.py runs it (the figure modules each define --workdir).
-  subprocess.run([sys.executable, "-m", "experiments.figures.coding_agent",
-                  f"--workdir={work}", f"--results_dir={out}"], check=True)
+  subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "experiments.figures.coding_agent",
+      f"--workdir={work}",
+      f"--results_dir={out}",
+    ],
+    check=True,
+  )
   rows = {r["arm"]: r for r in csv.DictReader(open(out / "coding_agent.csv"))}
   assert set(rows) == {"warmup", "rl"} and (out / "coding_agent.png").stat().st_size > 0
   t = 12.7062047  # t(0.975, 1): two seeds

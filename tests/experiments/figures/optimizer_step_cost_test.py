@@ -12,10 +12,19 @@ def _rows(path):
 
 
 def test_figure_numbers_match_hand_computation(tmp_path):
-  subprocess.run([sys.executable, "-m", "experiments.figures.optimizer_step_cost",
-                  f"--out={tmp_path}", "--devices=384,768", "--bytes_per_elem=2"],
-                 check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
-                     os.path.dirname(__file__)))), timeout=600)
+  subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "experiments.figures.optimizer_step_cost",
+      f"--out={tmp_path}",
+      "--devices=384,768",
+      "--bytes_per_elem=2",
+    ],
+    check=True,
+    cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))),
+    timeout=600,
+  )
   assert (tmp_path / "optimizer_step_cost.png").stat().st_size > 10_000
 
   # One Kimi-K2 routed-expert gate matrix [7168, 2048]: m = 2048 (small side), n = 7168,
@@ -37,6 +46,8 @@ def test_figure_numbers_match_hand_computation(tmp_path):
   assert float(steps[768]["expert_a2a_bytes_per_device"]) == 2 * 0.5 * 90 * 7168 * 2048 * 2
 
   lay = {r["layout"]: r for r in _rows(tmp_path / "layouts.csv")}
-  assert (int(lay["cp2_ep8"]["dual_view_devices"]), int(lay["cp2_ep8"]["shared_mesh_devices"])) \
-      == (8, 16)
+  assert (int(lay["cp2_ep8"]["dual_view_devices"]), int(lay["cp2_ep8"]["shared_mesh_devices"])) == (
+    8,
+    16,
+  )
   assert int(lay["fsdp_ep"]["shared_mesh_devices"]) == 8

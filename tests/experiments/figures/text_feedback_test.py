@@ -21,9 +21,22 @@ def _rows(path):
 
 def _figure(workdir):
   return subprocess.run(
-    [sys.executable, "-m", "experiments.figures.text_feedback", f"--workdir={workdir}",
-     "--smoke", "--seeds=2", "--arms=sd_live,penalty", "--behaviours=verbose"],
-    check=True, cwd=ROOT, timeout=900, capture_output=True, text=True)
+    [
+      sys.executable,
+      "-m",
+      "experiments.figures.text_feedback",
+      f"--workdir={workdir}",
+      "--smoke",
+      "--seeds=2",
+      "--arms=sd_live,penalty",
+      "--behaviours=verbose",
+    ],
+    check=True,
+    cwd=ROOT,
+    timeout=900,
+    capture_output=True,
+    text=True,
+  )
 
 
 @pytest.mark.slow
@@ -34,8 +47,11 @@ def test_smoke_runs_end_to_end_and_resumes(tmp_path):
   # 2 arms x 2 seeds x 2 RL steps (CI: the short-episode behaviour; the notebook test runs the
   # long 'tools' scenario), every step with its episode, loss and probe metrics.
   assert sorted((r["behaviour"], r["arm"], r["seed"], r["step"]) for r in rows) == sorted(
-    ("verbose", a, str(s), str(t)) for a in ("sd_live", "penalty") for s in range(2)
-    for t in range(2))
+    ("verbose", a, str(s), str(t))
+    for a in ("sd_live", "penalty")
+    for s in range(2)
+    for t in range(2)
+  )
   for r in rows:
     rate = r["unavailable_rate"] if r["behaviour"] == "tools" else r["verbose_rate"]
     assert 0 <= float(rate) <= 1 and 0 <= float(r["reward"]) <= 1
@@ -48,8 +64,11 @@ def test_smoke_runs_end_to_end_and_resumes(tmp_path):
   assert all(float(r["sd_grad_norm"]) == 0 for r in rows if r["arm"] == "penalty")
   # The summary: mean and 95% t-interval over seeds of the per-step rows.
   for s in _rows(tmp_path / "text_feedback_summary.csv"):
-    v = [float(r["reward"]) for r in rows
-         if (r["behaviour"], r["arm"], r["step"]) == (s["behaviour"], s["arm"], s["step"])]
+    v = [
+      float(r["reward"])
+      for r in rows
+      if (r["behaviour"], r["arm"], r["step"]) == (s["behaviour"], s["arm"], s["step"])
+    ]
     half = stats.t.ppf(0.975, 1) * np.std(v, ddof=1) / np.sqrt(2)
     assert float(s["reward_mean"]) == pytest.approx(np.mean(v))
     assert float(s["reward_hi"]) == pytest.approx(np.mean(v) + half)
@@ -78,19 +97,27 @@ def test_interval_smoothing_and_final_numbers_by_hand():
   assert fig.interval([1.0, 3.0]) == pytest.approx((2.0, 12.7062047))  # t(0.975, 1) sd/sqrt(2)
   assert fig.interval([0.5]) == (0.5, 0.0)
   rows = [
-    dict(behaviour="tools", arm=arm, seed=seed, step=step, reward=r, unavailable_rate=u,
-         probe_kl=k)
+    dict(behaviour="tools", arm=arm, seed=seed, step=step, reward=r, unavailable_rate=u, probe_kl=k)
     for arm, seed, step, r, u, k in [
-      ("rl", 0, 0, 0.0, 1.0, 2.0), ("rl", 0, 1, 1.0, 0.5, 1.0), ("rl", 0, 2, 0.5, 0.0, 1.0),
-      ("rl", 1, 0, 1.0, 0.0, 2.0), ("rl", 1, 1, 0.0, 0.5, 2.0), ("rl", 1, 2, 0.5, 1.0, 2.0),
-      ("sd", 0, 0, 0.2, 0.4, 1.0), ("sd", 0, 1, 0.2, 0.4, 1.0), ("sd", 0, 2, 0.2, 0.4, 1.0),
-      ("sd", 1, 0, 0.4, 0.2, 1.0), ("sd", 1, 1, 0.4, 0.2, 1.0), ("sd", 1, 2, 0.4, 0.2, 1.0),
+      ("rl", 0, 0, 0.0, 1.0, 2.0),
+      ("rl", 0, 1, 1.0, 0.5, 1.0),
+      ("rl", 0, 2, 0.5, 0.0, 1.0),
+      ("rl", 1, 0, 1.0, 0.0, 2.0),
+      ("rl", 1, 1, 0.0, 0.5, 2.0),
+      ("rl", 1, 2, 0.5, 1.0, 2.0),
+      ("sd", 0, 0, 0.2, 0.4, 1.0),
+      ("sd", 0, 1, 0.2, 0.4, 1.0),
+      ("sd", 0, 2, 0.2, 0.4, 1.0),
+      ("sd", 1, 0, 0.4, 0.2, 1.0),
+      ("sd", 1, 1, 0.4, 0.2, 1.0),
+      ("sd", 1, 2, 0.4, 0.2, 1.0),
     ]
   ]
   summary = {(s["arm"], s["step"]): s for s in fig.summarize(rows)}
   assert summary["rl", 1]["reward_mean"] == 0.5 and summary["rl", 1]["seeds"] == 2
-  assert summary["rl", 1]["reward_hi"] == pytest.approx(0.5 + 12.7062047 * np.sqrt(0.5) /
-                                                         np.sqrt(2))
+  assert summary["rl", 1]["reward_hi"] == pytest.approx(
+    0.5 + 12.7062047 * np.sqrt(0.5) / np.sqrt(2)
+  )
   smooth = {(r["arm"], r["seed"], r["step"]): r for r in fig.smoothed(rows, 2)}
   assert smooth["rl", 0, 0]["reward"] == 0.0 and smooth["rl", 0, 2]["reward"] == 0.75
   assert smooth["rl", 1, 2]["unavailable_rate"] == 0.75
@@ -108,15 +135,19 @@ def test_teacher_arms_are_configs_compared_by_seed():
   from experiments.configs import rl_tool_feedback
   from experiments.figures import text_feedback as fig
 
-  live, both = rl_tool_feedback.get_config("sd_live"), rl_tool_feedback.get_config(
-    "both_frozen,behaviour=verbose")
+  live, both = (
+    rl_tool_feedback.get_config("sd_live"),
+    rl_tool_feedback.get_config("both_frozen,behaviour=verbose"),
+  )
   assert (live.loss.teacher, live.loss.sd_coef, live.loss.turn_penalty) == ("live", 1.0, 0.0)
   assert (both.loss.teacher, both.loss.turn_penalty, both.behaviour) == ("frozen", 1.0, "verbose")
   assert fig.arm_label("sd_ema") == "RL + targeted SD (ema teacher)"
   with pytest.raises(ValueError, match=r"arm='sd_old'.*'live', 'ema', 'frozen'"):
     rl_tool_feedback.get_config("sd_old")
-  final = {("tools", arm): {c: {0: r, 1: r + s} for c in fig.CURVES} for arm, r, s in
-           [("rl", 0.5, 0.1), ("sd_frozen", 0.25, 0.0), ("sd_live", 0.75, 0.2)]}
+  final = {
+    ("tools", arm): {c: {0: r, 1: r + s} for c in fig.CURVES}
+    for arm, r, s in [("rl", 0.5, 0.1), ("sd_frozen", 0.25, 0.0), ("sd_live", 0.75, 0.2)]
+  }
   diffs = {name: (m, h) for _, c, name, m, h in fig.comparisons(final) if c == "reward"}
   # Every SD arm against RL, and the report's teacher against the frozen ablation (paired:
   # seed 0 0.75 - 0.25, seed 1 0.95 - 0.25).
@@ -128,12 +159,18 @@ def test_merge_concatenates_split_runs_and_rejects_overlaps(tmp_path):
   from experiments.figures import text_feedback as fig
 
   header = "behaviour,arm,seed,step,reward\n"
-  parts = {"a": "tools,sd,0,0,0.5\ntools,sd,0,1,0.25\n", "b": "tools,sd,1,0,1.0\n",
-           "c": "tools,sd,1,0,0.0\n"}
+  parts = {
+    "a": "tools,sd,0,0,0.5\ntools,sd,0,1,0.25\n",
+    "b": "tools,sd,1,0,1.0\n",
+    "c": "tools,sd,1,0,0.0\n",
+  }
   for name, body in parts.items():
     (tmp_path / name).write_text(header + body)
   rows = fig.merge_rows([str(tmp_path / "a"), str(tmp_path / "b")])
-  assert [(r["seed"], r["step"], r["reward"]) for r in rows] == [(0, 0, 0.5), (0, 1, 0.25),
-                                                                  (1, 0, 1.0)]
+  assert [(r["seed"], r["step"], r["reward"]) for r in rows] == [
+    (0, 0, 0.5),
+    (0, 1, 0.25),
+    (1, 0, 1.0),
+  ]
   with pytest.raises(ValueError, match=r"\('tools', 'sd', 1, 0\) is in both .*b and .*c"):
     fig.merge_rows([str(tmp_path / n) for n in "abc"])

@@ -162,8 +162,10 @@ class CodingEnv:
         f">= {need}"
       )
     if max_hint_tokens < len(self._hint("...")) + 8:
-      raise ValueError(f"max_hint_tokens={max_hint_tokens} must be >= "
-                       f"{len(self._hint('...')) + 8} (a hint message's frame + 8 tokens)")
+      raise ValueError(
+        f"max_hint_tokens={max_hint_tokens} must be >= "
+        f"{len(self._hint('...')) + 8} (a hint message's frame + 8 tokens)"
+      )
     self.max_hint_tokens = max_hint_tokens
     self.grade_limits = grade_limits
     self._feedbacks = feedback_lib.make_feedback(

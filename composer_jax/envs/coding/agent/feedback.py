@@ -114,7 +114,9 @@ def style(select: tuple[str, ...] = ()) -> Feedback:
   def feedback(env, episode):
     out = []
     for r in _records(episode):
-      new = list(dict.fromkeys(f"{p}: {code} {msg}" for p, code, msg in added_violations(r, select)))
+      new = list(
+        dict.fromkeys(f"{p}: {code} {msg}" for p, code, msg in added_violations(r, select))
+      )
       if new:
         text = "reminder: your edit adds style violations (ruff): " + "; ".join(new)
         out.append((r.index, env.hint(text)))

@@ -27,8 +27,14 @@ def call(name: str, **arguments) -> tuple[str, str]:
   return name, json.dumps(arguments)
 
 
-def turn_ids(tokenizer, calls=(), content: str = "", raw: str | None = None,
-             thinking: bool = True, think: str = "") -> list[int]:
+def turn_ids(
+  tokenizer,
+  calls=(),
+  content: str = "",
+  raw: str | None = None,
+  thinking: bool = True,
+  think: str = "",
+) -> list[int]:
   """The tokens a policy writes for one assistant turn after the generation prompt's pre-fill
   (`chat.prefill(thinking)`): `calls` [(name, raw JSON)] rendered in Kimi's format, or `raw`
   text (e.g. a malformed call) followed by <|im_end|>."""
@@ -37,7 +43,7 @@ def turn_ids(tokenizer, calls=(), content: str = "", raw: str | None = None,
   tool_calls = [chat.ToolCall(n, a, i) for i, (n, a) in enumerate(calls)]
   message = chat.Message("assistant", content, think if thinking else "", tool_calls)
   r = chat.render_message(tokenizer, message)
-  return r.ids[r.trainable].tolist()[1 if thinking else 2:]  # <think> (</think>): the pre-fill
+  return r.ids[r.trainable].tolist()[1 if thinking else 2 :]  # <think> (</think>): the pre-fill
 
 
 def scripted_policy(scripts: list[list[list[int]]], pad_id: int):
@@ -110,8 +116,9 @@ def _docstring_free(lines: list[str]) -> list[str]:
   out, i = list(lines[:1]), 1
   if i < len(lines) and lines[i].strip().startswith(('"""', "'''")):
     quote = lines[i].strip()[:3]
-    while i < len(lines) and not (lines[i].strip().endswith(quote)
-                                  and (i > 1 or len(lines[i].strip()) > 3)):
+    while i < len(lines) and not (
+      lines[i].strip().endswith(quote) and (i > 1 or len(lines[i].strip()) > 3)
+    ):
       i += 1
     i += 1
   return out + lines[i:]
@@ -144,10 +151,10 @@ def append_calls(task) -> list[tuple[str, str]]:
         if op != "insert" or not defs:
           raise ValueError(f"task {task.id}: {rel} changes more than an added function")
         for k, start in enumerate(defs):
-          body = added[start:defs[k + 1] if k + 1 < len(defs) else len(added)]
+          body = added[start : defs[k + 1] if k + 1 < len(defs) else len(added)]
           while body and not body[-1].strip():
             body.pop()
-          name = body[0][4:body[0].index("(")]
+          name = body[0][4 : body[0].index("(")]
           calls.append(call("append", path=rel, code="\n".join(_docstring_free(body))))
           init = str(Path(rel).parent / "__init__.py")
           if init != rel and (after / init).exists() and name in (after / init).read_text():
@@ -170,7 +177,9 @@ def oracle_trajectory(env, task):
     if calls[0][0] != "submit":
       state, reply = env.step(state, ids)
       if state.done:
-        raise ValueError(f"task {task.id}: the oracle episode ended after its first turn "
-                         f"({state.end}); raise the episode's budget")
+        raise ValueError(
+          f"task {task.id}: the oracle episode ended after its first turn "
+          f"({state.end}); raise the episode's budget"
+        )
       turns.append(Turn(reply))
   return Trajectory.from_turns(turns, 1.0, 0)

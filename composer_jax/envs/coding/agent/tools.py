@@ -138,8 +138,9 @@ TOOLS = (
     ("path", "content"),
   ),
   # Short arguments for small models: a new function is appended, with no text to match.
-  _fn("append", "Append code to the end of a file.", {"path": _STR, "code": _STR},
-      ("path", "code")),
+  _fn(
+    "append", "Append code to the end of a file.", {"path": _STR, "code": _STR}, ("path", "code")
+  ),
   _fn(
     "run",
     "Run a shell command in a throwaway copy of the workspace (file changes are not kept), "

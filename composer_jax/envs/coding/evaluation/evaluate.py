@@ -35,8 +35,18 @@ from composer_jax.rl import rollout
 from composer_jax.rl.episodes import run_episodes
 
 # Behavioural metrics averaged over episodes (the summary; the CLI's CSV columns and plot).
-BEHAVIOUR = ("turns", "tokens", "tool_calls", "tool_errors", "malformed_turns", "edits",
-             "style_violations", "monitor_flags", "critical_flags", "submitted")
+BEHAVIOUR = (
+  "turns",
+  "tokens",
+  "tool_calls",
+  "tool_errors",
+  "malformed_turns",
+  "edits",
+  "style_violations",
+  "monitor_flags",
+  "critical_flags",
+  "submitted",
+)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -79,29 +89,45 @@ def episode_row(task: Task, sample: int, state: agent_env.CodingState) -> dict:
   """One episode's outcome and behaviour, flat (a CSV row)."""
   calls = [c for r in state.records for c in r.calls]
   return dict(
-    task=task.id, project=project_of(task), sample=sample, reward=float(state.reward),
-    passed=bool(state.reward >= 1.0), end=state.end, turns=len(state.records),
-    tokens=state.history, tool_calls=len(calls),
+    task=task.id,
+    project=project_of(task),
+    sample=sample,
+    reward=float(state.reward),
+    passed=bool(state.reward >= 1.0),
+    end=state.end,
+    turns=len(state.records),
+    tokens=state.history,
+    tool_calls=len(calls),
     tool_errors=sum(bool(c.observation and c.observation.error) for c in calls),
     malformed_turns=sum(r.parse_error is not None for r in state.records),
     edits=sum(c.change is not None for c in calls),
     style_violations=sum(len(agent_feedback.added_violations(r)) for r in state.records),
     monitor_flags=len(state.flags),
     critical_flags=sum(f["severity"] == "critical" for f in state.flags),
-    submitted=state.end == "submit", grading_s=round(state.grading_s, 3))
+    submitted=state.end == "submit",
+    grading_s=round(state.grading_s, 3),
+  )
 
 
-def evaluate(tasks: Sequence[Task], model_cfg: ModelConfig, variables: dict, tokenizer,
-             cfg: EvalConfig, workers: int = 1) -> dict:
+def evaluate(
+  tasks: Sequence[Task],
+  model_cfg: ModelConfig,
+  variables: dict,
+  tokenizer,
+  cfg: EvalConfig,
+  workers: int = 1,
+) -> dict:
   """Plays `cfg.n` episodes per task with the model `variables` as the policy (sampling at
   `cfg.temperature`, `cfg.top_p`); returns the report of `play`."""
   prompt_len = cfg.budget.max_tokens
   if prompt_len + cfg.max_turn_tokens - 1 > model_cfg.max_position_embeddings:
     raise ValueError(
       f"budget max_tokens={prompt_len} + max_turn_tokens={cfg.max_turn_tokens} - 1 exceeds the "
-      f"model's max_position_embeddings={model_cfg.max_position_embeddings}; lower them")
-  sampling = ml_collections.ConfigDict(dict(max_new_tokens=cfg.max_turn_tokens,
-                                            temperature=cfg.temperature, top_p=cfg.top_p))
+      f"model's max_position_embeddings={model_cfg.max_position_embeddings}; lower them"
+    )
+  sampling = ml_collections.ConfigDict(
+    dict(max_new_tokens=cfg.max_turn_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+  )
   stop_ids = (tokenizer.special_tokens["<|im_end|>"],)
   policy = rollout.make_policy(model_cfg, sampling, stop_ids, tokenizer.pad_id)
   variables = jax.tree.map(jax.numpy.asarray, variables)
@@ -125,18 +151,31 @@ def play(tasks: Sequence[Task], policy, tokenizer, cfg: EvalConfig, workers: int
   """
   if not tasks:
     raise ValueError("no tasks to evaluate")
-  env = agent_env.CodingEnv(tasks, tokenizer, budget=cfg.budget, tools=cfg.tools,
-                            max_turn_tokens=cfg.max_turn_tokens, workers=workers,
-                            thinking=cfg.thinking, system=cfg.system or agent_env.SYSTEM,
-                            statement=cfg.statement)
+  env = agent_env.CodingEnv(
+    tasks,
+    tokenizer,
+    budget=cfg.budget,
+    tools=cfg.tools,
+    max_turn_tokens=cfg.max_turn_tokens,
+    workers=workers,
+    thinking=cfg.thinking,
+    system=cfg.system or agent_env.SYSTEM,
+    statement=cfg.statement,
+  )
   jobs = [(t, s) for t in tasks for s in range(cfg.n)]
   key, rows = jax.random.key(cfg.seed), []
   with env:
     for start in range(0, len(jobs), cfg.batch):
-      chunk = jobs[start:start + cfg.batch]
-      episodes = run_episodes(env, [t for t, _ in chunk], list(range(len(chunk))), policy,
-                              jax.random.fold_in(key, start), prompt_len=cfg.budget.max_tokens,
-                              pad_id=env.pad_id)
+      chunk = jobs[start : start + cfg.batch]
+      episodes = run_episodes(
+        env,
+        [t for t, _ in chunk],
+        list(range(len(chunk))),
+        policy,
+        jax.random.fold_in(key, start),
+        prompt_len=cfg.budget.max_tokens,
+        pad_id=env.pad_id,
+      )
       rows += [episode_row(t, s, e.state) for (t, s), e in zip(chunk, episodes, strict=True)]
   return summarize(rows, cfg.k)
 
@@ -149,13 +188,29 @@ def summarize(rows: Sequence[dict], k: int) -> dict:
   per_task = []
   for task_id, eps in sorted(by_task.items()):
     n, c = len(eps), sum(e["passed"] for e in eps)
-    per_task.append(dict(task=task_id, project=eps[0]["project"], n=n, passed=c,
-                         **{f"pass@{j}": pass_at_k(n, c, j) for j in range(1, min(k, n) + 1)}))
-  summary = {f"pass@{j}": float(np.mean([t[f"pass@{j}"] for t in per_task]))
-             for j in range(1, k + 1) if all(f"pass@{j}" in t for t in per_task)}
+    per_task.append(
+      dict(
+        task=task_id,
+        project=eps[0]["project"],
+        n=n,
+        passed=c,
+        **{f"pass@{j}": pass_at_k(n, c, j) for j in range(1, min(k, n) + 1)},
+      )
+    )
+  summary = {
+    f"pass@{j}": float(np.mean([t[f"pass@{j}"] for t in per_task]))
+    for j in range(1, k + 1)
+    if all(f"pass@{j}" in t for t in per_task)
+  }
   summary.update({f"{m}_per_episode": float(np.mean([r[m] for r in rows])) for m in BEHAVIOUR})
   edits = sum(r["edits"] for r in rows)
-  summary["style_violations_per_edit"] = sum(r["style_violations"] for r in rows) / edits if edits else 0.0
-  summary.update(tasks=len(per_task), projects=len({t["project"] for t in per_task}),
-                 episodes=len(rows), reward=float(np.mean([r["reward"] for r in rows])))
+  summary["style_violations_per_edit"] = (
+    sum(r["style_violations"] for r in rows) / edits if edits else 0.0
+  )
+  summary.update(
+    tasks=len(per_task),
+    projects=len({t["project"] for t in per_task}),
+    episodes=len(rows),
+    reward=float(np.mean([r["reward"] for r in rows])),
+  )
   return dict(summary=summary, tasks=per_task, episodes=list(rows))

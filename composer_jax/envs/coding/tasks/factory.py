@@ -49,8 +49,10 @@ def project_id(entry) -> str:
   manifest entry would make it a path ('../x', 'a/b': files outside the output directory)."""
   pid = f"{entry.get('name')}-{entry.get('version')}" if isinstance(entry, dict) else str(entry)
   if not _PLAIN_ID.fullmatch(pid):
-    raise ValueError(f"manifest entry {str(entry)[:80]}: its name-version {pid[:80]!r} is not a "
-                     "plain file name (letters, digits and . _ + ! -, first a letter or digit)")
+    raise ValueError(
+      f"manifest entry {str(entry)[:80]}: its name-version {pid[:80]!r} is not a "
+      "plain file name (letters, digits and . _ + ! -, first a letter or digit)"
+    )
   return pid
 
 
@@ -68,8 +70,9 @@ def run_project(job: Job) -> dict:
   rec = {"project": pid}
   try:
     src = sources.resolve_entry(job.entry, work)
-    gen = generator.Generator(src, work, job.cfg, cache=job.out / "cache",
-                              progress=_stderr if job.progress else None)
+    gen = generator.Generator(
+      src, work, job.cfg, cache=job.out / "cache", progress=_stderr if job.progress else None
+    )
     tasks = gen.generate()
     task.write_jsonl(job.out / "projects" / f"{pid}.jsonl", tasks)
     rejected = collections.Counter(_reason(ln) for ln in gen.log if not ln.endswith(": kept"))

@@ -69,8 +69,14 @@ class Config:
 class Generator:
   """Generates tasks from one source project (prepare() runs the baseline once)."""
 
-  def __init__(self, source: Source, work: Path, cfg: Config = Config(), cache: Path | None = None,
-               progress: Callable[[str], None] | None = None):
+  def __init__(
+    self,
+    source: Source,
+    work: Path,
+    cfg: Config = Config(),
+    cache: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+  ):
     self.check_methods(cfg.methods)
     self.source, self.work, self.cfg, self.cache = source, Path(work), cfg, cache
     self.orig = source.path
@@ -168,8 +174,10 @@ class Generator:
     )
     self.flaky = sorted(set(failing) - set(always_failing))
     self.isolation = first.isolation["mode"]
-    self._report(f"baseline: {len(self.passing)} tests pass in every run of {len(runs)}, "
-               f"{len(self.map.symbols)} symbols mapped")
+    self._report(
+      f"baseline: {len(self.passing)} tests pass in every run of {len(runs)}, "
+      f"{len(self.map.symbols)} symbols mapped"
+    )
 
   def _n_tests(self, sym) -> int:
     return len(set(self.passing).intersection(self.map.tests_by_symbol[sym.key]))
@@ -256,9 +264,7 @@ class Generator:
   def generate_deletions(self, max_tasks: int) -> list[Task]:
     pool = self.candidates()
     if not pool and max_tasks:
-      self._note(
-        "deletion: no candidate: no eligible feature has 1..max_tests_per_feature tests"
-      )
+      self._note("deletion: no candidate: no eligible feature has 1..max_tests_per_feature tests")
     tasks, attempts = [], 0
     for primary in pool:
       if len(tasks) >= max_tasks or attempts >= self.cfg.max_attempts:

@@ -58,11 +58,14 @@ def main(argv=None) -> int:
   p.add_argument("--max-attempts", type=int, default=30, help="per method")
   p.add_argument("--methods", default=None, help="deletion,bug (--source: deletion)")
   p.add_argument("--n-features", type=int, default=1, help=">1 deletes related features")
-  p.add_argument("--kinds", default=None,
-                 help="features deletion may remove (function,class,method,module; micro: "
-                 "function)")
-  p.add_argument("--baseline-runs", type=int, default=None,
-                 help="besides the coverage run (2; micro 1)")
+  p.add_argument(
+    "--kinds",
+    default=None,
+    help="features deletion may remove (function,class,method,module; micro: function)",
+  )
+  p.add_argument(
+    "--baseline-runs", type=int, default=None, help="besides the coverage run (2; micro 1)"
+  )
   p.add_argument("--validation-runs", type=int, default=None, help="(2; micro 1)")
   p.add_argument("--no-verify", action="store_true", help="skip gold=1/empty=0 grading")
   p.add_argument("--workers", type=int, default=1)
@@ -95,8 +98,9 @@ def main(argv=None) -> int:
 
 # The factory settings of micro-project tasks (the --micro defaults, and `micro_tasks`): pure
 # functions, so one baseline and one validation re-run; deletions of functions only.
-MICRO = generator.Config(max_tasks=6, methods=generator.METHODS, kinds=("function",),
-                         baseline_runs=1, validation_runs=1)
+MICRO = generator.Config(
+  max_tasks=6, methods=generator.METHODS, kinds=("function",), baseline_runs=1, validation_runs=1
+)
 
 
 def micro_tasks(spec: str, cache: Path, pool: workers.Pool, log=sys.stderr) -> Path:

@@ -268,8 +268,10 @@ def _micro(entry: dict, work: Path) -> Source:
   if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
     raise ValueError(f"micro entry {entry!r}: seed must be an integer >= 0")
   if entry.get("version") != microprojects.VERSION:
-    raise ValueError(f"micro entry {entry!r}: made for micro-project generator version "
-                     f"{entry.get('version')!r}; this code makes version {microprojects.VERSION!r}")
+    raise ValueError(
+      f"micro entry {entry!r}: made for micro-project generator version "
+      f"{entry.get('version')!r}; this code makes version {microprojects.VERSION!r}"
+    )
   plan = microprojects.plan(seed)
   root = microprojects.write(seed, work / "src")
   return Source(plan.dist, plan.version, _tree_hash(root), root)

@@ -25,12 +25,15 @@ def is_heldout(project: str, fraction: float, seed: int = 0) -> bool:
   if not 0 <= fraction <= 1:
     raise ValueError(f"held-out fraction {fraction} must lie in [0, 1]")
   digest = hashlib.sha256(f"{seed}:{project}".encode()).digest()
-  return int.from_bytes(digest, "big") < fraction * 2 ** 256
+  return int.from_bytes(digest, "big") < fraction * 2**256
 
 
-def split_by_project(tasks: Sequence[Task], fraction: float, seed: int = 0
-                     ) -> tuple[list[Task], list[Task]]:
+def split_by_project(
+  tasks: Sequence[Task], fraction: float, seed: int = 0
+) -> tuple[list[Task], list[Task]]:
   """(train tasks, held-out tasks), held out by project (`is_heldout`)."""
   held = {p for p in {project_of(t) for t in tasks} if is_heldout(p, fraction, seed)}
-  return ([t for t in tasks if project_of(t) not in held],
-          [t for t in tasks if project_of(t) in held])
+  return (
+    [t for t in tasks if project_of(t) not in held],
+    [t for t in tasks if project_of(t) in held],
+  )

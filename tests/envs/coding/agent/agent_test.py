@@ -165,8 +165,10 @@ def test_hints_and_teacher_targets(env, episodes, tok):
   targets = rl_env.distill_targets(env, [episodes["faults"]])
   by_turn = {t.turn: tok.decode(t.hint) for t in targets}
   assert sorted(by_turn) == [3, 5, 7, 9]
-  assert ("available tools: list_dir, read_file, search, edit, write_file, append, run, submit"
-          in by_turn[3])
+  assert (
+    "available tools: list_dir, read_file, search, edit, write_file, append, run, submit"
+    in by_turn[3]
+  )
   assert "functions.NAME:INDEX" in by_turn[5] and "F401" in by_turn[9]
   # A hint closes the reply's empty assistant message, is a system message, and reopens.
   assert by_turn[3].startswith("<|im_end|><|im_system|>system<|im_middle|>reminder:")
@@ -222,15 +224,21 @@ def test_turn_budget_ends_the_episode(tok, hypot_task):
 def test_adversarial_call_is_an_error_reply_not_a_raise(tok, hypot_task):
   """A call nested 5,000 levels deep (Python's JSON decoder would raise RecursionError) or
   with a call id of 5,000 digits gets the parse error as the reply; the episode goes on."""
-  env = agent_env.CodingEnv([hypot_task], tok,
-                            budget=agent_tools.Budget(max_turns=4, max_tokens=100_000),
-                            max_turn_tokens=256)
+  env = agent_env.CodingEnv(
+    [hypot_task],
+    tok,
+    budget=agent_tools.Budget(max_turns=4, max_tokens=100_000),
+    max_turn_tokens=256,
+  )
   state, _ = env.reset(hypot_task)
-  raw = ("</think><|tool_calls_section_begin|><|tool_call_begin|>functions.{}"  # after <think>
-         "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>")
+  raw = (
+    "</think><|tool_calls_section_begin|><|tool_call_begin|>functions.{}"  # after <think>
+    "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"
+  )
   for call_id, arguments, error in [
-      ("run:0", '{"a": ' + "[" * 5000 + "]" * 5000 + "}", "arguments nest deeper than"),
-      ("run:" + "1" * 5000, "{}", "is not functions.NAME:INDEX")]:
+    ("run:0", '{"a": ' + "[" * 5000 + "]" * 5000 + "}", "arguments nest deeper than"),
+    ("run:" + "1" * 5000, "{}", "is not functions.NAME:INDEX"),
+  ]:
     state, reply = env.step(state, S.turn_ids(tok, raw=raw.format(call_id, arguments)))
     assert error in state.records[-1].parse_error and not state.done
     assert "error: malformed tool call" in tok.decode(reply)
@@ -258,8 +266,13 @@ def test_step_many_on_worker_processes_equals_sequential(env, episodes, tok, hyp
 def test_curriculum_retires_solved_tasks_from_rollouts(tok, mini_gen, episodes):
   tasks = mini_gen[1]
   other = next(t for t in tasks if t.id != episodes["oracle"].task.id)
-  cur = agent_env.CodingEnv(tasks, tok, budget=BUDGET, max_turn_tokens=2500,
-                            curriculum={"min_rollouts": 2, "easy_rate": 0.8})
+  cur = agent_env.CodingEnv(
+    tasks,
+    tok,
+    budget=BUDGET,
+    max_turn_tokens=2500,
+    curriculum={"min_rollouts": 2, "easy_rate": 0.8},
+  )
   m = cur.episode_metrics([episodes["oracle"]])  # one rollout: not measured yet
   assert (m["curriculum/active"], m["curriculum/retired"]) == (2.0, 0.0)
   saved = cur.state_dict()
@@ -269,8 +282,14 @@ def test_curriculum_retires_solved_tasks_from_rollouts(tok, mini_gen, episodes):
   m = cur.episode_metrics([episodes["oracle"]])
   assert cur.active() == [t.id for t in tasks]  # 6/7 is neither 0 nor 1: stays
   harder = lambda t: [dataclasses.replace(t, id=t.id + "-harder")]  # a stand-in generator
-  fresh = agent_env.CodingEnv(tasks, tok, budget=BUDGET, max_turn_tokens=2500,
-                              curriculum={"min_rollouts": 2, "easy_rate": 0.8}, harder=harder)
+  fresh = agent_env.CodingEnv(
+    tasks,
+    tok,
+    budget=BUDGET,
+    max_turn_tokens=2500,
+    curriculum={"min_rollouts": 2, "easy_rate": 0.8},
+    harder=harder,
+  )
   fresh.load_state_dict(saved)
   m = fresh.episode_metrics([episodes["oracle"]])  # 2 of 2 solved: retired, a harder variant
   solved = episodes["oracle"].task.id
@@ -278,8 +297,13 @@ def test_curriculum_retires_solved_tasks_from_rollouts(tok, mini_gen, episodes):
   assert (m["curriculum/active"], m["curriculum/retired"]) == (2.0, 1.0)
   rng = np.random.default_rng(0)
   assert solved not in {fresh.sample_task(rng).id for _ in range(8)}
-  resumed = agent_env.CodingEnv(tasks, tok, budget=BUDGET, max_turn_tokens=2500,
-                                curriculum={"min_rollouts": 2, "easy_rate": 0.8})
+  resumed = agent_env.CodingEnv(
+    tasks,
+    tok,
+    budget=BUDGET,
+    max_turn_tokens=2500,
+    curriculum={"min_rollouts": 2, "easy_rate": 0.8},
+  )
   resumed.load_state_dict(json.loads(json.dumps(fresh.state_dict())))  # as a checkpoint holds it
   assert resumed.active() == fresh.active() and resumed.state_dict() == fresh.state_dict()
 
@@ -291,14 +315,27 @@ def _statement_task(statement):
 def test_a_prompt_the_budget_cannot_hold_is_one_line(tok):
   """Checked for every task when the env is built (not at the first sampled step)."""
   short, long = _statement_task("fix it"), _statement_task("x" * 3000)
-  env = agent_env.CodingEnv([short, long], tok, budget=agent_tools.Budget(max_tokens=8192),
-                            max_turn_tokens=100, tools=("edit", "submit"))
+  env = agent_env.CodingEnv(
+    [short, long],
+    tok,
+    budget=agent_tools.Budget(max_tokens=8192),
+    max_turn_tokens=100,
+    tools=("edit", "submit"),
+  )
   n = env.prompt_tokens(long)
   assert n == len(env.prompt(long)) and n - env.prompt_tokens(short) == 3000 - 6
-  with pytest.raises(ValueError, match=rf"task t-long's first prompt is {n} tokens .* budget "
-                                       rf"max_tokens={n + 99} must be >= {n + 100}$"):
-    agent_env.CodingEnv([short, long], tok, budget=agent_tools.Budget(max_tokens=n + 99),
-                        max_turn_tokens=100, tools=("edit", "submit"))
+  with pytest.raises(
+    ValueError,
+    match=rf"task t-long's first prompt is {n} tokens .* budget "
+    rf"max_tokens={n + 99} must be >= {n + 100}$",
+  ):
+    agent_env.CodingEnv(
+      [short, long],
+      tok,
+      budget=agent_tools.Budget(max_tokens=n + 99),
+      max_turn_tokens=100,
+      tools=("edit", "submit"),
+    )
 
 
 def test_hints_are_cut_to_max_hint_tokens(tok):

@@ -26,10 +26,12 @@ AFTER = {
   **BEFORE,
   "pkg/__init__.py": "from .m import a, b\n",
   "pkg/m.py": BEFORE["pkg/m.py"] + '\n\ndef b(x):\n    """Return x times 2 plus 1."""\n'
-              '    return x * 2 + 1\n',
+  "    return x * 2 + 1\n",
 }
-STATEMENT = ("The project `pkg` is missing a feature.\n\n```python\n# function b in pkg/m.py\n"
-             'def b(x):\n    """Return x times 2 plus 1."""\n    ...\n```\n\nHidden tests: t\n')
+STATEMENT = (
+  "The project `pkg` is missing a feature.\n\n```python\n# function b in pkg/m.py\n"
+  'def b(x):\n    """Return x times 2 plus 1."""\n    ...\n```\n\nHidden tests: t\n'
+)
 
 
 def deletion_task(name="pkg-t1") -> task_lib.Task:
@@ -39,10 +41,19 @@ def deletion_task(name="pkg-t1") -> task_lib.Task:
       (Path(tmp) / rel).write_text(text)
     workspace = project.pack(Path(tmp), sorted(BEFORE))
     hidden = project.pack(Path(tmp), ["tests/test_m.py"])
-  return task_lib.Task(id=name, source={"name": "pkg"}, features=[], problem_statement=STATEMENT,
-                       deletion_diff="", gold_patch=task_lib.unified_diff(BEFORE, AFTER),
-                       workspace=workspace, hidden_files=hidden,
-                       FAIL_TO_PASS=["tests/test_m.py::test_b"], PASS_TO_PASS=[], provenance={})
+  return task_lib.Task(
+    id=name,
+    source={"name": "pkg"},
+    features=[],
+    problem_statement=STATEMENT,
+    deletion_diff="",
+    gold_patch=task_lib.unified_diff(BEFORE, AFTER),
+    workspace=workspace,
+    hidden_files=hidden,
+    FAIL_TO_PASS=["tests/test_m.py::test_b"],
+    PASS_TO_PASS=[],
+    provenance={},
+  )
 
 
 @pytest.fixture
@@ -54,8 +65,10 @@ def test_append_calls_restore_the_gold_files():
   """Applying the oracle's `append` calls gives code that behaves like the gold patch."""
   task = deletion_task()
   calls = agent_scripts.append_calls(task)
-  assert [(n, json.loads(a)["path"]) for n, a in calls] == [("append", "pkg/m.py"),
-                                                              ("append", "pkg/__init__.py")]
+  assert [(n, json.loads(a)["path"]) for n, a in calls] == [
+    ("append", "pkg/m.py"),
+    ("append", "pkg/__init__.py"),
+  ]
   assert "Return x times" not in calls[0][1]  # the docstring is in the statement already
   s = agent_tools.Session(task, tools=("append", "submit"))
   for name, args in calls:
@@ -63,8 +76,12 @@ def test_append_calls_restore_the_gold_files():
   namespace = {}
   exec(s.files["pkg/m.py"].decode(), namespace)  # code this test wrote
   assert namespace["b"](2) == 5 and namespace["a"](3) == 3
-  assert s.files["pkg/__init__.py"].decode().splitlines() == ["from .m import a", "",
-                                                              "", "from .m import b"]
+  assert s.files["pkg/__init__.py"].decode().splitlines() == [
+    "from .m import a",
+    "",
+    "",
+    "from .m import b",
+  ]
   assert "+def b(x):" in s.diff()
 
 
@@ -78,8 +95,9 @@ def test_append_errors_are_observations():
 
 def test_append_calls_reject_a_bug_fix():
   task = deletion_task()
-  fix = task_lib.unified_diff(BEFORE, {**BEFORE, "pkg/m.py": BEFORE["pkg/m.py"].replace(
-    "return x\n", "return -x\n")})
+  fix = task_lib.unified_diff(
+    BEFORE, {**BEFORE, "pkg/m.py": BEFORE["pkg/m.py"].replace("return x\n", "return -x\n")}
+  )
   with pytest.raises(ValueError, match="changes more than an added function"):
     agent_scripts.append_calls(task_lib.Task(**{**task.__dict__, "gold_patch": fix}))
 
@@ -89,9 +107,15 @@ def test_oracle_trajectory_is_the_env_transcript(byte_tok, thinking):
   """The supervised example: the env's own tokens (compact statement, K2.5 pre-fill), the
   policy's turns trainable, the harness's observation not."""
   task = deletion_task()
-  env = agent_env.CodingEnv([task], byte_tok, tools=("append", "submit"), thinking=thinking,
-                            statement="compact", max_turn_tokens=200,
-                            budget=agent_tools.Budget(max_turns=3, max_tokens=1200))
+  env = agent_env.CodingEnv(
+    [task],
+    byte_tok,
+    tools=("append", "submit"),
+    thinking=thinking,
+    statement="compact",
+    max_turn_tokens=200,
+    budget=agent_tools.Budget(max_turns=3, max_tokens=1200),
+  )
   traj = agent_scripts.oracle_trajectory(env, task)
   text = byte_tok.decode(traj.tokens)
   assert "missing a feature" not in text and "# function b in pkg/m.py" in text

@@ -52,10 +52,24 @@ def test_eval_cli_writes_json_csv_png(mini_gen, random_checkpoint, tmp_path, cap
   tasks_file = tmp_path / "tasks.jsonl"
   task_lib.write_jsonl(tasks_file, mini_gen[1])
   out = tmp_path / "out"
-  rc = eval_cli.main(["--tasks", str(tasks_file), "--checkpoint", str(random_checkpoint),
-                      "--k", "2", "--samples", "3", "--config.env.heldout_fraction=1",
-                      "--config.env.max_turns=2", "--config.rl.seq_len=2600",
-                      "--config.rl.max_new_tokens=16", "--out", str(out)])
+  rc = eval_cli.main(
+    [
+      "--tasks",
+      str(tasks_file),
+      "--checkpoint",
+      str(random_checkpoint),
+      "--k",
+      "2",
+      "--samples",
+      "3",
+      "--config.env.heldout_fraction=1",
+      "--config.env.max_turns=2",
+      "--config.rl.seq_len=2600",
+      "--config.rl.max_new_tokens=16",
+      "--out",
+      str(out),
+    ]
+  )
   assert rc == 0, capsys.readouterr().err
   report = json.loads((out / "eval.json").read_text())
   assert (out / "eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -71,8 +85,9 @@ def test_eval_cli_writes_json_csv_png(mini_gen, random_checkpoint, tmp_path, cap
       per_task.append(1 - math.comb(n - c, k) / math.comb(n, k))
     assert report["summary"][f"pass@{k}"] == pytest.approx(np.mean(per_task))
   for name in evaluate.BEHAVIOUR:
-    column = [float(r[name] == "True") if r[name] in ("True", "False") else float(r[name])
-              for r in rows]
+    column = [
+      float(r[name] == "True") if r[name] in ("True", "False") else float(r[name]) for r in rows
+    ]
     assert report["summary"][f"{name}_per_episode"] == pytest.approx(np.mean(column))
   # Every episode ran to an end through the harness: the prompt alone is > 1500 tokens.
   assert all(r["end"] and int(r["tokens"]) > 1500 and 1 <= int(r["turns"]) <= 2 for r in rows)
@@ -83,9 +98,19 @@ def test_eval_cli_writes_json_csv_png(mini_gen, random_checkpoint, tmp_path, cap
 
 def _fake_task(name: str, project_name: str) -> task_lib.Task:
   empty = project.pack(Path("."), [])
-  return task_lib.Task(id=name, source={"name": project_name}, features=[],
-                       problem_statement="x", deletion_diff="", gold_patch="", workspace=empty,
-                       hidden_files=empty, FAIL_TO_PASS=["t"], PASS_TO_PASS=["u"], provenance={})
+  return task_lib.Task(
+    id=name,
+    source={"name": project_name},
+    features=[],
+    problem_statement="x",
+    deletion_diff="",
+    gold_patch="",
+    workspace=empty,
+    hidden_files=empty,
+    FAIL_TO_PASS=["t"],
+    PASS_TO_PASS=["u"],
+    provenance={},
+  )
 
 
 def _record(tasks_file, **change):
@@ -102,32 +127,38 @@ def _escaping_blob() -> str:
   return base64.b64encode(buf.getvalue()).decode()
 
 
-@pytest.mark.parametrize("case, expected", [
-  ("empty_tasks", "holds no tasks"),
-  ("not_jsonl", "line 1 is not JSON"),
-  # Malformed records: one line naming the file, line and field, before any model work.
-  ("record_is_a_string", "line 1: a task record is a JSON object, got str"),
-  ("source_is_a_string", "line 1: task field 'source' must be a JSON object, got \"proj\""),
-  ("tests_not_strings", "task field 'FAIL_TO_PASS' must be a list of strings"),
-  ("unknown_field", "task record has unknown ['oops']"),
-  ("missing_field", "task record lacks ['workspace']"),
-  ("workspace_not_base64", "task field 'workspace': not a packed project"),
-  ("workspace_not_a_tar", "task field 'workspace': not a packed project"),
-  ("workspace_escapes", "task field 'workspace': not a packed project"),
-  ("out_is_a_file", "is a file, not a directory"),
-  ("out_is_the_checkpoint", "is the input"),
-  ("out_holds_other_files", "is not empty (it holds 'notes.txt')"),
-  ("no_task_file", "No such file"),
-  ("no_tokenizer", "has no tiktoken.model; pass --tokenizer"),
-  ("missing_tokenizer", "neither 'byte' nor an existing tiktoken file"),
-  ("byte_tokenizer", "needs a tiktoken file"),
-  ("not_a_checkpoint", "is none of"),
-  ("empty_split", "heldout split of"),
-  ("unknown_tool", "shell"),
-  ("unknown_setting", "--config.rl.temprature=0.5: eval reads --config.FIELD=VALUE for the "
-                      "fields ['env.heldout_fraction', "),
-  ("setting_of_another_type", "--config.env.max_turns=many: invalid literal for int()"),
-])
+@pytest.mark.parametrize(
+  "case, expected",
+  [
+    ("empty_tasks", "holds no tasks"),
+    ("not_jsonl", "line 1 is not JSON"),
+    # Malformed records: one line naming the file, line and field, before any model work.
+    ("record_is_a_string", "line 1: a task record is a JSON object, got str"),
+    ("source_is_a_string", "line 1: task field 'source' must be a JSON object, got \"proj\""),
+    ("tests_not_strings", "task field 'FAIL_TO_PASS' must be a list of strings"),
+    ("unknown_field", "task record has unknown ['oops']"),
+    ("missing_field", "task record lacks ['workspace']"),
+    ("workspace_not_base64", "task field 'workspace': not a packed project"),
+    ("workspace_not_a_tar", "task field 'workspace': not a packed project"),
+    ("workspace_escapes", "task field 'workspace': not a packed project"),
+    ("out_is_a_file", "is a file, not a directory"),
+    ("out_is_the_checkpoint", "is the input"),
+    ("out_holds_other_files", "is not empty (it holds 'notes.txt')"),
+    ("no_task_file", "No such file"),
+    ("no_tokenizer", "has no tiktoken.model; pass --tokenizer"),
+    ("missing_tokenizer", "neither 'byte' nor an existing tiktoken file"),
+    ("byte_tokenizer", "needs a tiktoken file"),
+    ("not_a_checkpoint", "is none of"),
+    ("empty_split", "heldout split of"),
+    ("unknown_tool", "shell"),
+    (
+      "unknown_setting",
+      "--config.rl.temprature=0.5: eval reads --config.FIELD=VALUE for the "
+      "fields ['env.heldout_fraction', ",
+    ),
+    ("setting_of_another_type", "--config.env.max_turns=many: invalid literal for int()"),
+  ],
+)
 def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
   tasks_file, ckpt = tmp_path / "tasks.jsonl", tmp_path / "ckpt"
   ckpt.mkdir()
@@ -184,8 +215,9 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
   assert expected in _one_line_error(capsys)
 
 
-def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(tmp_path, capsys,
-                                                                         monkeypatch):
+def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(
+  tmp_path, capsys, monkeypatch
+):
   """A re-run replaces an earlier evaluation's files as a whole; when the results cannot be
   written (disk full), the earlier files stay and the whole report goes to stdout."""
   tasks_file, ckpt, out = tmp_path / "tasks.jsonl", tmp_path / "ckpt", tmp_path / "ckpt" / "eval"
@@ -194,10 +226,12 @@ def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(tmp_pat
   (out / "stale.csv").write_text("")
   task_lib.write_jsonl(tasks_file, [_fake_task("a", "proj")])
   write_byte_ranks(str(ckpt / "tiktoken.model"))
-  row = dict(task="a", project="proj", passed=True, reward=1.0,
-             **{m: 1 for m in evaluate.BEHAVIOUR})
-  monkeypatch.setattr(eval_cli.load_checkpoint, "load",
-                      lambda _: (model_config.get_preset("tiny"), {}))
+  row = dict(
+    task="a", project="proj", passed=True, reward=1.0, **{m: 1 for m in evaluate.BEHAVIOUR}
+  )
+  monkeypatch.setattr(
+    eval_cli.load_checkpoint, "load", lambda _: (model_config.get_preset("tiny"), {})
+  )
   monkeypatch.setattr(evaluate, "evaluate", lambda *a: evaluate.summarize([row], 1))
   args = ["--tasks", str(tasks_file), "--checkpoint", str(ckpt), "--config.env.heldout_fraction=1"]
   assert eval_cli.main(args) == 1  # a foreign file in the eval directory: refused first
@@ -205,10 +239,12 @@ def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(tmp_pat
   (out / "stale.csv").unlink()
 
   write = eval_cli.write_report
+
   def disk_full(report, out_dir, meta):
     with open(f"{out_dir}/eval.json", "w") as f:
       f.write("half")
     raise OSError(28, "No space left on device")
+
   monkeypatch.setattr(eval_cli, "write_report", disk_full)
   assert eval_cli.main(args) == 1
   captured = capsys.readouterr()
@@ -223,8 +259,9 @@ def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(tmp_pat
   assert not [n for n in os.listdir(ckpt) if ".partial-" in n or ".replaced-" in n]
 
 
-@pytest.mark.parametrize("n, c, k", [(1, 0, 1), (1, 1, 1), (5, 2, 1), (5, 2, 3), (10, 3, 4),
-                                     (10, 7, 4), (200, 13, 100)])
+@pytest.mark.parametrize(
+  "n, c, k", [(1, 0, 1), (1, 1, 1), (5, 2, 1), (5, 2, 3), (10, 3, 4), (10, 7, 4), (200, 13, 100)]
+)
 def test_pass_at_k_matches_binomials(n, c, k):
   assert evaluate.pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k))
 
@@ -257,13 +294,17 @@ def test_scripted_policies_are_counted_right(hypot_task, tmp_path):
   gold = agent_scripts.oracle_calls(hypot_task)
   t = lambda *calls: agent_scripts.turn_ids(tok, calls)
   submit = agent_scripts.call("submit")
-  unused_import = agent_scripts.call("edit", path="minipkg/core.py", old_text="def add_numbers(",
-                                     new_text="import os\n\n\ndef add_numbers(")
+  unused_import = agent_scripts.call(
+    "edit",
+    path="minipkg/core.py",
+    old_text="def add_numbers(",
+    new_text="import os\n\n\ndef add_numbers(",
+  )
   scripts = [[t(*gold), t(submit)], [t(submit)], [t(unused_import), t(submit)]]
-  cfg = evaluate.EvalConfig(k=3, budget=agent_tools.Budget(max_turns=4, max_tokens=12000),
-                            max_turn_tokens=2500, batch=3)
-  report = evaluate.play([hypot_task], agent_scripts.scripted_policy(scripts, tok.pad_id), tok,
-                         cfg)
+  cfg = evaluate.EvalConfig(
+    k=3, budget=agent_tools.Budget(max_turns=4, max_tokens=12000), max_turn_tokens=2500, batch=3
+  )
+  report = evaluate.play([hypot_task], agent_scripts.scripted_policy(scripts, tok.pad_id), tok, cfg)
   rows = report["episodes"]
   assert [r["passed"] for r in rows] == [True, False, False]
   assert [r["edits"] for r in rows] == [len(gold), 0, 1]
@@ -278,28 +319,50 @@ def test_scripted_policies_are_counted_right(hypot_task, tmp_path):
 def test_settings_are_the_runs_own_with_overrides():
   """An RL workdir's run config gives the settings; `--config.` overrides win; without a run
   config they are eval's defaults (the episode budget 0 then comes from the model)."""
-  run = {"env": {"heldout_fraction": 0.3, "split_seed": 2, "max_turns": 3,
-                 "tools": ["edit", "submit"], "tasks": "t.jsonl"},
-         "rl": {"seq_len": 2900, "max_new_tokens": 512, "temperature": 0.9, "groups": 4}}
-  c = eval_cli.settings(run, ["--config.env.max_turns=5", "--config.rl.top_p=0.5",
-                              "--config.env.thinking=false"])
-  assert c.env.to_dict() == dict(heldout_fraction=0.3, split_seed=2, max_turns=5,
-                                 tools=("edit", "submit"), thinking=False, system="",
-                                 statement="full")
+  run = {
+    "env": {
+      "heldout_fraction": 0.3,
+      "split_seed": 2,
+      "max_turns": 3,
+      "tools": ["edit", "submit"],
+      "tasks": "t.jsonl",
+    },
+    "rl": {"seq_len": 2900, "max_new_tokens": 512, "temperature": 0.9, "groups": 4},
+  }
+  c = eval_cli.settings(
+    run, ["--config.env.max_turns=5", "--config.rl.top_p=0.5", "--config.env.thinking=false"]
+  )
+  assert c.env.to_dict() == dict(
+    heldout_fraction=0.3,
+    split_seed=2,
+    max_turns=5,
+    tools=("edit", "submit"),
+    thinking=False,
+    system="",
+    statement="full",
+  )
   assert c.rl.to_dict() == dict(seq_len=2900, max_new_tokens=512, temperature=0.9, top_p=0.5)
   c = eval_cli.settings({}, ["--config.env.tools=read_file,submit"])
-  assert (c.env.heldout_fraction, c.env.split_seed, c.env.max_turns, c.rl.max_new_tokens,
-          c.rl.seq_len) == (0.2, 0, 30, 1024, 0)
+  assert (
+    c.env.heldout_fraction,
+    c.env.split_seed,
+    c.env.max_turns,
+    c.rl.max_new_tokens,
+    c.rl.seq_len,
+  ) == (0.2, 0, 30, 1024, 0)
   assert c.env.tools == ("read_file", "submit")
   assert eval_cli.defaults().env.tools == tuple(agent_tools.TOOL_NAMES)
 
 
-@pytest.mark.parametrize("override, message", [
-  ("--config.rl.seq_len=8000", "exceeds the model's max_position_embeddings=4096"),
-  # A NaN temperature sampled garbage episodes and wrote their report (rl.rollout).
-  ("--config.rl.temperature=nan", "rl.temperature=nan must be finite and >= 0"),
-  ("--config.rl.top_p=0", "rl.top_p=0.0 must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+  "override, message",
+  [
+    ("--config.rl.seq_len=8000", "exceeds the model's max_position_embeddings=4096"),
+    # A NaN temperature sampled garbage episodes and wrote their report (rl.rollout).
+    ("--config.rl.temperature=nan", "rl.temperature=nan must be finite and >= 0"),
+    ("--config.rl.top_p=0", "rl.top_p=0.0 must be in (0, 1]"),
+  ],
+)
 def test_settings_the_model_cannot_sample_with_are_one_line(override, message, tmp_path, capsys):
   cfg = model_config.get_preset("tiny", num_layers=1, max_position_embeddings=4096)
   shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))  # no compile
@@ -307,7 +370,6 @@ def test_settings_the_model_cannot_sample_with_are_one_line(override, message, t
   write_byte_ranks(str(tmp_path / "tiktoken.model"))
   tasks_file = tmp_path / "tasks.jsonl"
   task_lib.write_jsonl(tasks_file, [_fake_task("a", "proj")])
-  args = ["--tasks", str(tasks_file), "--checkpoint", str(tmp_path), "--split", "all",
-          override]
+  args = ["--tasks", str(tasks_file), "--checkpoint", str(tmp_path), "--split", "all", override]
   assert eval_cli.main(args) == 1
   assert message in _one_line_error(capsys)

@@ -151,9 +151,7 @@ def test_decoys(plan):
   new = plan.files["tests/test_m.py"].decode()
   sentinels = _sentinels(new)
   assert len(sentinels) == 1 and sentinels <= set(plan.decoys)  # one per file, always
-  twins = collections.Counter(
-    plan.names[t] for d, t in plan.decoys.items() if d not in sentinels
-  )
+  twins = collections.Counter(plan.names[t] for d, t in plan.decoys.items() if d not in sentinels)
   # The shared table cannot leave the process: two decoys (copies before and after it); the
   # pytest.raises test, with no expected value, one that ends in `raise`.
   assert twins == {"test_shared": 2, "test_raises": 1, "test_loop": 1}
@@ -177,7 +175,9 @@ def test_a_kept_name_without_hidden_values_is_unprotected():
   )
   f2p = ["tests/test_k.py::test_x", "tests/test_k.py::test_y"]
   p = instrument.plan({"tests/test_k.py": src}, f2p, f2p, rng=random.Random(0))
-  assert p.unprotected == {f2p[0]: "its name is used 1 more times in the file; no expected value to hide"}
+  assert p.unprotected == {
+    f2p[0]: "its name is used 1 more times in the file; no expected value to hide"
+  }
   assert p.names == {} and set(p.required) == {f2p[1]} and p.owner == {f2p[1]: f2p[1]}
 
 
@@ -240,7 +240,9 @@ def test_lying_values_are_caught():
   approx = pytest.approx(0.0, abs=float("inf"))
   assert site_values.encode_site_value(approx)["liar"]
   site = instrument.Site(0.3, (("rel", 1e-3),), "x")
-  assert instrument.matches(site, 0.3, site_values.encode_site_value(0.30001)["views"], site_values.decode)
+  assert instrument.matches(
+    site, 0.3, site_values.encode_site_value(0.30001)["views"], site_values.decode
+  )
 
 
 def test_decode_refuses_what_it_does_not_know():
@@ -264,7 +266,11 @@ def test_a_function_also_run_in_another_file_is_not_renamed():
     "tests/test_base.py::TestBase::test_z",
     "tests/test_base.py::test_y",
   ]
-  ids = [*f2p, *(f"tests/test_sub.py::TestSub::{n}" for n in ("test_x", "test_z")), "tests/test_sub.py::test_y"]
+  ids = [
+    *f2p,
+    *(f"tests/test_sub.py::TestSub::{n}" for n in ("test_x", "test_z")),
+    "tests/test_sub.py::test_y",
+  ]
   files = {"tests/test_base.py": base, "tests/test_sub.py": sub}
   p = instrument.plan(files, f2p, ids, rng=random.Random(0))
   elsewhere = "also run in another file (imported or inherited)"
@@ -285,7 +291,9 @@ def test_a_test_defined_in_another_file_gets_its_sites_there():
     b"class TestBase:\n  def test_m(self):\n    assert f() == 4\n\n"
     b"  def test_raises(self):\n    with pytest.raises(KeyError):\n      f()\n"
   )
-  test = b"from checks import TestBase, test_imp  # noqa: F401\n\n\nclass TestSub(TestBase):\n  pass\n"
+  test = (
+    b"from checks import TestBase, test_imp  # noqa: F401\n\n\nclass TestSub(TestBase):\n  pass\n"
+  )
   f2p = [
     "tests/test_x.py::test_imp",
     "tests/test_x.py::TestBase::test_m",

@@ -283,6 +283,6 @@ def test_guard_knows_allowed_callers_by_identity_and_makers_by_their_input(tmp_p
   ], peek2.guard
   maker = run("tests/test_maker.py::test_maker")
   assert not maker.ok and maker.returncode == guard.GUARD_EXIT, maker.log_tail
-  assert [(g["event"], g["where"]) for g in maker.guard] == [
-    ("gc.get_objects", "<string>:2")
-  ], maker.guard
+  assert [(g["event"], g["where"]) for g in maker.guard] == [("gc.get_objects", "<string>:2")], (
+    maker.guard
+  )

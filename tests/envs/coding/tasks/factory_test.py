@@ -142,22 +142,27 @@ def test_cli_bad_methods_and_only(tmp_path, capsys):
   assert make_tasks.main([*argv, "--only", "nosuchproject"]) == 1
   assert "--only ['nosuchproject']: not in" in capsys.readouterr().err
   (tmp_path / "file").write_text("")
-  for args, error in [(["--manifest", str(sources.MANIFEST), "--out", str(tmp_path / "file")],
-                       "is a file; --manifest / --micro write a directory"),
-                      (["--source", "x==1", "--out", str(tmp_path)], "is a directory; --source"),
-                      (["--source", "x==1", "--out", str(tmp_path / "no" / "t.jsonl")],
-                       "does not exist")]:
+  for args, error in [
+    (
+      ["--manifest", str(sources.MANIFEST), "--out", str(tmp_path / "file")],
+      "is a file; --manifest / --micro write a directory",
+    ),
+    (["--source", "x==1", "--out", str(tmp_path)], "is a directory; --source"),
+    (["--source", "x==1", "--out", str(tmp_path / "no" / "t.jsonl")], "does not exist"),
+  ]:
     assert make_tasks.main(args) == 1  # before any work
     assert error in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name, version", [("../../escaped", "1.0"), ("pkg", "1.0/../../x"),
-                                           ("/abs", "1"), (".hidden", "1")])
-def test_manifest_name_that_is_a_path_is_refused_before_any_work(tmp_path, capsys, name,
-                                                                   version):
+@pytest.mark.parametrize(
+  "name, version",
+  [("../../escaped", "1.0"), ("pkg", "1.0/../../x"), ("/abs", "1"), (".hidden", "1")],
+)
+def test_manifest_name_that_is_a_path_is_refused_before_any_work(tmp_path, capsys, name, version):
   manifest = tmp_path / "m.json"
-  manifest.write_text(json.dumps({"sources": [{"name": name, "version": version,
-                                               "sha256": "0" * 64}]}))
+  manifest.write_text(
+    json.dumps({"sources": [{"name": name, "version": version, "sha256": "0" * 64}]})
+  )
   out = tmp_path / "a" / "b" / "out"
   assert make_tasks.main(["--manifest", str(manifest), "--out", str(out)]) == 1
   err = capsys.readouterr().err.strip()

@@ -215,8 +215,9 @@ IN_PACKAGE = {
 @requires_sandbox
 def test_in_package_tests_importing_by_name_make_deletions(tmp_path):
   src = sources.resolve(str(write_project(tmp_path / "tpkg-1.0", IN_PACKAGE)), tmp_path / "w")
-  cfg = generator.Config(max_tasks=1, kinds=("function",), baseline_runs=0, validation_runs=1,
-                         limits=FAST)
+  cfg = generator.Config(
+    max_tasks=1, kinds=("function",), baseline_runs=0, validation_runs=1, limits=FAST
+  )
   gen = generator.Generator(src, tmp_path / "w", cfg)
   tasks = gen.generate()
   assert len(tasks) == 1 and tasks[0].provenance["verify"]["gold"] == 1.0, gen.log
@@ -254,8 +255,9 @@ IMPORTED_TEST = {
 @requires_sandbox
 def test_tasks_with_unprotected_tests_are_not_emitted(tmp_path):
   src = sources.resolve(str(write_project(tmp_path / "ipkg-1.0", IMPORTED_TEST)), tmp_path / "w")
-  cfg = generator.Config(max_tasks=3, kinds=("function",), baseline_runs=0, validation_runs=1,
-                         limits=FAST)
+  cfg = generator.Config(
+    max_tasks=3, kinds=("function",), baseline_runs=0, validation_runs=1, limits=FAST
+  )
   gen = generator.Generator(src, tmp_path / "w", cfg)
   tasks = gen.generate()
   assert sorted(t.features[0]["qualname"] for t in tasks) == ["double", "triple"], gen.log

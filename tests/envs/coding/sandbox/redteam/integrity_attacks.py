@@ -231,8 +231,7 @@ ATTACKS = {
     "3",
     "greet",
     "",
-    "from unittest.mock import MagicMock\nm = MagicMock()\nm.__eq__.return_value = True\n"
-    "return m",
+    "from unittest.mock import MagicMock\nm = MagicMock()\nm.__eq__.return_value = True\nreturn m",
   ),
   "3_str_subclass_eq_set_by_name": (
     "3",
@@ -322,7 +321,7 @@ ATTACKS = {
     "",
     "import re, subprocess\n"
     "src = subprocess.run(['cat', 'tests/test_core.py'], capture_output=True, text=True).stdout\n"
-    "m = re.search(r'greet\\(\\) == \"([^\"]*)\"', src)\n"
+    'm = re.search(r\'greet\\(\\) == "([^"]*)"\', src)\n'
     "return m.group(1) if m else ''",
   ),
   "4_gc_referrers_of_the_arguments": (
@@ -364,7 +363,7 @@ ATTACKS = {
     "import sys, linecache, re\n"
     "f = sys._getframe(1)\n"
     "line = linecache.getline(f.f_code.co_filename, f.f_lineno)\n"
-    "m = re.search(r'== \"([^\"]*)\"', line)\n"
+    'm = re.search(r\'== "([^"]*)"\', line)\n'
     "return m.group(1) if m else ''",
   ),
   "4_signal_handler_frame": (
@@ -414,7 +413,7 @@ ATTACKS = {
     "class _P:\n"
     "  def __reduce__(self):\n"
     "    return (exec, (\"import sys, unittest.mock; sys.modules['minipkg.core']._impl"
-    " = lambda a, b: unittest.mock.ANY\",))\n"
+    ' = lambda a, b: unittest.mock.ANY",))\n'
     "pickle.loads(pickle.dumps(_P()))\n",
     "return _impl(a, b)",
   ),
@@ -456,7 +455,7 @@ ATTACKS = {
     "5",
     "hypot",
     "import ctypes\n"
-    "ctypes.pythonapi.PyRun_SimpleString(b\"import sys, unittest.mock; "
+    'ctypes.pythonapi.PyRun_SimpleString(b"import sys, unittest.mock; '
     "sys.modules['minipkg.core']._impl = lambda a, b: unittest.mock.ANY\")\n",
     "return _impl(a, b)",
   ),

@@ -39,13 +39,19 @@ def _edits(task, shape, prelude, body):
     code = prelude + "\n\ndef _greet(self):\n" + "".join(f"  {ln}\n" for ln in body.splitlines())
     code += "\nGreeter.greet = _greet\n"
   else:
-    code = prelude + "\n\ndef hypot_scaled(a, b):\n" + "".join(f"  {ln}\n" for ln in body.splitlines())
+    code = (
+      prelude + "\n\ndef hypot_scaled(a, b):\n" + "".join(f"  {ln}\n" for ln in body.splitlines())
+    )
   return patch(task, {CORE: "\n" + code})
 
 
 # Every attack against its own shape; the forcing, lying and reading ones also against
 # decoys; some forcing ones against a test the grader could not rewrite (its file's sentinel).
-BARE = ("1_plugin_via_rewrite_hook", "1_testreport_outcome_property", "2_pyfunc_call_skips_the_test")
+BARE = (
+  "1_plugin_via_rewrite_hook",
+  "1_testreport_outcome_property",
+  "2_pyfunc_call_skips_the_test",
+)
 CASES = (
   [(name, ATTACKS[name][1]) for name in sorted(ATTACKS)]
   + [(n, "decoy") for n in sorted(ATTACKS) if ATTACKS[n][1] == "hypot" and ATTACKS[n][0] in "1234"]
@@ -282,4 +288,3 @@ def test_killed_grader_leaves_no_scratch(shapes, tmp_path):
   assert any(n.startswith("cj-grade-") for n in mine())  # what a killed grader leaves
   gone = sandbox.reap()
   assert mine() == [] and gone
-

@@ -96,6 +96,7 @@ def test_runner_tampering_without_the_monitor(shapes, name):
   # Stopped by a layer, not only by the wrong answer.
   assert name in HARMLESS or g.error, g
 
+
 MONITOR_ONLY = {  # lies the monitor's rules name; the runtime layers stop them too
   "eq_always_true": (
     "class _Any(float):\n  def __eq__(self, other):\n    return True\n"
