@@ -3,7 +3,14 @@
 Each test's setup/call/teardown runs under the coverage context `<nodeid>`, so the saved data
 maps every executed line to the tests that executed it (coverage.py dynamic contexts, the same
 mechanism as pytest-cov's --cov-context=test, without the extra dependency).
+
+Only the main thread (pytest's) is traced: coverage follows new threads by a hook that each
+thread installs with sys.settrace as it starts, under threading's frames alone, and the guard
+(guard.py) stops such a trace hook whoever set it (a trusted thread's frames handed to the
+candidate). Lines that run only in threads are not mapped, like those run in subprocesses.
 """
+
+import threading
 
 import coverage
 import pytest
@@ -24,6 +31,7 @@ def pytest_configure(config):
       data_file=data, source=config.getoption("--cj-cov-source"), config_file=False, branch=False
     )
     _COV.start()
+    threading.settrace(None)  # the main thread only (module docstring)
 
 
 @pytest.hookimpl(hookwrapper=True)

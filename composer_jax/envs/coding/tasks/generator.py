@@ -10,7 +10,7 @@ Validation of a change (N = validation_runs re-runs of the whole suite on fresh 
   anything else that passed before is flaky and dropped. A task is kept only if both lists are
   non-empty, some FAIL_TO_PASS test is direct (the coverage map says it executed the changed
   code; the others are collateral: they fail through an import of a deleted name, or ran the
-  code where coverage does not see it, in a subprocess), every FAIL_TO_PASS test of a deletion
+  code where coverage does not see it, in a subprocess or thread), every FAIL_TO_PASS test of a deletion
   is explained (direct, or its file names a deleted symbol), FAIL_TO_PASS is at most
   max_f2p_fraction of the suite, the visible workspace passes the leak scan, every
   FAIL_TO_PASS test is one the grader can protect (grader.unprotected: hidden expected values,
@@ -405,7 +405,7 @@ class Generator:
       )
     ]
     # A mutation changes behaviour only where its code runs, so every FAIL_TO_PASS test of a bug
-    # is explained (coverage misses code run in subprocesses); a deletion can also break tests
+    # is explained (coverage misses code run in subprocesses and threads); a deletion can also break tests
     # that never ran the feature, and those must at least name it.
     if unexplained and change.method == "deletion":
       return None, f"unrelated breakage: {unexplained[:3]}"
