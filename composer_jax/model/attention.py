@@ -17,11 +17,13 @@ MLA trains in the expanded form (per-head K/V from the latent): its logits cost
 long cached latent, where it saves expanding the cache).
 """
 
+import functools
 from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from composer_jax.model import kv_cache
 from composer_jax.model.config import ModelConfig
@@ -62,6 +64,7 @@ class SegmentMask(NamedTuple):
   segment_ids: jax.Array
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def reference_attention(
   q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float
 ) -> jax.Array:
@@ -72,11 +75,40 @@ def reference_attention(
   Returns:
     `[B, L, H, dv]` in `v.dtype`; logits and softmax are float32. Queries with no key
     to attend get a uniform softmax (finite; mask them out of the loss).
+
+  The gradient is written out (`_reference_bwd`) rather than traced through the softmax
+  and the mask: it keeps only the probabilities `P` for the backward pass and makes one
+  pass over `[B, H, L, S]` for `dS = P * (dP - rowsum(dP * P))` (the softmax Jacobian),
+  masked. Autodiff of the same forward saved the masked logits as well and made separate
+  passes for the softmax's and the mask's transposes; on XLA:CPU's `tiny` train step
+  (`experiments/bench/vs_hf.py`) those passes were most of attention's non-matmul time.
   """
+  return _reference_fwd(q, k, v, mask, scale)[0]
+
+
+def _reference_probs(q, k, mask, scale):
   logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
-  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-  return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+  return jax.nn.softmax(jnp.where(mask, logits, jnp.finfo(jnp.float32).min), axis=-1)
+
+
+def _reference_fwd(q, k, v, mask, scale):
+  probs = _reference_probs(q, k, mask, scale)
+  return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v), (q, k, v, mask, probs)
+
+
+def _reference_bwd(scale, res, g):
+  q, k, v, mask, probs = res
+  dv = jnp.einsum("bhqk,bqhd->bkhd", probs.astype(g.dtype), g)
+  dp = jnp.einsum("bqhd,bkhd->bhqk", g, v, preferred_element_type=jnp.float32)
+  ds = probs * (dp - jnp.sum(dp * probs, axis=-1, keepdims=True))
+  # A query with no key to attend has a uniform softmax over masked logits: no gradient.
+  ds = (jnp.where(mask, ds, 0.0) * scale).astype(q.dtype)
+  dq = jnp.einsum("bhqk,bkhd->bqhd", ds, k)
+  dk = jnp.einsum("bhqk,bqhd->bkhd", ds, q)
+  return dq, dk, dv, np.zeros(mask.shape, jax.dtypes.float0)
+
+
+reference_attention.defvjp(_reference_fwd, _reference_bwd)
 
 
 def blocked_attention(

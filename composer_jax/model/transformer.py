@@ -80,14 +80,17 @@ def _stack(cfg: ModelConfig, moe: bool, length: int, name: str) -> nn.Module:
   if cfg.remat_policy != "none":
     # prevent_cse=False is safe (and faster) inside scan.
     block = nn.remat(Block, policy=_REMAT_POLICIES[cfg.remat_policy], prevent_cse=False)
-  # The layer cache is scanned (one slice per layer); everything else is shared.
+  # The layer cache is scanned (one slice per layer); everything else is shared. A stack of
+  # one layer is never a loop (`unroll=0`: jax unrolls the whole scan): a one-trip `while`
+  # still stacks every residual into `[1, ...]` buffers (zero-filled, written, read back).
+  unroll = 1 if cfg.scan_layers and length > 1 else 0
   scanned = nn.scan(
     block,
     variable_axes={"params": 0, "router": 0},
     split_rngs={"params": True},
     in_axes=(nn.broadcast,) * 4 + (0, nn.broadcast),
     length=length,
-    unroll=1 if cfg.scan_layers else length,
+    unroll=unroll,
     metadata_params={nn.PARTITION_NAME: "layers"},
   )
   return scanned(cfg, moe, name=name)

@@ -114,3 +114,30 @@ def test_blocked_attention_has_no_full_logits_buffer():
   loss = lambda q: jnp.sum(attention.blocked_attention(q, x, x, segs, 0.3, block=16))
   hlo = jax.jit(jax.grad(loss)).lower(x).as_text()
   assert f"{length}x{length}x" not in hlo  # e.g. tensor<1x2x64x64xf32>
+
+
+def test_reference_attention_gradient_is_autodiff_of_the_softmax():
+  # Its backward is written by hand; autodiff of the plain formula is the yardstick, with a
+  # padding query (no key to attend: uniform softmax, no gradient to q/k) that the cotangent
+  # does not zero, two documents, and a second row of one document.
+  b, length, h, dk, dv = 2, 9, 3, 6, 4
+  segs = jnp.array([[1] * 4 + [2] * 4 + [0], [5] * 9])
+  rng = np.random.default_rng(1)
+  q, k = (jnp.asarray(rng.standard_normal((b, length, h, dk), dtype=np.float32)) for _ in range(2))
+  v = jnp.asarray(rng.standard_normal((b, length, h, dv), dtype=np.float32))
+  cot = jnp.asarray(rng.standard_normal((b, length, h, dv), dtype=np.float32))
+  mask = attention.attention_mask(segs)
+
+  def plain(q, k, v):
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * 0.4
+    probs = jax.nn.softmax(jnp.where(mask, logits, jnp.finfo(jnp.float32).min), axis=-1)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+
+  got = jax.jit(
+    jax.value_and_grad(
+      lambda *a: jnp.sum(cot * attention.reference_attention(*a, mask, 0.4)), argnums=(0, 1, 2)
+    )
+  )(q, k, v)
+  want = jax.value_and_grad(lambda *a: jnp.sum(cot * plain(*a)), argnums=(0, 1, 2))(q, k, v)
+  chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
+  assert float(jnp.abs(want[1][1]).max()) > 0.1  # the keys' gradient is not trivially 0
