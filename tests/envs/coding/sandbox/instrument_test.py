@@ -321,3 +321,46 @@ def test_a_test_defined_in_another_file_gets_its_sites_there():
   assert instrument.plan(twice, f2p[:1], f2p[:1]).unprotected == {
     f2p[0]: "definition not found in the file"
   }
+
+
+def test_an_inherited_test_is_found_along_the_method_resolution_order():
+  """A test class's methods found up its ancestry across files, at any depth (itsdangerous:
+  TestURLSafeTimedSerializer(TestURLSafeSerializer, TestTimedSerializer), each base in a file
+  of its own, running TestSerializer's methods), and the definition Python runs where bases
+  override one another (C3: in a diamond, the second base's override before the shared base's
+  method; a depth-first walk takes the shared one)."""
+  base = (
+    b"class Checks:\n  def test_x(self):\n    assert f() == 1\n\n"
+    b"  def test_d(self):\n    assert f() == 2\n\n\n"
+    b"class Left(Checks):\n  pass\n\n\n"
+    b"class Right(Checks):\n  def test_d(self):\n    assert f() == 3\n"
+  )
+  mid = b"from tests.base import Checks\n\n\nclass More(Checks):\n  pass\n"
+  test = (
+    b"from tests.mid import More\nfrom tests.base import Left, Right\n\n\n"
+    b"class Local(More):\n  pass\n\n\nclass TestDeep(Local):\n  pass\n\n\n"
+    b"class TestDiamond(Left, Right):\n  pass\n"
+  )
+  f2p = [
+    "tests/test_a.py::TestDeep::test_x",
+    "tests/test_a.py::TestDiamond::test_d",
+    "tests/test_a.py::More::test_x",
+  ]
+  files = {"tests/base.py": base, "tests/mid.py": mid, "tests/test_a.py": test}
+  p = instrument.plan(files, f2p, f2p, rng=random.Random(0))
+  assert p.unprotected == {}
+  assert p.owner == {
+    f2p[0]: "tests/base.py::Checks::test_x",
+    f2p[1]: "tests/base.py::Right::test_d",
+    f2p[2]: "tests/base.py::Checks::test_x",
+  }
+  assert set(p.required) == {"tests/base.py::Checks::test_x", "tests/base.py::Right::test_d"}
+  new = p.files["tests/base.py"].decode()
+  assert "== 1" not in new and "== 3" not in new and "== 2" in new  # Checks.test_d is not run
+  # A base of the same name in two other files, or an order C3 refuses: not taken.
+  twice = {**files, "tests/other.py": b"class More:\n  def test_x(self):\n    assert 1 == 1\n"}
+  cyclic = {**files, "tests/mid.py": mid.replace(b"(Checks)", b"(Checks, Local)")}
+  for bad in (twice, cyclic):
+    assert instrument.plan(bad, f2p[:1], f2p[:1]).unprotected == {
+      f2p[0]: "definition not found in the file"
+    }

@@ -3,8 +3,10 @@ process reports decides a grade on its own (host side; the sandbox half is in ha
 site_values.py).
 
 Every FAIL_TO_PASS test function the grader can locate (module level or a method of a
-module-level class of its file — or, one its file imports or inherits, the one definition of
-that name among the modules beside it — defined once, not a generator or coroutine) is
+module-level class of its file — or, one its file imports or inherits, the definition among
+the modules beside it that Python would run: the one function of that name, or the method by
+the class's method resolution order over its ancestors at any depth and across those modules
+(rewrite._mro) — defined once, not a generator or coroutine) is
 rewritten in the graded copy of the file that defines it, fresh for every grade:
 
 - **renamed**: a random token goes inside its name (`test_hypot` -> `test_k3q9_hypot`;

@@ -91,40 +91,83 @@ def plan(
 
 
 def _defined_elsewhere(trees: dict, file: str, tree: ast.Module, chain: tuple, func: str):
-  """(file, class chain, name) of the one definition among `trees` other than `file`'s that id
-  `file::chain::func` runs: a module-level function (imported), or a method of a class of
-  that name (imported) or of one of its bases (inherited); None if not exactly one."""
+  """(file, class chain, name) of the definition among `trees`, other than `file`'s, that id
+  `file::chain::func` runs: the one module-level function of that name (imported), or the
+  method that class `chain[0]` (defined in `file`, or imported: the one class of that name
+  among `trees`) gets by Python's method resolution order over its ancestors in `trees`, at
+  any depth and across files (_mro); None if there is no such one definition."""
   if len(chain) > 1:
     return None
-  if chain:
-    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == chain[0]), None)
-    names = (
-      [chain[0]]
-      if cls is None
-      else [
-        b.id if isinstance(b, ast.Name) else b.attr
-        for b in cls.bases
-        if isinstance(b, (ast.Name, ast.Attribute))
-      ]
-    )
-  hits = set()
-  for other, t in trees.items():
-    if other == file or t is None:
-      continue
-    if not chain:
-      if any(
+  if not chain:
+    hits = [
+      (other, ())
+      for other, t in trees.items()
+      if other != file
+      and t is not None
+      and any(
         isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in t.body
-      ):
-        hits.add((other, ()))
-      continue
-    for name in names:
-      found = shape.find(t, [name], func)
-      if found is not None:
-        hits.add((other, tuple(found[0])))
-  if len(hits) != 1:
+      )
+    ]
+    return (*hits[0], func) if len(hits) == 1 else None
+  classes = {f: _classes(t) for f, t in trees.items() if t is not None}
+  try:
+    order = _mro(classes, _resolve(classes, file, chain[0]))
+  except ValueError:
     return None
-  ((other, where),) = hits
-  return other, where, func
+  for f, name in order:
+    node = classes.get(f, {}).get(name)
+    if node is not None and any(
+      isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in node.body
+    ):
+      return (f, (name,), func) if f != file else None
+  return None
+
+
+def _classes(tree: ast.Module) -> dict:
+  """Top-level classes of a module: name -> ClassDef (None where the name is defined twice)."""
+  out = {}
+  for n in tree.body:
+    if isinstance(n, ast.ClassDef):
+      out[n.name] = None if n.name in out else n
+  return out
+
+
+def _resolve(classes: dict, file: str, name: str, skip=None) -> tuple:
+  """(file, name) of the class `name` that `file` uses: its own top-level class, else the one
+  of that name in the other files; (None, name) when there is none (a class from outside,
+  taken to define no test); ValueError when it is ambiguous (defined twice, or in several
+  other files)."""
+  here = classes.get(file, {})
+  if name in here and (file, name) != skip:
+    if here[name] is None:
+      raise ValueError(name)
+    return file, name
+  hits = [f for f, cs in classes.items() if f != file and name in cs]
+  if len(hits) > 1 or (hits and classes[hits[0]][name] is None):
+    raise ValueError(name)
+  return (hits[0], name) if hits else (None, name)
+
+
+def _mro(classes: dict, key: tuple, stack: frozenset = frozenset()) -> list:
+  """The C3 linearization (Python's method resolution order) of class `key` = (file, name),
+  bases resolved by name (_resolve); ValueError for a cycle or an order that has none."""
+  if key in stack or len(stack) > 64:
+    raise ValueError(key)
+  node = classes.get(key[0], {}).get(key[1]) if key[0] is not None else None
+  bases = [
+    _resolve(classes, key[0], b.id if isinstance(b, ast.Name) else b.attr, skip=key)
+    for b in (node.bases if node is not None else ())
+    if isinstance(b, (ast.Name, ast.Attribute))
+  ]
+  seqs = [_mro(classes, b, stack | {key}) for b in bases] + [bases]
+  out = [key]
+  while seqs := [q for q in seqs if q]:
+    head = next((q[0] for q in seqs if not any(q[0] in r[1:] for r in seqs)), None)
+    if head is None:
+      raise ValueError(key)
+    out.append(head)
+    seqs = [q[1:] if q[0] == head else q for q in seqs]
+  return out
 
 
 def _parse(src: bytes | None) -> ast.Module | None:

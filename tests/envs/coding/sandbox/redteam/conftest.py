@@ -9,7 +9,9 @@ table is hidden, and decoys could not guard it), `imported` (the hypot task whos
 defined in another file and imported into its test module: nothing can be rewritten, so the
 grader refuses to grade it and the factory never emits it: its expected values are a
 table, which cannot be hidden for a test another file runs), `imported_greet` (the greet
-task's test class defined in another file and imported: its literal is hidden there).
+task's test class defined in another file and imported: its literal is hidden there),
+`inherited_greet` (its methods two files and two classes up the test class's ancestry, as
+itsdangerous' suite has them: hidden where they are defined).
 """
 
 import dataclasses
@@ -69,6 +71,7 @@ def shapes(mini_gen, tmp_path_factory):
     "bare": bare,
     "imported": imported_shape(hypot, tmp_path_factory.mktemp("imported-shape")),
     "imported_greet": imported_class(by_name["Greeter.greet"], tmp_path_factory.mktemp("ig")),
+    "inherited_greet": inherited_class(by_name["Greeter.greet"], tmp_path_factory.mktemp("hg")),
   }
 
 
@@ -82,6 +85,26 @@ def imported_class(greet, root):
   (root / "tests/greet_testdata.py").write_text("from minipkg import core\n\n\n" + cls)
   test.write_text(src.replace(cls, "from greet_testdata import TestGreeter  # noqa: E402\n"))
   files = [*names, "tests/greet_testdata.py"]
+  return dataclasses.replace(greet, hidden_files=project.pack(root, files))
+
+
+def inherited_class(greet, root):
+  """The greet task with TestGreeter's methods in class GreeterChecks of tests/greet_base.py,
+  subclassed by GreeterMore in tests/greet_mid.py, which tests/test_core.py's TestGreeter
+  (now empty) inherits: the same ids run them, defined two files away."""
+  names = project.unpack(greet.hidden_files, root)
+  test = root / "tests/test_core.py"
+  src = test.read_text()
+  cls = src[src.index("class TestGreeter") :]
+  base = "from minipkg import core\n\n\n" + cls.replace("TestGreeter", "GreeterChecks")
+  (root / "tests/greet_base.py").write_text(base)
+  mid = "from greet_base import GreeterChecks\n\n\nclass GreeterMore(GreeterChecks):\n  pass\n"
+  (root / "tests/greet_mid.py").write_text(mid)
+  sub = (
+    "from greet_mid import GreeterMore  # noqa: E402\n\n\nclass TestGreeter(GreeterMore):\n  pass\n"
+  )
+  test.write_text(src.replace(cls, sub))
+  files = [*names, "tests/greet_base.py", "tests/greet_mid.py"]
   return dataclasses.replace(greet, hidden_files=project.pack(root, files))
 
 

@@ -122,11 +122,13 @@ def test_a_task_with_an_unprotected_test_is_not_graded(shapes, name):
   assert set(g.integrity["unprotected"]) == {"tests/test_core.py::test_hypot"}, g.integrity
 
 
+@pytest.mark.parametrize("shape", ["imported_greet", "inherited_greet"])
 @pytest.mark.parametrize("name", ["3_mock_any_greet", "3_str_subclass_eq_set_by_name"])
-def test_a_test_defined_in_another_file_is_judged_where_it_is_defined(shapes, name):
-  """The imported_greet shape: TestGreeter comes from another file; its literal is hidden
-  there (the class keeps its names), so a lying value is caught and gold still scores."""
-  task = shapes["imported_greet"]
+def test_a_test_defined_in_another_file_is_judged_where_it_is_defined(shapes, shape, name):
+  """The imported_greet shape: TestGreeter comes from another file; inherited_greet: its
+  methods come from a class two files up its ancestry. The literal is hidden where it is
+  defined (the class keeps its names), so a lying value is caught and gold still scores."""
+  task = shapes[shape]
   _, _, prelude, body = ATTACKS[name]
   g = grade(task, _edits(task, "greet", prelude, body))
   assert g.integrity["unprotected"] == {} and g.integrity["hidden"] == 1, g.integrity
