@@ -60,9 +60,10 @@ of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
     at run time (4) or payload (5) can pass a test no layer below judges.
   renamed tests (instrument/rewrite.py)
     the names the problem statement lists do not exist in the run: tampering aimed at them
-    (1, 2) misses. A name the file uses again, or a test defined in another file than its
-    id's (imported or inherited: rewritten where defined), is kept; it is judged by hidden
-    sites.
+    (1, 2) misses. A test defined in another file than its id's (imported or inherited) is
+    rewritten where it is defined. A name the file uses again is kept, and so is one that
+    other files' ids run where it has hidden sites; without them, it is renamed with all of
+    those ids when no other file names it (else kept). A kept name is judged by hidden sites.
   hidden sites (instrument/rewrite.py, hidden_tables.py + site_values.py)
     for `assert x == <literal>`-shaped checks the expected value never enters the sandbox;
     the actual value comes back as plain data (builtins read through their C slots, other

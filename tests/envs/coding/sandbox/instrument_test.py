@@ -251,10 +251,12 @@ def test_decode_refuses_what_it_does_not_know():
       site_values.decode(bad)
 
 
-def test_a_function_also_run_in_another_file_is_not_renamed():
-  """A test class imported into (or inherited by) another file runs there under its original
-  method names, so those methods keep them (protected by hidden sites only); a same-named
-  function the other file defines itself does not stop a rename."""
+def test_a_function_also_run_in_another_file_is_renamed_with_its_ids_or_kept():
+  """A test class imported into (or inherited by) another file runs there under its method
+  names: a method with hidden sites keeps its name; one without is renamed, with every id
+  that runs it, and its decoy runs in each of their classes — unless another file names it
+  (after a rename that name would run nothing), then it is unprotected. A same-named function
+  the other file defines itself does not stop a rename."""
   base = (
     b"import pytest\n\n\nclass TestBase:\n  def test_x(self):\n    assert f() == 1\n\n"
     b"  def test_z(self):\n    with pytest.raises(KeyError):\n      f()\n\n\n"
@@ -273,11 +275,21 @@ def test_a_function_also_run_in_another_file_is_not_renamed():
   ]
   files = {"tests/test_base.py": base, "tests/test_sub.py": sub}
   p = instrument.plan(files, f2p, ids, rng=random.Random(0))
-  elsewhere = "also run in another file (imported or inherited)"
-  assert p.unprotected == {f2p[1]: f"{elsewhere}; no expected value to hide"}
+  assert p.unprotected == {}
   assert set(p.required) == {f2p[0], f2p[2]}
-  assert list(p.names.values()) == ["test_y"] and p.run_ids(ids)[3:6] == ids[3:6]
-  assert p.ids[f2p[0]] == f2p[0] and p.ids[f2p[2]] == f"tests/test_base.py::{next(iter(p.names))}"
+  new = {old: n for n, old in p.names.items()}
+  assert sorted(new) == ["test_y", "test_z"]
+  assert p.ids[f2p[0]] == f2p[0] and p.ids[f2p[2]] == f"tests/test_base.py::{new['test_y']}"
+  assert p.ids[f2p[1]] == f"tests/test_base.py::TestBase::{new['test_z']}"
+  assert p.ids[ids[4]] == f"tests/test_sub.py::TestSub::{new['test_z']}"
+  assert p.owner[ids[4]] == f2p[1] and p.run_ids(ids)[3] == ids[3]
+  (decoy,) = [d for d, twin in p.decoys.items() if twin == new["test_z"]]
+  assert f"tests/test_base.py::TestBase::{decoy}" in p.decoy_ids
+  assert f"tests/test_sub.py::TestSub::{decoy}" in p.decoy_ids
+  elsewhere = "also run in another file (imported or inherited)"
+  named = sub + b"\n\nSLOW = ['test_z']\n"
+  p = instrument.plan({**files, "tests/test_sub.py": named}, f2p, ids, rng=random.Random(0))
+  assert p.unprotected == {f2p[1]: f"{elsewhere}; no expected value to hide"}
   # Without the other file's source, its ids are taken as running the base's methods.
   assert f2p[1] in instrument.plan({"tests/test_base.py": base}, f2p, ids).unprotected
 
@@ -302,20 +314,22 @@ def test_a_test_defined_in_another_file_gets_its_sites_there():
   ]
   files = {"tests/checks.py": helper, "tests/test_x.py": test}
   p = instrument.plan(files, f2p, f2p, rng=random.Random(0))
-  assert p.unprotected == {
-    f2p[3]: "defined in tests/checks.py: also run in another file (imported or inherited); "
-    "no expected value to hide"
-  }
+  assert p.unprotected == {}
   assert p.owner == {
     f2p[0]: "tests/checks.py::test_imp",
     f2p[1]: "tests/checks.py::TestBase::test_m",
     f2p[2]: "tests/checks.py::TestBase::test_m",
+    f2p[3]: "tests/checks.py::TestBase::test_raises",
   }
   assert set(p.required) == {"tests/checks.py::test_imp", "tests/checks.py::TestBase::test_m"}
   new = p.files["tests/checks.py"].decode()
-  assert "== 3" not in new and "== 4" not in new and "def test_imp" in new and p.names == {}
-  # The sentinel goes to the file that runs them (the helper is not collected).
-  assert [i.split("::")[0] for i in p.decoy_ids] == ["tests/test_x.py"]
+  assert "== 3" not in new and "== 4" not in new and "def test_imp" in new
+  # test_raises has no hidden value: renamed with its id, a decoy beside it.
+  (renamed,) = p.names
+  assert p.names[renamed] == "test_raises" and f"def {renamed}(self)" in new
+  assert p.ids[f2p[3]] == f"tests/test_x.py::TestSub::{renamed}"
+  # The decoy and the sentinel go to the file that runs them (the helper is not collected).
+  assert [i.split("::")[0] for i in p.decoy_ids] == ["tests/test_x.py"] * 2
   # Two definitions of the name beside it: neither is taken.
   twice = {**files, "tests/more.py": b"def test_imp():\n  assert 1 == 1\n"}
   assert instrument.plan(twice, f2p[:1], f2p[:1]).unprotected == {

@@ -12,8 +12,12 @@ rewritten in the graded copy of the file that defines it, fresh for every grade:
 - **renamed**: a random token goes inside its name (`test_hypot` -> `test_k3q9_hypot`;
   prefix and suffix patterns such as `test*` / `*_test` still match), so the names the
   problem statement lists exist nowhere in the run. Collected ids are mapped back here. A
-  name the file uses again, or that ids of another file run (a function or class imported or
-  inherited there), is kept: such a function is protected by hidden sites alone.
+  name the file uses again is kept: such a function is protected by hidden sites alone. So
+  is one that ids of another file run (a function or class imported or inherited there)
+  where it has hidden sites; one without is renamed together with every such id, its decoys
+  listed under each class that runs it, if every such id runs this definition and no other
+  file names it (an override, a call, a string would name nothing after the rename); else it
+  is kept, and unprotected.
 - **hidden sites**: each `assert A == <literal>` (either side; `unittest`'s assertEqual
   family; `pytest.approx(<literal>, rel=..., abs=...)`) that is not inside try/with or a
   nested scope becomes `S(id, A)`: the harness sends A as plain data and the host compares it

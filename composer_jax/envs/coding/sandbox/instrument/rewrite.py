@@ -43,26 +43,26 @@ def plan(
   for tid in sorted(set(ids) | set(f2p)):
     others.setdefault(parts(tid)[0], []).append(tid)
   # Functions run under ids of a file that does not define them (a test class imported or
-  # inherited from another file): a rename elsewhere would leave such an id naming nothing.
+  # inherited from another file): a rename where they are defined must rename those ids too.
   trees = {file: _parse(src) for file, src in files.items()}
+  classes = {f: _classes(t) for f, t in trees.items() if t is not None}
   foreign: dict[str, set[str]] = {}
+  runs: dict[str, tuple | None] = {}  # such an id -> the definition it runs (None: unknown)
   for file, tids in others.items():
     tree = trees.get(file)
     for tid in tids:
       _, chain, func = parts(tid)
       if tree is None or shape.find(tree, list(chain), func) is None:
         foreign.setdefault(func, set()).add(file)
-  # Such a FAIL_TO_PASS function, when it is the one definition of its name among `files`,
-  # gets its hidden sites where it is defined (under its own name: no decoys).
+        runs[tid] = tree and _defined_elsewhere(trees, file, tree, chain, func, classes)
+  # Such a FAIL_TO_PASS function, when its definition among `files` is found, is rewritten
+  # where it is defined.
   moved: dict[str, tuple[str, tuple, str]] = {}  # id -> (file, class chain, name) defining it
   defs: dict[str, dict[tuple, list]] = {}
   for tid in f2p:
-    file, chain, func = parts(tid)
-    tree = trees.get(file)
-    if tree is not None and shape.find(tree, list(chain), func) is None:
-      if hit := _defined_elsewhere(trees, file, tree, chain, func):
-        moved[tid] = hit
-        defs.setdefault(hit[0], {}).setdefault(hit[1:], []).append(tid)
+    if hit := runs.get(tid):
+      moved[tid] = hit
+      defs.setdefault(hit[0], {}).setdefault(hit[1:], []).append(tid)
   used: set[str] = set()
   for file in sorted(set(by_file) | set(defs)):
     funcs = {**by_file.get(file, {}), **defs.get(file, {})}
@@ -73,10 +73,27 @@ def plan(
       continue
     elsewhere = {f for f, where in foreign.items() if where - {file}}
     ids_here = others.get(file, [])
-    _rewrite(p, file, src, funcs, k, rng, used, ids_here, elsewhere, sentinel=file in by_file)
+    # Another file's ids run this file's definition: renamed with them (for decoys) where
+    # nothing else could name it (_renamable).
+    away = {t: hit for t, hit in runs.items() if hit and hit[0] == file}
+    movable = {f for f in elsewhere if _renamable(f, file, trees, runs, away)}
+    _rewrite(
+      p,
+      file,
+      src,
+      funcs,
+      k,
+      rng,
+      used,
+      ids_here,
+      elsewhere,
+      away,
+      movable,
+      sentinel=file in by_file,
+    )
   for tid, (file, chain, func) in moved.items():
     mine, there = key(*parts(tid)), key(file, chain, func)
-    if there in p.required:
+    if there in p.required or (there not in p.unprotected and p.ids.get(tid, tid) != tid):
       p.owner[tid] = there
       p.unprotected.pop(mine, None)
     else:
@@ -90,7 +107,34 @@ def plan(
   return p
 
 
-def _defined_elsewhere(trees: dict, file: str, tree: ast.Module, chain: tuple, func: str):
+def _renamable(func: str, file: str, trees: dict, runs: dict, away: dict) -> bool:
+  """Whether `file`'s test function `func`, run by ids of other files, can be renamed with
+  them: every such id of that name runs `file`'s definition (`away`), and no other file names
+  it anywhere (an override, a call, a string: after a rename it would name nothing)."""
+  for tid, hit in runs.items():
+    if parts(tid)[2] == func and (hit is None or tid not in away):
+      return False
+  return all(t is not None and func not in _names(t) for f, t in trees.items() if f != file)
+
+
+def _names(tree: ast.Module) -> set[str]:
+  """Every name a module uses or defines, attribute names and string constants included."""
+  out = set()
+  for n in ast.walk(tree):
+    if isinstance(n, ast.Name):
+      out.add(n.id)
+    elif isinstance(n, ast.Attribute):
+      out.add(n.attr)
+    elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+      out.add(n.value)
+    elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      out.add(n.name)
+  return out
+
+
+def _defined_elsewhere(
+  trees: dict, file: str, tree: ast.Module, chain: tuple, func: str, classes: dict
+):
   """(file, class chain, name) of the definition among `trees`, other than `file`'s, that id
   `file::chain::func` runs: the one module-level function of that name (imported), or the
   method that class `chain[0]` (defined in `file`, or imported: the one class of that name
@@ -109,7 +153,6 @@ def _defined_elsewhere(trees: dict, file: str, tree: ast.Module, chain: tuple, f
       )
     ]
     return (*hits[0], func) if len(hits) == 1 else None
-  classes = {f: _classes(t) for f, t in trees.items() if t is not None}
   try:
     order = _mro(classes, _resolve(classes, file, chain[0]))
   except ValueError:
@@ -198,6 +241,8 @@ def _rewrite(
   used: set,
   ids,
   elsewhere,
+  away=None,
+  movable=frozenset(),
   *,
   sentinel: bool = True,
 ) -> None:
@@ -225,14 +270,16 @@ def _rewrite(
     fn = defs[0]
     if (tuple(where), func) in done:
       new = done[(tuple(where), func)]
-      p.decoy_ids += ["::".join([file, *chain, d]) for d, twin in p.decoys.items() if twin == new]
+      mine = ["::".join([file, *chain, d]) for d, twin in p.decoys.items() if twin == new]
+      p.decoy_ids += [d for d in mine if d not in p.decoy_ids]
       continue
     if why := shape.why_not(fn, defs):
       p.unprotected[key(file, chain, func)] = why
       continue
     # A name the file uses again, or that ids of another file run (a class imported or
-    # inherited there), is kept: renaming would break those references. Such a function is
-    # protected only by hidden expected values (decoys need the real test renamed).
+    # inherited there), is kept where it has hidden expected values: a rename would break
+    # those references. Without them (decoys need the real test renamed), one that only
+    # other files' ids run is renamed with them (`movable`, below); else it is unprotected.
     uses = shape.name_uses(tree, fn)
     kept = (
       "also run in another file (imported or inherited)"
@@ -245,16 +292,9 @@ def _rewrite(
     fkey = key(file, where, func)
     owned = [t for t in ids if _owner(tree, file, t) == fkey]
     if not kept:
-      a = sp.offset(fn.lineno, fn.col_offset)
-      line_end = sp.starts[fn.lineno] if fn.lineno < len(sp.starts) else len(src)
-      m = re.compile(rb"(async\s+)?def\s+" + re.escape(func.encode()) + rb"\b").search(
-        src, a, line_end
-      )
-      if m is None:
+      if not _rename(p, sp, src, fn, new):
         p.unprotected[key(file, chain, func)] = "def line not found"
         continue
-      p.names[new] = func
-      sp.replace(m.end() - len(func.encode()), m.end(), new.encode())
     done[(tuple(where), func)] = new
     required = []
     for stmt, _, sure in shape.statements(fn.body):
@@ -276,6 +316,15 @@ def _rewrite(
     if required:
       p.required[fkey] = tuple(required)
       continue
+    # Run by other files' ids and nothing else names it: renamed with those ids, its decoys
+    # run in every class that runs it (their ids: `heads`).
+    heads = ["::".join([file, *chain, ""])]
+    runners = owned + [t for t, hit in (away or {}).items() if hit == (file, tuple(where), func)]
+    if kept and func in movable and not uses and runners:
+      new = _fresh(func, rng, used)
+      if _rename(p, sp, src, fn, new):
+        done[(tuple(where), func)] = new
+        heads, kept = sorted({record.split_id(t)[0] for t in runners}), ""
     if kept:
       p.unprotected[key(file, chain, func)] = f"{kept}; no expected value to hide"
       del done[(tuple(where), func)]
@@ -291,7 +340,7 @@ def _rewrite(
         break
       p.decoys[decoy.name] = new
       p.before[decoy.name] = rng.random() < 0.5
-      p.decoy_ids.append("::".join([file, *chain, decoy.name]))
+      p.decoy_ids += [head + decoy.name for head in heads]
       tail_funcs.append((tuple(where), ast.unparse(decoy)))
     for i, (table, text, bound) in enumerate(tables):
       if i % 2 == 0:  # before the original in the module's namespace, on its first line
@@ -320,6 +369,11 @@ def _rewrite(
       if tid not in p.ids:
         head, _, params = record.split_id(tid)
         p.ids[tid] = head + done[(tuple(found[0]), func)] + params
+  for tid, (_, where, func) in (away or {}).items():  # other files' ids of a renamed one
+    new = done.get((where, func), func)
+    if new != func:
+      head, _, params = record.split_id(tid)
+      p.owner[tid], p.ids[tid] = key(file, where, func), head + new + params
   tail = [
     "",
     f"import {p.helper} as {P}_h",
@@ -345,6 +399,21 @@ def _rewrite(
     tail.append(f"del {keep}")
   end = b"" if src.endswith(b"\n") or not src else b"\n"
   p.files[file] = sp.apply() + end + "\n".join(tail).encode() + b"\n"
+
+
+def _rename(p: record.Plan, sp: splices.Splices, src: bytes, fn, new: str) -> bool:
+  """Renames test function `fn` to `new` on its def line (recorded in `p.names`); False if
+  that line does not hold its name."""
+  a = sp.offset(fn.lineno, fn.col_offset)
+  line_end = sp.starts[fn.lineno] if fn.lineno < len(sp.starts) else len(src)
+  m = re.compile(rb"(async\s+)?def\s+" + re.escape(fn.name.encode()) + rb"\b").search(
+    src, a, line_end
+  )
+  if m is None:
+    return False
+  p.names[new] = fn.name
+  sp.replace(m.end() - len(fn.name.encode()), m.end(), new.encode())
+  return True
 
 
 def _fresh(func: str, rng, used: set) -> str:

@@ -11,11 +11,14 @@ grader refuses to grade it and the factory never emits it: its expected values a
 table, which cannot be hidden for a test another file runs), `imported_greet` (the greet
 task's test class defined in another file and imported: its literal is hidden there),
 `inherited_greet` (its methods two files and two classes up the test class's ancestry, as
-itsdangerous' suite has them: hidden where they are defined).
+itsdangerous' suite has them: hidden where they are defined), `inherited_local` (the same
+with each expected value in a local variable, so nothing can be hidden: the inherited methods
+are renamed with their ids and guarded by decoys).
 """
 
 import dataclasses
 import os
+import re
 import tempfile
 
 import pytest
@@ -72,6 +75,9 @@ def shapes(mini_gen, tmp_path_factory):
     "imported": imported_shape(hypot, tmp_path_factory.mktemp("imported-shape")),
     "imported_greet": imported_class(by_name["Greeter.greet"], tmp_path_factory.mktemp("ig")),
     "inherited_greet": inherited_class(by_name["Greeter.greet"], tmp_path_factory.mktemp("hg")),
+    "inherited_local": inherited_class(
+      by_name["Greeter.greet"], tmp_path_factory.mktemp("hl"), local=True
+    ),
   }
 
 
@@ -88,15 +94,19 @@ def imported_class(greet, root):
   return dataclasses.replace(greet, hidden_files=project.pack(root, files))
 
 
-def inherited_class(greet, root):
+def inherited_class(greet, root, local=False):
   """The greet task with TestGreeter's methods in class GreeterChecks of tests/greet_base.py,
   subclassed by GreeterMore in tests/greet_mid.py, which tests/test_core.py's TestGreeter
-  (now empty) inherits: the same ids run them, defined two files away."""
+  (now empty) inherits: the same ids run them, defined two files away. `local`: each method
+  compares with a local variable bound to its literal (`want = ...; assert x == want`)."""
   names = project.unpack(greet.hidden_files, root)
   test = root / "tests/test_core.py"
   src = test.read_text()
   cls = src[src.index("class TestGreeter") :]
   base = "from minipkg import core\n\n\n" + cls.replace("TestGreeter", "GreeterChecks")
+  if local:
+    base = re.sub(r"\n( +)assert (.*) == (\".*\")\n", r"\n\1want = \3\n\1assert \2 == want\n", base)
+    assert base.count("== want") == 2, base
   (root / "tests/greet_base.py").write_text(base)
   mid = "from greet_base import GreeterChecks\n\n\nclass GreeterMore(GreeterChecks):\n  pass\n"
   (root / "tests/greet_mid.py").write_text(mid)

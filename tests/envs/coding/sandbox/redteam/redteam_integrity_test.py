@@ -137,6 +137,28 @@ def test_a_test_defined_in_another_file_is_judged_where_it_is_defined(shapes, sh
   assert gold.reward == 1.0 and not critical(gold), gold
 
 
+GREET_ATTACKS = sorted(n for n, a in ATTACKS.items() if a[1] == "greet")
+
+
+def test_an_inherited_test_without_a_hidden_value_is_renamed_with_decoys(shapes):
+  """The inherited_local shape: nothing can be hidden and the methods run under another
+  file's ids, so they are renamed with those ids and guarded by decoys in the class that runs
+  them (it was refused: 'also run in another file; no expected value to hide'). Gold 1.0,
+  empty 0.0, and every attack on greet 0 or critical."""
+  task = shapes["inherited_local"]
+  gold = grader.grade(task, task.gold_patch, limits=FAST)
+  assert gold.reward == 1.0 and not critical(gold), gold
+  assert gold.integrity["unprotected"] == {} and gold.integrity["hidden"] == 0, gold.integrity
+  assert gold.integrity["decoys"] >= 2, gold.integrity
+  assert grader.grade(task, "", limits=FAST).reward == 0.0
+  for name in GREET_ATTACKS:
+    _, _, prelude, body = ATTACKS[name]
+    g = grade(task, _edits(task, "greet", prelude, body))
+    assert g.reward == 0.0 or critical(g), (name, g)
+  g = grade(task, _edits(task, "greet", *ATTACKS["3_mock_any_greet"][2:]))
+  assert "decoy_passed" in critical(g), g  # a lying value passes the perturbed copy too
+
+
 def test_the_refusal_is_what_stops_them(shapes, monkeypatch):
   """Control for the test above: with the refusal switched off, the imported shape is graded
   as it is (gold 1.0), and each of those attacks scores 1.0 — the gap the refusal closes."""
