@@ -330,6 +330,14 @@ def test_a_test_defined_in_another_file_gets_its_sites_there():
   assert p.ids[f2p[3]] == f"tests/test_x.py::TestSub::{renamed}"
   # The decoy and the sentinel go to the file that runs them (the helper is not collected).
   assert [i.split("::")[0] for i in p.decoy_ids] == ["tests/test_x.py"] * 2
+  # A function imported by name cannot be renamed (the import would fail): unprotected.
+  flag = b"\n\ndef test_flag():\n  with pytest.raises(KeyError):\n    f()\n"
+  importing = test.replace(b"test_imp ", b"test_imp, test_flag ")
+  both = {"tests/checks.py": helper + flag, "tests/test_x.py": importing}
+  assert instrument.plan(both, ["tests/test_x.py::test_flag"], f2p).unprotected == {
+    "tests/test_x.py::test_flag": "defined in tests/checks.py: also run in another file "
+    "(imported or inherited); no expected value to hide"
+  }
   # Two definitions of the name beside it: neither is taken.
   twice = {**files, "tests/more.py": b"def test_imp():\n  assert 1 == 1\n"}
   assert instrument.plan(twice, f2p[:1], f2p[:1]).unprotected == {

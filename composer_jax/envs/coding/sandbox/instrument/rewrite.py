@@ -110,26 +110,28 @@ def plan(
 def _renamable(func: str, file: str, trees: dict, runs: dict, away: dict) -> bool:
   """Whether `file`'s test function `func`, run by ids of other files, can be renamed with
   them: every such id of that name runs `file`'s definition (`away`), and no other file names
-  it anywhere (an override, a call, a string: after a rename it would name nothing)."""
+  it anywhere (an import, an override, a call, an argument, a string: after a rename it would
+  name nothing)."""
   for tid, hit in runs.items():
     if parts(tid)[2] == func and (hit is None or tid not in away):
       return False
-  return all(t is not None and func not in _names(t) for f, t in trees.items() if f != file)
+  word = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(func) + r"(?![A-Za-z0-9_])")
+  return all(
+    t is not None and not any(word.search(text) for text in _strings(t))
+    for f, t in trees.items()
+    if f != file
+  )
 
 
-def _names(tree: ast.Module) -> set[str]:
-  """Every name a module uses or defines, attribute names and string constants included."""
-  out = set()
+def _strings(tree: ast.Module):
+  """Every string a module's syntax tree holds: names of every kind (variables, attributes,
+  imports and their aliases, arguments, keywords, definitions, globals) and str constants."""
   for n in ast.walk(tree):
-    if isinstance(n, ast.Name):
-      out.add(n.id)
-    elif isinstance(n, ast.Attribute):
-      out.add(n.attr)
-    elif isinstance(n, ast.Constant) and isinstance(n.value, str):
-      out.add(n.value)
-    elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-      out.add(n.name)
-  return out
+    for field in n._fields:
+      v = getattr(n, field, None)
+      for x in v if isinstance(v, list) else (v,):
+        if isinstance(x, str):
+          yield x
 
 
 def _defined_elsewhere(
