@@ -7,7 +7,8 @@ decoding, context parallelism, tests; attended by the plain-jnp `reference`) or 
 (`ATTENTION_IMPLS`): `blocked` (flash-style online softmax over key blocks, never builds
 `[B, H, L, L]`; CPU), `jax_nn` (`jax.nn.dot_product_attention` with jax's own choice,
 which is XLA's reference today), `cudnn` (cuDNN's fused flash attention; GPU) or
-`reference`. Given a per-layer `kv_cache` buffer and the token positions, both
+`reference` (`causal_reference_attention`: the reference in static query blocks that skip the
+causal upper triangle). Given a per-layer `kv_cache` buffer and the token positions, both
 modules write the new keys into the cache and attend over it (decoding), returning
 `(out, new layer cache)`.
 
@@ -111,6 +112,39 @@ def _reference_bwd(scale, res, g):
 reference_attention.defvjp(_reference_fwd, _reference_bwd)
 
 
+# Query block of `causal_reference_attention`: at L = 128 two blocks skip a quarter of the
+# logits; smaller blocks add more small matmuls than they skip on XLA:CPU.
+CAUSAL_QUERY_BLOCK = 64
+
+
+def causal_reference_attention(
+  q: jax.Array,
+  k: jax.Array,
+  v: jax.Array,
+  segment_ids: jax.Array,
+  scale: float,
+  query_block: int = CAUSAL_QUERY_BLOCK,
+) -> jax.Array:
+  """`reference_attention` under `attention_mask(segment_ids)`, without the causal mask's
+  upper triangle of blocks: queries `[i * query_block, (i + 1) * query_block)` attend keys
+  `[0, (i + 1) * query_block)`, every key causality lets them see (n static blocks compute
+  `(n + 1) / 2n` of the `[L, L]` logits, each exactly as the reference does).
+
+  Shapes as `blocked_attention`. A padding query (no key to attend) gets a uniform softmax
+  over its block's keys instead of all L; like the reference's, its output must be masked.
+  """
+  length = q.shape[1]
+  mask = attention_mask(segment_ids)
+  out = []
+  for start in range(0, length, query_block):
+    end = min(start + query_block, length)
+    rows = slice(start, end)
+    out.append(
+      reference_attention(q[:, rows], k[:, :end], v[:, :end], mask[:, :, rows, :end], scale)
+    )
+  return out[0] if len(out) == 1 else jnp.concatenate(out, axis=1)
+
+
 def blocked_attention(
   q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, scale: float, block: int
 ) -> jax.Array:
@@ -210,7 +244,7 @@ def cudnn_attention(
 
 def resolve_attention_impl(name: str, length: int, block: int) -> str:
   """'auto' -> 'jax_nn' on GPU/TPU; on CPU 'blocked' when `length > block`, else
-  'reference' (one block: nothing to skip). Other names as given."""
+  'reference' (one block; `causal_reference_attention`). Other names as given."""
   if name != "auto":
     return name
   if jax.default_backend() != "cpu":
@@ -239,7 +273,7 @@ def dot_product_attention(
     return reference_attention(q, k, v, mask, scale)
   impl = resolve_attention_impl(impl, q.shape[1], block)
   if impl == "reference":
-    return reference_attention(q, k, v, attention_mask(mask.segment_ids), scale)
+    return causal_reference_attention(q, k, v, mask.segment_ids, scale)
   fn = ATTENTION_IMPLS[impl]
   return fn(q, k, v, mask.segment_ids, scale, **({"block": block} if impl == "blocked" else {}))
 

@@ -284,7 +284,10 @@ _DEEPSEEK_V3 = _KIMI_K2.replace(
 
 # Runs a train step on a laptop CPU in seconds; exercises every feature
 # (MLA with q-LoRA, YaRN, group-limited routing, shared experts, a dense first layer).
+# Unrolled: at 3 layers the loop saves no compile time (the unrolled step compiles faster)
+# and its stacked residuals cost the step time (RESULTS.md, 2026-12-05, train step vs HF).
 _TINY = ModelConfig(
+  scan_layers=False,
   rope_scaling=RopeScaling(
     factor=4.0,
     original_max_position_embeddings=256,

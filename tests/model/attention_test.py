@@ -141,3 +141,25 @@ def test_reference_attention_gradient_is_autodiff_of_the_softmax():
   want = jax.value_and_grad(lambda *a: jnp.sum(cot * plain(*a)), argnums=(0, 1, 2))(q, k, v)
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
   assert float(jnp.abs(want[1][1]).max()) > 0.1  # the keys' gradient is not trivially 0
+
+
+def test_causal_reference_skips_the_upper_triangle_and_equals_the_reference():
+  # L = 13 in query blocks of 4 (the last one short); two documents and padding.
+  b, length, h, dk, dv = 2, 13, 3, 6, 4
+  segs = jnp.array([[1] * 5 + [2] * 6 + [0] * 2, [3] * 13])
+  rng = np.random.default_rng(2)
+  q, k = (jnp.asarray(rng.standard_normal((b, length, h, dk), dtype=np.float32)) for _ in range(2))
+  v = jnp.asarray(rng.standard_normal((b, length, h, dv), dtype=np.float32))
+  cot = jnp.asarray(rng.standard_normal((b, length, h, dv), dtype=np.float32))
+  cot = cot * (segs != 0)[..., None, None]  # padding outputs differ (uniform over fewer keys)
+  got_fn = lambda q, k, v: jnp.sum(
+    cot * attention.causal_reference_attention(q, k, v, segs, 0.4, query_block=4)
+  )
+  want_fn = lambda q, k, v: jnp.sum(
+    cot * attention.reference_attention(q, k, v, attention.attention_mask(segs), 0.4)
+  )
+  got = jax.jit(jax.value_and_grad(got_fn, argnums=(0, 1, 2)))(q, k, v)
+  want = jax.value_and_grad(want_fn, argnums=(0, 1, 2))(q, k, v)
+  chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-6)
+  hlo = jax.jit(jax.grad(got_fn)).lower(q, k, v).as_text()
+  assert "x13x13xf32" not in hlo and "x4x4xf32" in hlo  # no full logits; the first block's 4 x 4

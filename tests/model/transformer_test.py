@@ -84,7 +84,7 @@ def test_causal_and_packed_equals_separate(attention):
 
 
 def _hlo_lines(num_layers: int, remat_policy: str) -> int:
-  cfg = _CFG.replace(num_layers=num_layers, remat_policy=remat_policy)
+  cfg = _CFG.replace(num_layers=num_layers, remat_policy=remat_policy, scan_layers=True)
   shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
   tokens = jax.ShapeDtypeStruct((2, 8), jnp.int32)
 
