@@ -75,7 +75,8 @@ def scan_vocab(body: Callable, carry, streams: Sequence[Logits], chunk_size: int
         )
         for h, head, w in zip(stream.hiddens, heads, stream.weights)
       )
-      logits.append(jnp.where(valid, z, NEG))
+      # Only a padded head has columns to mask (a select over [N, C] costs a pass of its own).
+      logits.append(z if vocab % chunk == 0 else jnp.where(valid, z, NEG))
     return body(carry, tuple(logits), cols, valid), None
 
   carry, _ = jax.lax.scan(step, carry, jnp.arange(num_chunks, dtype=jnp.int32))
