@@ -83,17 +83,23 @@ def test_mla_matches_hf(q_lora_rank):
   chex.assert_trees_all_close(got, want.numpy(), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("impl,block", [("blocked", 4), ("blocked", 16), ("jax_nn", 0)])
-def test_segment_mask_impls_match_reference_values_and_grads(impl, block):
-  # Two packed documents and trailing padding; L = 13 is not a multiple of the block.
+def _packed_case(seed):
+  """Two packed documents and trailing padding in row 0, one document in row 1; L = 13.
+  Returns segs, q, k, v and a cotangent that is 0 at padding (padding outputs differ by
+  implementation; the loss never sees them)."""
   b, length, h, dk, dv = 2, 13, 3, 6, 4
   segs = jnp.array([[1] * 5 + [2] * 6 + [0] * 2, [3] * 13])
-  rng = np.random.default_rng(0)
+  rng = np.random.default_rng(seed)
   q, k = (jnp.asarray(rng.standard_normal((b, length, h, dk), dtype=np.float32)) for _ in range(2))
   v = jnp.asarray(rng.standard_normal((b, length, h, dv), dtype=np.float32))
-  # Padding queries: reference gives a uniform softmax, blocked 0; the loss never sees them.
   cot = jnp.asarray(rng.standard_normal((b, length, h, dv), dtype=np.float32))
-  cot = cot * (segs != 0)[..., None, None]
+  return segs, q, k, v, cot * (segs != 0)[..., None, None]
+
+
+@pytest.mark.parametrize("impl,block", [("blocked", 4), ("blocked", 16), ("jax_nn", 0)])
+def test_segment_mask_impls_match_reference_values_and_grads(impl, block):
+  # L = 13 is not a multiple of the block; padding queries: reference uniform, blocked 0.
+  segs, q, k, v, cot = _packed_case(0)
   mask = attention.SegmentMask(segs)
   got_fn = lambda q, k, v: jnp.sum(
     cot * attention.dot_product_attention(q, k, v, mask, 0.4, impl=impl, block=block)
@@ -144,14 +150,8 @@ def test_reference_attention_gradient_is_autodiff_of_the_softmax():
 
 
 def test_causal_reference_skips_the_upper_triangle_and_equals_the_reference():
-  # L = 13 in query blocks of 4 (the last one short); two documents and padding.
-  b, length, h, dk, dv = 2, 13, 3, 6, 4
-  segs = jnp.array([[1] * 5 + [2] * 6 + [0] * 2, [3] * 13])
-  rng = np.random.default_rng(2)
-  q, k = (jnp.asarray(rng.standard_normal((b, length, h, dk), dtype=np.float32)) for _ in range(2))
-  v = jnp.asarray(rng.standard_normal((b, length, h, dv), dtype=np.float32))
-  cot = jnp.asarray(rng.standard_normal((b, length, h, dv), dtype=np.float32))
-  cot = cot * (segs != 0)[..., None, None]  # padding outputs differ (uniform over fewer keys)
+  # L = 13 in query blocks of 4 (the last one short).
+  segs, q, k, v, cot = _packed_case(2)
   got_fn = lambda q, k, v: jnp.sum(
     cot * attention.causal_reference_attention(q, k, v, segs, 0.4, query_block=4)
   )
