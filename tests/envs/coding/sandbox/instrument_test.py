@@ -339,7 +339,7 @@ def test_a_test_defined_in_another_file_gets_its_sites_there():
     "(imported or inherited); no expected value to hide"
   }
   # Two definitions of the name beside it: neither is taken.
-  twice = {**files, "tests/more.py": b"def test_imp():\n  assert 1 == 1\n"}
+  twice = {**files, "tests/more.py": b"def test_imp():\n  assert f() == 5\n"}
   assert instrument.plan(twice, f2p[:1], f2p[:1]).unprotected == {
     f2p[0]: "definition not found in the file"
   }
@@ -380,7 +380,7 @@ def test_an_inherited_test_is_found_along_the_method_resolution_order():
   new = p.files["tests/base.py"].decode()
   assert "== 1" not in new and "== 3" not in new and "== 2" in new  # Checks.test_d is not run
   # A base of the same name in two other files, or an order C3 refuses: not taken.
-  twice = {**files, "tests/other.py": b"class More:\n  def test_x(self):\n    assert 1 == 1\n"}
+  twice = {**files, "tests/other.py": b"class More:\n  def test_x(self):\n    assert f() == 5\n"}
   cyclic = {**files, "tests/mid.py": mid.replace(b"(Checks)", b"(Checks, Local)")}
   for bad in (twice, cyclic):
     assert instrument.plan(bad, f2p[:1], f2p[:1]).unprotected == {
