@@ -126,6 +126,7 @@ def test_to_hf_from_hf_roundtrip(preset):
     dtype=cfg.dtype,
     param_dtype=cfg.param_dtype,
     remat_policy=cfg.remat_policy,
+    scan_layers=cfg.scan_layers,
   )
   assert back.model == cfg
 

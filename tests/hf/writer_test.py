@@ -26,7 +26,8 @@ def test_roundtrip_exact_and_sharded(tmp_path):
   shards = sorted(set(weight_map.values()))
   assert len(shards) > 1 and shards[-1].endswith(f"-of-{len(shards):05d}.safetensors")
   assert set(weight_map) == set(SafetensorsDir(out).infos)
-  cfg, back = importer.load_hf(out)
+  # scan_layers is how our code runs the stack, not part of the HF config: passed like dtype.
+  cfg, back = importer.load_hf(out, scan_layers=helpers.CFG.scan_layers)
   assert cfg == helpers.CFG
   chex.assert_trees_all_equal(back, x)
 
