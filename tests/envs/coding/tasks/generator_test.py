@@ -265,5 +265,6 @@ def test_tasks_with_unprotected_tests_are_not_emitted(tmp_path):
   assert len(refused) == 1 and refused[0].startswith(
     "ipkg/core.py::halve: unprotected FAIL_TO_PASS tests (1): tests/test_core.py::test_halve "
     "(defined in tests/checks_shared.py: also run in another file (imported or inherited); "
-    "no expected value to hide)"
+    "no expected value to hide; not renamed: named other than by a definition at "
+    "tests/test_core.py:1)"
   ), gen.log

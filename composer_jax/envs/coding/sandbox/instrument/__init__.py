@@ -6,7 +6,7 @@ Every FAIL_TO_PASS test function the grader can locate (module level or a method
 module-level class of its file — or, one its file imports or inherits, the definition among
 the modules beside it that Python would run: the one function of that name, or the method by
 the class's method resolution order over its ancestors at any depth and across those modules
-(rewrite._mro) — defined once, not a generator or coroutine) is
+(hierarchy.mro) — defined once, not a generator or coroutine) is
 rewritten in the graded copy of the file that defines it, fresh for every grade:
 
 - **renamed**: a random token goes inside its name (`test_hypot` -> `test_k3q9_hypot`;
@@ -16,8 +16,14 @@ rewritten in the graded copy of the file that defines it, fresh for every grade:
   is one that ids of another file run (a function or class imported or inherited there)
   where it has hidden sites; one without is renamed together with every such id, its decoys
   listed under each class that runs it, if every such id runs this definition and no other
-  file names it (an override, a call, a string would name nothing after the rename); else it
-  is kept, and unprotected.
+  file names it (an override, a call, a string would name nothing after the rename). One
+  without hidden values whose name other classes define too (an unrelated class's method, an
+  override of it, one it overrides; in its file or another) is renamed with exactly the ids
+  that run it by their classes' MROs, the others keeping their names, if the name occurs
+  nowhere but in function definitions, every id of that name is known to run one definition
+  and nothing on those MROs or in those modules is dynamic (hierarchy.rename_blocker: a base
+  that is not a plain import, a metaclass, a star import, a name computed at run time ...);
+  else it is kept, and unprotected, the reason naming what stopped the rename.
 - **hidden sites**: each `assert A == <literal>` (either side; `unittest`'s assertEqual
   family; `pytest.approx(<literal>, rel=..., abs=...)`) that is not inside try/with or a
   nested scope becomes `S(id, A)`: the harness sends A as plain data and the host compares it
@@ -42,6 +48,8 @@ twice, a generator, a kept name without a hidden value, no decoy) is listed in
 emits one (grader.unprotected), since its pass would be the candidate's process's word alone.
 
 Files: rewrite.py (the plan of a grade: renames, sites, which protection each function gets),
+hierarchy.py (which definition a test id runs, by the classes' MROs across files, and when a
+shared name can be renamed),
 shape.py (reading test functions: where defined, `==` checks against literals, parametrize),
 hidden_tables.py (parametrized expected values swapped for tokens), decoys.py (perturbed
 copies), splices.py (byte-range edits that keep line numbers), record.py (what the host

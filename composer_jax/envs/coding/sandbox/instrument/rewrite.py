@@ -9,16 +9,13 @@ import secrets
 from composer_jax.envs.coding.sandbox.instrument import (
   decoys,
   hidden_tables,
+  hierarchy,
   record,
   shape,
   splices,
 )
 
-
-def parts(tid: str) -> tuple[str, tuple[str, ...], str]:
-  head, func, _ = record.split_id(tid)
-  file, _, chain = head.rstrip(":").partition("::")
-  return file, tuple(chain.split("::")) if chain else (), func
+parts = hierarchy.parts
 
 
 def plan(
@@ -45,16 +42,22 @@ def plan(
   # Functions run under ids of a file that does not define them (a test class imported or
   # inherited from another file): a rename where they are defined must rename those ids too.
   trees = {file: _parse(src) for file, src in files.items()}
-  classes = {f: _classes(t) for f, t in trees.items() if t is not None}
+  classes = {f: hierarchy.classes(t) for f, t in trees.items() if t is not None}
   foreign: dict[str, set[str]] = {}
   runs: dict[str, tuple | None] = {}  # such an id -> the definition it runs (None: unknown)
+  lookup: dict[str, tuple | None] = {}  # every id -> the definition the plan takes it to run
   for file, tids in others.items():
     tree = trees.get(file)
     for tid in tids:
       _, chain, func = parts(tid)
-      if tree is None or shape.find(tree, list(chain), func) is None:
+      found = tree and shape.find(tree, list(chain), func)
+      if found:
+        lookup[tid] = (file, tuple(found[0]), func)
+      else:
         foreign.setdefault(func, set()).add(file)
-        runs[tid] = tree and _defined_elsewhere(trees, file, tree, chain, func, classes)
+        runs[tid] = tree and hierarchy.defined_elsewhere(trees, file, chain, func, classes)
+        lookup[tid] = runs[tid]
+  scope = (trees, classes, sorted(lookup), lookup)
   # Such a FAIL_TO_PASS function, when its definition among `files` is found, is rewritten
   # where it is defined.
   moved: dict[str, tuple[str, tuple, str]] = {}  # id -> (file, class chain, name) defining it
@@ -74,7 +77,8 @@ def plan(
     elsewhere = {f for f, where in foreign.items() if where - {file}}
     ids_here = others.get(file, [])
     # Another file's ids run this file's definition: renamed with them (for decoys) where
-    # nothing else could name it (_renamable).
+    # nothing else could name it (_renamable), or where only definitions share its name
+    # (hierarchy.rename_blocker, given `scope`).
     away = {t: hit for t, hit in runs.items() if hit and hit[0] == file}
     movable = {f for f in elsewhere if _renamable(f, file, trees, runs, away)}
     _rewrite(
@@ -89,6 +93,7 @@ def plan(
       elsewhere,
       away,
       movable,
+      scope,
       sentinel=file in by_file,
     )
   for tid, (file, chain, func) in moved.items():
@@ -117,102 +122,10 @@ def _renamable(func: str, file: str, trees: dict, runs: dict, away: dict) -> boo
       return False
   word = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(func) + r"(?![A-Za-z0-9_])")
   return all(
-    t is not None and not any(word.search(text) for text in _strings(t))
+    t is not None and not any(word.search(text) for _, text in hierarchy.strings(t))
     for f, t in trees.items()
     if f != file
   )
-
-
-def _strings(tree: ast.Module):
-  """Every string a module's syntax tree holds: names of every kind (variables, attributes,
-  imports and their aliases, arguments, keywords, definitions, globals) and str constants."""
-  for n in ast.walk(tree):
-    for field in n._fields:
-      v = getattr(n, field, None)
-      for x in v if isinstance(v, list) else (v,):
-        if isinstance(x, str):
-          yield x
-
-
-def _defined_elsewhere(
-  trees: dict, file: str, tree: ast.Module, chain: tuple, func: str, classes: dict
-):
-  """(file, class chain, name) of the definition among `trees`, other than `file`'s, that id
-  `file::chain::func` runs: the one module-level function of that name (imported), or the
-  method that class `chain[0]` (defined in `file`, or imported: the one class of that name
-  among `trees`) gets by Python's method resolution order over its ancestors in `trees`, at
-  any depth and across files (_mro); None if there is no such one definition."""
-  if len(chain) > 1:
-    return None
-  if not chain:
-    hits = [
-      (other, ())
-      for other, t in trees.items()
-      if other != file
-      and t is not None
-      and any(
-        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in t.body
-      )
-    ]
-    return (*hits[0], func) if len(hits) == 1 else None
-  try:
-    order = _mro(classes, _resolve(classes, file, chain[0]))
-  except ValueError:
-    return None
-  for f, name in order:
-    node = classes.get(f, {}).get(name)
-    if node is not None and any(
-      isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in node.body
-    ):
-      return (f, (name,), func) if f != file else None
-  return None
-
-
-def _classes(tree: ast.Module) -> dict:
-  """Top-level classes of a module: name -> ClassDef (None where the name is defined twice)."""
-  out = {}
-  for n in tree.body:
-    if isinstance(n, ast.ClassDef):
-      out[n.name] = None if n.name in out else n
-  return out
-
-
-def _resolve(classes: dict, file: str, name: str, skip=None) -> tuple:
-  """(file, name) of the class `name` that `file` uses: its own top-level class, else the one
-  of that name in the other files; (None, name) when there is none (a class from outside,
-  taken to define no test); ValueError when it is ambiguous (defined twice, or in several
-  other files)."""
-  here = classes.get(file, {})
-  if name in here and (file, name) != skip:
-    if here[name] is None:
-      raise ValueError(name)
-    return file, name
-  hits = [f for f, cs in classes.items() if f != file and name in cs]
-  if len(hits) > 1 or (hits and classes[hits[0]][name] is None):
-    raise ValueError(name)
-  return (hits[0], name) if hits else (None, name)
-
-
-def _mro(classes: dict, key: tuple, stack: frozenset = frozenset()) -> list:
-  """The C3 linearization (Python's method resolution order) of class `key` = (file, name),
-  bases resolved by name (_resolve); ValueError for a cycle or an order that has none."""
-  if key in stack or len(stack) > 64:
-    raise ValueError(key)
-  node = classes.get(key[0], {}).get(key[1]) if key[0] is not None else None
-  bases = [
-    _resolve(classes, key[0], b.id if isinstance(b, ast.Name) else b.attr, skip=key)
-    for b in (node.bases if node is not None else ())
-    if isinstance(b, (ast.Name, ast.Attribute))
-  ]
-  seqs = [_mro(classes, b, stack | {key}) for b in bases] + [bases]
-  out = [key]
-  while seqs := [q for q in seqs if q]:
-    head = next((q[0] for q in seqs if not any(q[0] in r[1:] for r in seqs)), None)
-    if head is None:
-      raise ValueError(key)
-    out.append(head)
-    seqs = [q[1:] if q[0] == head else q for q in seqs]
-  return out
 
 
 def _parse(src: bytes | None) -> ast.Module | None:
@@ -245,6 +158,7 @@ def _rewrite(
   elsewhere,
   away=None,
   movable=frozenset(),
+  scope=None,
   *,
   sentinel: bool = True,
 ) -> None:
@@ -319,16 +233,22 @@ def _rewrite(
       p.required[fkey] = tuple(required)
       continue
     # Run by other files' ids and nothing else names it: renamed with those ids, its decoys
-    # run in every class that runs it (their ids: `heads`).
+    # run in every class that runs it (their ids: `heads`). Where other classes define the
+    # name too, renamed with exactly the ids their class hierarchy says run it, if nothing
+    # else names it and nothing there is dynamic (hierarchy.rename_blocker); else kept.
     heads = ["::".join([file, *chain, ""])]
     runners = owned + [t for t, hit in (away or {}).items() if hit == (file, tuple(where), func)]
-    if kept and func in movable and not uses and runners:
+    why = ""
+    if kept and not (func in movable and not uses and runners) and scope:
+      runners, why = hierarchy.rename_blocker(*scope[:3], (file, tuple(where), func), scope[3])
+    if kept and not why and runners:
       new = _fresh(func, rng, used)
       if _rename(p, sp, src, fn, new):
         done[(tuple(where), func)] = new
         heads, kept = sorted({record.split_id(t)[0] for t in runners}), ""
     if kept:
-      p.unprotected[key(file, chain, func)] = f"{kept}; no expected value to hide"
+      why = f"; not renamed: {why}" if why else ""
+      p.unprotected[key(file, chain, func)] = f"{kept}; no expected value to hide{why}"
       del done[(tuple(where), func)]
       continue
     tables = []

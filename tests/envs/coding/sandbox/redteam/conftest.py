@@ -13,7 +13,10 @@ task's test class defined in another file and imported: its literal is hidden th
 `inherited_greet` (its methods two files and two classes up the test class's ancestry, as
 itsdangerous' suite has them: hidden where they are defined), `inherited_local` (the same
 with each expected value in a local variable, so nothing can be hidden: the inherited methods
-are renamed with their ids and guarded by decoys).
+are renamed with their ids and guarded by decoys), `same_name` (inherited_local's TestGreeter
+back in tests/test_core.py, beside an unrelated class defining the same test names, and
+subclassed in tests/test_loud.py by a class that overrides one of them and inherits the
+other, and by an unrelated lookalike there: PyHamcrest's and itsdangerous' layouts).
 """
 
 import dataclasses
@@ -78,6 +81,7 @@ def shapes(mini_gen, tmp_path_factory):
     "inherited_local": inherited_class(
       by_name["Greeter.greet"], tmp_path_factory.mktemp("hl"), local=True
     ),
+    "same_name": same_name_class(by_name["Greeter.greet"], tmp_path_factory.mktemp("sn")),
   }
 
 
@@ -116,6 +120,49 @@ def inherited_class(greet, root, local=False):
   test.write_text(src.replace(cls, sub))
   files = [*names, "tests/greet_base.py", "tests/greet_mid.py"]
   return dataclasses.replace(greet, hidden_files=project.pack(root, files))
+
+
+LOOKALIKE = """
+
+class TestLookalike:
+  def test_greet(self):
+    assert "hello".upper() == "HELLO"
+
+  def test_farewell(self):
+    assert "bye".title() == "Bye"
+"""
+LOUD = """from test_core import TestGreeter
+
+
+class TestLoud(TestGreeter):
+  def test_farewell(self, who):
+    assert who.upper() == "ADA"
+""" + LOOKALIKE.replace("Lookalike", "Echo")
+SAME_NAME_IDS = [
+  "tests/test_core.py::TestLookalike::test_greet",
+  "tests/test_core.py::TestLookalike::test_farewell",
+  "tests/test_loud.py::TestLoud::test_greet",  # inherited: runs TestGreeter's
+  "tests/test_loud.py::TestLoud::test_farewell",  # an override
+  "tests/test_loud.py::TestEcho::test_greet",
+  "tests/test_loud.py::TestEcho::test_farewell",
+]
+
+
+def same_name_class(greet, root):
+  """The greet task with TestGreeter's expected values in locals (nothing can be hidden),
+  test classes of the same method names beside it (SAME_NAME_IDS: passing tests)."""
+  names = project.unpack(greet.hidden_files, root)
+  test = root / "tests/test_core.py"
+  src = test.read_text()
+  local = re.sub(r"\n( +)assert (.*) == (\".*\")\n", r"\n\1want = \3\n\1assert \2 == want\n", src)
+  assert local.count("== want") == 3, local  # test_hypot compared with its want already
+  test.write_text(local + LOOKALIKE)
+  (root / "tests/test_loud.py").write_text(LOUD)
+  return dataclasses.replace(
+    greet,
+    hidden_files=project.pack(root, [*names, "tests/test_loud.py"]),
+    PASS_TO_PASS=[*greet.PASS_TO_PASS, *SAME_NAME_IDS],
+  )
 
 
 def imported_shape(hypot, root):

@@ -159,6 +159,37 @@ def test_an_inherited_test_without_a_hidden_value_is_renamed_with_decoys(shapes)
   assert "decoy_passed" in critical(g), g  # a lying value passes the perturbed copy too
 
 
+def test_a_test_whose_name_other_classes_define_is_renamed_with_its_ids(shapes):
+  """The same_name shape: TestGreeter's methods (no hidden value) share their names with an
+  unrelated class of their file and of another, and with an override in a subclass there
+  (refused before: 'also run in another file ...; no expected value to hide'). Renamed with the
+  ids that run them — TestGreeter's and the subclass's inherited test_greet — and nothing
+  else: gold 1.0, empty 0.0, every attack on greet 0 or critical."""
+  task = shapes["same_name"]
+  others = task.PASS_TO_PASS[-6:]  # the same-named classes' tests (conftest.SAME_NAME_IDS)
+  plan = grader.plan_for(task)
+  assert plan.unprotected == {}
+  renamed = {old: plan.ids.get(old, old) for old in [*task.FAIL_TO_PASS, *others]}
+  moved = {old for old, new in renamed.items() if new != old}
+  greeter = {t for t in task.FAIL_TO_PASS if "TestGreeter" in t}
+  assert greeter and moved == greeter | {"tests/test_loud.py::TestLoud::test_greet"}, renamed
+  assert plan.ids["tests/test_loud.py::TestLoud::test_greet"].startswith(
+    "tests/test_loud.py::TestLoud::test_"
+  )
+  gold = grader.grade(task, task.gold_patch, limits=FAST)
+  assert gold.reward == 1.0 and not critical(gold), gold
+  assert all(gold.tests[t] == "passed" for t in others), gold.tests
+  assert gold.integrity["unprotected"] == {} and gold.integrity["decoys"] >= 2, gold.integrity
+  empty = grader.grade(task, "", limits=FAST)
+  assert empty.reward == 0.0 and all(empty.tests[t] != "passed" for t in greeter), empty
+  for name in GREET_ATTACKS:
+    _, _, prelude, body = ATTACKS[name]
+    g = grade(task, _edits(task, "greet", prelude, body))
+    assert g.reward == 0.0 or critical(g), (name, g)
+  g = grade(task, _edits(task, "greet", *ATTACKS["3_mock_any_greet"][2:]))
+  assert "decoy_passed" in critical(g), g
+
+
 def test_the_refusal_is_what_stops_them(shapes, monkeypatch):
   """Control for the test above: with the refusal switched off, the imported shape is graded
   as it is (gold 1.0), and each of those attacks scores 1.0 — the gap the refusal closes."""
