@@ -16,7 +16,7 @@ import ml_collections
 ATTENTION_KINDS = ("mla", "gqa")
 MOE_DISPATCH_KINDS = ("dropless", "capacity", "dense", "expert_parallel")
 ATTENTION_IMPL_KINDS = ("auto", "reference", "blocked", "jax_nn", "cudnn")  # see model/attention.py
-GROUPED_MATMUL_KINDS = ("auto", "ragged_dot", "tiled")  # see model/moe.py GROUPED_MATMULS
+GROUPED_MATMUL_KINDS = ("auto", "looped", "ragged_dot", "tiled")  # see model/moe.py GROUPED_MATMULS
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -76,9 +76,10 @@ class ModelConfig:
   seq_aux_loss_coef: float = 0.0  # optional sequence-level balance loss (eq. 17-20)
   moe_dispatch: str = "dropless"  # one of MOE_DISPATCH_KINDS (see model/moe.py)
   capacity_factor: float = 1.25
-  # Grouped matmul of dropless / expert_parallel: "auto" = "tiled" on CPU, "ragged_dot" else.
+  # Grouped matmul of dropless / expert_parallel: "auto" = "looped" on CPU, "ragged_dot" else.
   moe_grouped_matmul: str = "auto"
-  moe_tile_rows: int = 32  # largest row tile of "tiled" (smaller when groups are small)
+  moe_tile_rows: int = 128  # largest row chunk of "looped" / tile of "tiled" (smaller when
+  # groups are small)
   # expert_parallel per-peer buffer: None = worst case (nothing drops), f = ceil(f * T_shard
   # * K / EP) assignments (see composer_jax.parallel.expert_parallel).
   ep_capacity_factor: float | None = None

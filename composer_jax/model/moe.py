@@ -6,8 +6,9 @@ three interchangeable dispatches of the routed experts (`cfg.moe_dispatch`):
 * `dropless`: sort the T*K token-expert assignments by expert and run grouped matmuls
   with per-expert group sizes — no token is ever dropped. The grouped matmul
   (`cfg.moe_grouped_matmul`, `GROUPED_MATMULS`) is `jax.lax.ragged_dot` on GPU/TPU (a
-  grouped GEMM there) and `tiled` on CPU, where XLA lowers `ragged_dot` to a masked dense
-  matmul over all E experts (E x the active FLOPs, forward and backward).
+  grouped GEMM there) and `looped` (`expert_loop.py`) on CPU, where XLA lowers
+  `ragged_dot` to a masked dense matmul over all E experts (E x the active FLOPs, forward
+  and backward).
 * `capacity`: each expert processes at most `C = ceil(capacity_factor * T * K / E)`
   assignments (GShard, arXiv 2006.16668); priority is k-major (every token's first
   choice before any second choice), in token order; the rest are dropped and counted.
@@ -27,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from composer_jax.model import expert_loop
 from composer_jax.model.config import ModelConfig
 from composer_jax.model.layers import Linear, SwiGLU, param_init
 from composer_jax.model.router import balance_loss, route, router_stats, update_router_bias
@@ -112,14 +114,20 @@ def _ragged_swiglu(h, group_sizes, gate, up, down, tile_rows):
   return _swiglu_experts(h, gate, up, down, lambda a, w: jax.lax.ragged_dot(a, w, group_sizes))
 
 
+def _looped(h, group_sizes, gate, up, down, tile_rows):
+  """SwiGLU experts in a loop over experts and chunks of their rows (`expert_loop.py`)."""
+  chunk = expert_loop.chunk_rows(h.shape[0], gate.shape[0], tile_rows)
+  return expert_loop.looped_swiglu(h, group_sizes, gate, up, down, chunk)
+
+
 # Grouped SwiGLU implementations by name (`ModelConfig.moe_grouped_matmul`).
-GROUPED_MATMULS = {"ragged_dot": _ragged_swiglu, "tiled": _tiled}
+GROUPED_MATMULS = {"looped": _looped, "ragged_dot": _ragged_swiglu, "tiled": _tiled}
 
 
 def resolve_grouped_matmul(name: str) -> str:
-  """'auto' -> 'tiled' on CPU, 'ragged_dot' on GPU/TPU; other names as given."""
+  """'auto' -> 'looped' on CPU, 'ragged_dot' on GPU/TPU; other names as given."""
   if name == "auto":
-    return "tiled" if jax.default_backend() == "cpu" else "ragged_dot"
+    return "looped" if jax.default_backend() == "cpu" else "ragged_dot"
   return name
 
 
@@ -128,7 +136,7 @@ def grouped_swiglu(h, group_sizes, gate, up, down, impl="auto", tile_rows=32):
 
   Rows `group_sizes[:e].sum() ..` up to `+ group_sizes[e]` go to expert `e`; rows past
   `group_sizes.sum()` (empty buffer slots) give 0. `impl`: a `GROUPED_MATMULS` name or
-  'auto'; `tile_rows`: the largest tile of `tiled`.
+  'auto'; `tile_rows`: the largest row tile of `tiled` / chunk of `looped`.
   """
   return GROUPED_MATMULS[resolve_grouped_matmul(impl)](h, group_sizes, gate, up, down, tile_rows)
 

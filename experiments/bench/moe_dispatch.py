@@ -5,7 +5,8 @@
 The timed function is `jax.value_and_grad` of the training loss (forward, chunked
 cross-entropy through the output head, plus the balance loss) w.r.t. all params, at
 random tokens, on one device; every dispatch of a preset runs in the same process:
-dense one-hot, dropless with `ragged_dot`, dropless `tiled` (`model/moe.py`). Prints
+dense one-hot, dropless with `ragged_dot`, `tiled` (`model/moe.py`) or `looped`
+(`model/expert_loop.py`). Prints
 compile seconds, median step milliseconds and each one's time / dense.
 
 Then, for `tiny`, the step time of the default dropless dispatch (`moe_grouped_matmul=
@@ -24,7 +25,7 @@ Sizes: `tiny` at batch 8 x seq 64 (preset as is). `small` at batch 1 x seq 64 wi
 `--small_layers=2` (one dense + one MoE layer) so a CPU step takes seconds; on an
 accelerator pass `--small_layers=0 --small_batch=8 --small_seq=2048`. On CPU
 `jax.lax.ragged_dot` lowers to a masked dense matmul over all experts (E x the active
-FLOPs), which is why `auto` picks `tiled` there.
+FLOPs), which is why `auto` picks `looped` there.
 """
 
 import functools
@@ -63,6 +64,7 @@ _DISPATCHES = {
   "dense": dict(moe_dispatch="dense"),
   "ragged_dot": dict(moe_dispatch="dropless", moe_grouped_matmul="ragged_dot"),
   "tiled": dict(moe_dispatch="dropless", moe_grouped_matmul="tiled"),
+  "looped": dict(moe_dispatch="dropless", moe_grouped_matmul="looped"),
 }
 
 

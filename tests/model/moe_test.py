@@ -112,14 +112,11 @@ def test_bias_changes_selection_not_gate_values():
 
 
 _DISPATCHES = {
-  "dropless_ragged_dot": functools.partial(
-    moe.dropless, expert_fn=functools.partial(moe.grouped_swiglu, impl="ragged_dot")
-  ),
-  "dropless_tiled": functools.partial(
-    moe.dropless, expert_fn=functools.partial(moe.grouped_swiglu, impl="tiled")
-  ),
-  "dense": moe.dense,
-}
+  f"dropless_{impl}": functools.partial(
+    moe.dropless, expert_fn=functools.partial(moe.grouped_swiglu, impl=impl)
+  )
+  for impl in moe.GROUPED_MATMULS
+} | {"dense": moe.dense}
 
 
 @pytest.mark.parametrize("dispatch", sorted(_DISPATCHES))
@@ -136,21 +133,63 @@ def test_dispatch_matches_per_token_reference_values_and_grads(dispatch):
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("impl", sorted(moe.GROUPED_MATMULS))
-@pytest.mark.parametrize("group_sizes", [[5, 0, 9, 2], [0, 0, 16, 0], [1, 1, 1, 1]])
-def test_grouped_swiglu_matches_per_row_reference(impl, group_sizes):
-  # Buffers as expert_parallel passes them: empty experts and unused rows past the groups.
-  x, _, _, gate, up, down = _expert_inputs()
-  rows = jnp.concatenate([x, x[:4] + 1.0])[:16]  # 16 rows, the groups use sum(group_sizes)
-  row_expert = np.repeat(np.arange(_E), group_sizes)
+def _per_row_reference(rows, group_sizes, gate, up, down):
+  """Each row through its expert, one row at a time; rows past the groups give 0."""
+  row_expert = np.repeat(np.arange(gate.shape[0]), group_sizes)
   want = [
     (jax.nn.silu(rows[i] @ gate[e]) * (rows[i] @ up[e])) @ down[e] for i, e in enumerate(row_expert)
   ]
-  want = jnp.concatenate([jnp.stack(want), jnp.zeros((16 - len(want), _D))])
-  got = jax.jit(functools.partial(moe.grouped_swiglu, impl=impl, tile_rows=8))(
-    rows, jnp.asarray(group_sizes, jnp.int32), gate, up, down
+  pad = jnp.zeros((rows.shape[0] - len(want), rows.shape[1]))
+  return jnp.concatenate([jnp.stack(want), pad]) if want else pad
+
+
+@pytest.mark.parametrize("impl", sorted(moe.GROUPED_MATMULS))
+@pytest.mark.parametrize(
+  "group_sizes", [[5, 0, 9, 2], [0, 0, 16, 0], [1, 1, 1, 1], [0, 0, 0, 0], [0, 17, 3, 20]]
+)
+@pytest.mark.parametrize("tile_rows", [8, 32])
+def test_grouped_swiglu_matches_per_row_reference_values_and_grads(impl, group_sizes, tile_rows):
+  # Buffers as expert_parallel passes them: empty experts and unused rows past the groups;
+  # groups longer than a tile (17, 20 > 8) and tiles wider than the buffer (32 > 40 / 4).
+  x, _, _, gate, up, down = _expert_inputs()
+  rows = jnp.concatenate([x, x + 1.0, x - 1.0, x * 2.0])[:40]
+  cot = jnp.asarray(np.random.default_rng(3).standard_normal(rows.shape, dtype=np.float32))
+  sizes = jnp.asarray(group_sizes, jnp.int32)
+  fn = functools.partial(moe.grouped_swiglu, impl=impl, tile_rows=tile_rows)
+  got_loss = lambda *a: jnp.sum(fn(a[0], sizes, *a[1:]) * cot)
+  want_loss = lambda *a: jnp.sum(_per_row_reference(a[0], group_sizes, *a[1:]) * cot)
+  args = (rows, gate, up, down)
+  got_y = jax.jit(fn)(rows, sizes, gate, up, down)
+  got = jax.jit(jax.value_and_grad(got_loss, argnums=range(4)))(*args)
+  want = jax.value_and_grad(want_loss, argnums=range(4))(*args)
+  chex.assert_trees_all_close(
+    got_y, _per_row_reference(*args[:1], group_sizes, *args[1:]), atol=1e-5
   )
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_looped_chunks_match_ragged_dot_values_and_grads():
+  # The CPU default against jax.lax.ragged_dot at a chunk size that splits groups (8 rows)
+  # and at skewed routing (one expert takes half the rows).
+  rng = np.random.default_rng(4)
+  n, d, f, e = 96, 16, 12, 6
+  rows, cot = (jnp.asarray(rng.standard_normal((n, d), dtype=np.float32)) for _ in range(2))
+  gate, up = (jnp.asarray(rng.standard_normal((e, d, f), dtype=np.float32)) / 4 for _ in range(2))
+  down = jnp.asarray(rng.standard_normal((e, f, d), dtype=np.float32)) / 4
+  sizes = jnp.array([48, 0, 13, 9, 1, 20], jnp.int32)  # 91 of 96 rows used
+  assert moe.expert_loop.chunk_rows(n, e, 8) == 8
+  losses = {
+    impl: lambda *a, impl=impl: jnp.sum(
+      moe.grouped_swiglu(a[0], sizes, *a[1:], impl=impl, tile_rows=8) * cot
+    )
+    for impl in ("looped", "ragged_dot")
+  }
+  got, want = (
+    jax.jit(jax.value_and_grad(losses[i], argnums=range(4)))(rows, gate, up, down)
+    for i in ("looped", "ragged_dot")
+  )
+  chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
+  assert float(jnp.abs(got[1][0][91:]).max()) == 0.0  # unused rows get no gradient
 
 
 def test_tile_layout_by_hand():

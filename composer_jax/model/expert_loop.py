@@ -1,0 +1,181 @@
+"""SwiGLU experts as a loop over experts and chunks of their rows (the CPU grouped matmul).
+
+`y_r = (silu(h_r @ gate_e) * (h_r @ up_e)) @ down_e` for each row `r` of expert `e`'s group
+in rows sorted by expert, the same function as `ragged_dot` of each matmul. Each expert's
+weights are read once in the forward and once in the backward (a written-out VJP), and
+its weight gradients are summed over its own chunks: `dW_e = sum_chunks X_c^T dZ_c`.
+The per-tile `tiled` form instead copies an expert's weights for every tile of rows and
+sums `[n_tiles, D, F]` per-tile gradients, which dominates when experts get few rows
+(`RESULTS.md`, 2026-12-05).
+
+Static shapes: an outer loop over the E experts, an inner loop over `ceil(g_e / chunk)`
+chunks of `chunk` rows starting at the expert's first row; lanes past the group are
+masked (they hold the next expert's rows, which that expert overwrites later). So the
+matmuls do at most `N + E * (chunk - 1)` rows' work.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def chunk_rows(num_rows: int, num_experts: int, max_rows: int) -> int:
+  """Rows per chunk: a power of two near a quarter of the mean group, at least 16 (fewer
+  trips; measured faster than 8 at `small`), at most `max_rows`.
+
+  Small chunks waste less on each group's last chunk; large ones make fewer loop trips.
+  """
+  quarter = max(1, num_rows // (4 * num_experts))
+  return min(max_rows, max(16, 1 << (quarter.bit_length() - 1)))
+
+
+def _for_each_chunk(group_sizes, chunk, expert_init, chunk_body, expert_end, carry):
+  """Folds `carry` over experts, and a per-expert `state` over that expert's chunks.
+
+  `expert_init(e) -> state`; `chunk_body(row, mask [chunk], state, carry) -> (state, carry)`
+  for the chunk starting at sorted row `row` (`mask`: its lanes inside the group);
+  `expert_end(e, state, carry) -> carry`.
+  """
+  starts = jnp.cumsum(group_sizes) - group_sizes
+  lanes = jnp.arange(chunk)
+
+  def per_expert(e, carry):
+    start, size = starts[e], group_sizes[e]
+
+    def per_chunk(c, state_carry):
+      return chunk_body(start + c * chunk, lanes < size - c * chunk, *state_carry)
+
+    n_chunks = (size + chunk - 1) // chunk
+    state, carry = jax.lax.fori_loop(0, n_chunks, per_chunk, (expert_init(e), carry))
+    return expert_end(e, state, carry)
+
+  return jax.lax.fori_loop(0, group_sizes.shape[0], per_expert, carry)
+
+
+def _zeros(shape, dtype, like):
+  """Zeros typed like `like` under `shard_map` (varying over its manual axes), so that loop
+  carries keep one type when the body mixes them with `like`."""
+  return jax.lax.full_like(like, 0, dtype, shape)
+
+
+def _padded(a, chunk):
+  """`a` with `chunk` zero rows appended, so a chunk starting at any row stays in range."""
+  return jnp.concatenate([a, jnp.zeros((chunk, *a.shape[1:]), a.dtype)])
+
+
+def _rows(a, row, chunk):
+  return jax.lax.dynamic_slice_in_dim(a, row, chunk)
+
+
+def _put(buf, value, row):
+  return jax.lax.dynamic_update_slice_in_dim(buf, value.astype(buf.dtype), row, 0)
+
+
+def _forward(h, group_sizes, gate, up, down, chunk):
+  """(`y [N, D]`, pre-activations `a = h @ gate`, `b = h @ up` `[N + chunk, F]`)."""
+  n, d = h.shape
+  f = gate.shape[-1]
+  hp = _padded(h, chunk)
+
+  def body(row, mask, w, bufs):
+    g, u, dn = w
+    y_buf, a_buf, b_buf = bufs
+    x = _rows(hp, row, chunk)
+    a, b = x @ g, x @ u
+    y = jnp.where(mask[:, None], (jax.nn.silu(a) * b) @ dn, 0)
+    return w, (_put(y_buf, y, row), _put(a_buf, a, row), _put(b_buf, b, row))
+
+  zeros = lambda width: _zeros((n + chunk, width), h.dtype, h)
+  y, a, b = _for_each_chunk(
+    group_sizes,
+    chunk,
+    lambda e: (gate[e], up[e], down[e]),
+    body,
+    lambda e, w, bufs: bufs,
+    (zeros(d), zeros(f), zeros(f)),
+  )
+  return y[:n], a, b
+
+
+def _backward(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk):
+  """(`dh [N, D]`, `dgate`, `dup`, `ddown`); weight gradients summed in float32 per expert."""
+  n, d = h.shape
+  hp, dyp = _padded(h, chunk), _padded(dy_all, chunk)
+  f32 = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32)
+  rows_t = (((0,), (0,)), ((), ()))  # contract the chunk's rows: X^T dZ
+  by_w_t = (((1,), (1,)), ((), ()))  # dZ W^T
+
+  def expert_init(e):
+    zeros = lambda w: _zeros(w.shape[1:], jnp.float32, h)
+    return (gate[e], up[e], down[e]), (zeros(gate), zeros(up), zeros(down))
+
+  def body(row, mask, state, carry):
+    (g, u, dn), (dg, du, ddn) = state
+    x = _rows(hp, row, chunk)
+    dy = jnp.where(mask[:, None], _rows(dyp, row, chunk), 0)  # lanes of other experts: 0
+    a, b = _rows(a_all, row, chunk), _rows(b_all, row, chunk)
+    sig = jax.nn.sigmoid(a)
+    silu = a * sig
+    ds = jax.lax.dot_general(dy, dn, by_w_t)
+    da = ds * b * (sig * (1 + a * (1 - sig)))
+    db = ds * silu
+    dx = jax.lax.dot_general(da, g, by_w_t) + jax.lax.dot_general(db, u, by_w_t)
+    grads = (dg + f32(x, da, rows_t), du + f32(x, db, rows_t), ddn + f32(silu * b, dy, rows_t))
+    return ((g, u, dn), grads), (_put(carry[0], dx, row), *carry[1:])
+
+  def expert_end(e, state, carry):
+    put = lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v.astype(buf.dtype), e, 0)
+    return carry[0], *(put(buf, v) for buf, v in zip(carry[1:], state[1]))
+
+  carry = (
+    _zeros((n + chunk, d), h.dtype, h),
+    *(_zeros(w.shape, w.dtype, h) for w in (gate, up, down)),
+  )
+  dh, dgate, dup, ddown = _for_each_chunk(group_sizes, chunk, expert_init, body, expert_end, carry)
+  return dh[:n], dgate, dup, ddown
+
+
+def _varying_axes(a) -> frozenset:
+  """The manual mesh axes `a` varies over inside `shard_map` (none outside)."""
+  t = jax.typeof(a)
+  return t.manual_axis_type.varying if hasattr(t, "manual_axis_type") else t.vma
+
+
+def looped_swiglu(h, group_sizes, gate, up, down, chunk):
+  """Experts on rows sorted by expert: `h [N, D]`, `group_sizes [E]` -> `[N, D]`.
+
+  `gate`/`up [E, D, F]`, `down [E, F, D]`; rows past `group_sizes.sum()` give 0;
+  `chunk`: rows per matmul (static). Under `shard_map` every input is first cast to vary
+  over all the axes any of them varies over (e.g. weights sharded over experts, rows also
+  over replicas), as autodiff of `ragged_dot` does: the weight gradients are then summed
+  over the axes the weights do not vary over (the transpose of the cast).
+  """
+  args = (h, group_sizes, gate, up, down)
+  axes = frozenset().union(*map(_varying_axes, args))
+  cast = lambda a: (
+    jax.lax.pcast(a, tuple(sorted(axes - _varying_axes(a))), to="varying")
+    if axes - _varying_axes(a)
+    else a
+  )
+  return _looped_swiglu(*map(cast, args), chunk)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _looped_swiglu(h, group_sizes, gate, up, down, chunk):
+  return _forward(h, group_sizes, gate, up, down, chunk)[0]
+
+
+def _looped_fwd(h, group_sizes, gate, up, down, chunk):
+  y, a, b = _forward(h, group_sizes, gate, up, down, chunk)
+  return y, (h, a, b, group_sizes, gate, up, down)
+
+
+def _looped_bwd(chunk, res, dy):
+  h, a, b, group_sizes, gate, up, down = res
+  dh, dgate, dup, ddown = _backward(h, a, b, group_sizes, gate, up, down, dy, chunk)
+  return dh, np.zeros(group_sizes.shape, jax.dtypes.float0), dgate, dup, ddown
+
+
+_looped_swiglu.defvjp(_looped_fwd, _looped_bwd)
