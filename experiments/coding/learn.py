@@ -40,7 +40,7 @@ from experiments.coding import program
 from experiments.configs import rl_coding
 
 # name: (micro-projects, seeds, warm-up steps, RL steps)
-SIZES = {"reduced": (16, 3, 400, 2), "full": (48, 5, 1500, 60)}
+SIZES = {"reduced": (16, 3, 800, 2), "full": (48, 5, 1500, 60)}
 ARMS = ("rl", "sd")
 _T0 = time.monotonic()
 
