@@ -55,6 +55,7 @@ no teacher batch).
 import ml_collections
 
 from composer_jax import optim
+from composer_jax.model import config as model_config
 from experiments.configs import base
 
 SETTINGS = ("cpu", "pod", "micro")
@@ -193,14 +194,13 @@ def get_config(arg=None):
       )
     )
     c.env.curriculum.min_rollouts = 0
-    # Width, depth and attention are listed so the command line can change them
-    # (`--config.model.overrides.hidden_size=128`); the values are `tiny`'s.
+    # Width, depth and attention are listed, at the preset's values, so the command line can
+    # change them (`--config.model.overrides.hidden_size=128`).
+    preset = model_config.get_preset(c.model.preset)
     c.model.overrides = {
       "vocab_size": 512,
       "max_position_embeddings": 1536,
-      "hidden_size": 64,
-      "num_layers": 3,
-      "attention": "mla",
+      **{k: getattr(preset, k) for k in ("hidden_size", "num_layers", "attention")},
     }
     c.train.update(dict(steps=8, log_every=1, ckpt_every=4))
     # The episode budget: prompt ~520 + append turn <= 256 + reply + room for a 256-token turn.
@@ -218,8 +218,8 @@ def get_config(arg=None):
     c.rl.feedback_kinds = ("unavailable_tool", "malformed_call")
     c.optim.adam_lr = 1e-4
     # Muon, 4 episodes of <= 768 tokens a step: per CPU second the cheapest warm-up that
-    # learned the format; 800 steps: the first count that solves training tasks greedy
-    # (400: 0 of 70; 800: 36 of 70; RESULTS.md, 2026-12-05, "Coding agent learns?").
+    # learned the format; 800 steps: the first count whose greedy policy solves training
+    # tasks (RESULTS.md, 2026-12-05, "Coding agent learns?").
     c.warmup.update(
       dict(
         steps=800,
