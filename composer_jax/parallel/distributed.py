@@ -18,6 +18,13 @@ the process layout comes from, first match wins (`resolve`):
 
 `--local_device_ids=0,1` limits the accelerators a process uses (JAX sets the visible
 CUDA/ROCm devices); it only applies to multi-process runs.
+
+A multi-process run also puts orbax's checkpoint barriers on JAX's coordination service (a
+wait with orbax's deadline, 5 min) instead of orbax's default, a device all-gather: on XLA:CPU
+that all-gather builds a gloo communicator for each pair of same-index devices, all at once,
+and XLA gives each 30 s (fixed) for every rank to join; on a loaded machine one misses it
+(the failed CI of 2026-12-05: `Gloo context initialization failed: DEADLINE_EXCEEDED` in
+`CheckpointManager` creation).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import os
 from collections.abc import Mapping, Sequence
 
 import jax
+import orbax.checkpoint  # noqa: F401  (defines the absl flag below)
+from absl import flags
 
 _SLURM_STEP_VARS = (
   "SLURM_JOB_ID",
@@ -39,6 +48,7 @@ _SLURM_STEP_VARS = (
 )  # What JAX's SLURM detection reads: set inside `srun`.
 _GOOGLE_PCI_VENDOR = "0x1ae0"
 _PCI_DEVICES = "/sys/bus/pci/devices"
+_ORBAX_BARRIER_FLAG = "experimental_orbax_use_distributed_barrier"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,4 +221,7 @@ def initialize(settings: Settings = Settings()) -> Plan:
     # gloo over TCP; it is the default in recent JAX, set here for older versions.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(**plan.kwargs)
+    barrier = flags.FLAGS[_ORBAX_BARRIER_FLAG]
+    if not barrier.present:  # Given on the command line: as given.
+      barrier.parse("true")  # Also read when absl has not parsed argv (a notebook, a script).
   return plan

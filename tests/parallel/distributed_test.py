@@ -154,6 +154,44 @@ def test_tpu_vm_detection(tmp_path, monkeypatch):
   assert not distributed.on_tpu_vm(str(tmp_path))
 
 
+def test_checkpoint_barriers_use_the_coordination_service(tmp_path):
+  """2 processes x 4 devices save and restore through `Checkpointer`: orbax's barriers wait on
+  JAX's coordination service, so no 2-rank gloo communicators are built (orbax's default
+  barrier, a device all-gather, builds one per pair of same-index devices, 4 here, each with
+  a fixed 30 s for both ranks to join); the restore's sum over all 8 devices builds the one
+  8-rank communicator."""
+  coordinator = f"localhost:{local_launch.free_port()}"
+  env = dict(
+    os.environ,
+    JAX_PLATFORMS="cpu",
+    XLA_FLAGS=local_launch.CHEAP_XLA_FLAGS + " --xla_force_host_platform_device_count=4",
+  )
+  procs = [
+    subprocess.Popen(
+      [
+        sys.executable,
+        "-m",
+        "tests.parallel.checkpoint_process",
+        coordinator,
+        str(i),
+        str(tmp_path),
+      ],
+      cwd=REPO,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i in range(2)
+  ]
+  outs = [p.communicate(timeout=300)[0] for p in procs]
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-5000:]
+    assert "restored sum 120.0" in out, out[-5000:]
+    assert "connected to 7 peer ranks" in out, out[-5000:]  # gloo reports its communicators
+    assert "connected to 1 peer ranks" not in out, out[-5000:]
+
+
 def test_multi_process_mesh_must_span_every_device(monkeypatch):
   monkeypatch.setattr(jax, "process_count", lambda: 2)
   with pytest.raises(ValueError, match="use 1 of the 8 devices of this 2-process run"):
