@@ -131,12 +131,15 @@ def resolve_grouped_matmul(name: str) -> str:
   return name
 
 
-def grouped_swiglu(h, group_sizes, gate, up, down, impl="auto", tile_rows=32):
+def grouped_swiglu(
+  h, group_sizes, gate, up, down, impl="auto", tile_rows=ModelConfig.moe_tile_rows
+):
   """Experts on rows sorted by expert: `h [N, D]`, `group_sizes [E]` -> `[N, D]`.
 
   Rows `group_sizes[:e].sum() ..` up to `+ group_sizes[e]` go to expert `e`; rows past
   `group_sizes.sum()` (empty buffer slots) give 0. `impl`: a `GROUPED_MATMULS` name or
-  'auto'; `tile_rows`: the largest row tile of `tiled` / chunk of `looped`.
+  'auto'; `tile_rows`: the largest row tile of `tiled` / chunk of `looped` (default: the
+  config's).
   """
   return GROUPED_MATMULS[resolve_grouped_matmul(impl)](h, group_sizes, gate, up, down, tile_rows)
 

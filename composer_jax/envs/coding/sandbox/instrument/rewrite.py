@@ -14,8 +14,7 @@ from composer_jax.envs.coding.sandbox.instrument import (
   shape,
   splices,
 )
-
-parts = hierarchy.parts
+from composer_jax.envs.coding.sandbox.instrument.hierarchy import parts
 
 
 def plan(
