@@ -9,7 +9,7 @@ import sys
 from launch.local import free_port
 from tests.compile_options import CHEAP_XLA_FLAGS
 
-__all__ = ["free_port", "launch", "wait_ok"]
+__all__ = ["free_port", "launch", "start_module", "wait_ok"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,6 +35,29 @@ def launch(num_processes: int, devices_per_process: int, args, **kw) -> subproce
     text=True,
     **kw,
   )
+
+
+def start_module(module: str, num_processes: int, devices_per_process: int, args) -> list:
+  """`python -m module *args(coordinator, i)` for i in [0, num_processes) on CPU, each process
+  with `devices_per_process` devices and the cheap flags, a fresh coordinator address; stdout
+  and stderr merged. For test programs that join the run themselves (`distributed.initialize`)."""
+  coordinator = f"localhost:{free_port()}"
+  env = dict(
+    os.environ,
+    JAX_PLATFORMS="cpu",
+    XLA_FLAGS=f"{CHEAP_XLA_FLAGS} --xla_force_host_platform_device_count={devices_per_process}",
+  )
+  return [
+    subprocess.Popen(
+      [sys.executable, "-m", module, *map(str, args(coordinator, i))],
+      cwd=REPO,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i in range(num_processes)
+  ]
 
 
 def wait_ok(runs, timeout: float) -> list[str]:

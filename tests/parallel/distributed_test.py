@@ -160,30 +160,9 @@ def test_checkpoint_barriers_use_the_coordination_service(tmp_path):
   barrier, a device all-gather, builds one per pair of same-index devices, 4 here, each with
   a fixed 30 s for both ranks to join); the restore's sum over all 8 devices builds the one
   8-rank communicator."""
-  coordinator = f"localhost:{local_launch.free_port()}"
-  env = dict(
-    os.environ,
-    JAX_PLATFORMS="cpu",
-    XLA_FLAGS=local_launch.CHEAP_XLA_FLAGS + " --xla_force_host_platform_device_count=4",
+  procs = local_launch.start_module(
+    "tests.parallel.checkpoint_process", 2, 4, lambda coordinator, i: (coordinator, i, tmp_path)
   )
-  procs = [
-    subprocess.Popen(
-      [
-        sys.executable,
-        "-m",
-        "tests.parallel.checkpoint_process",
-        coordinator,
-        str(i),
-        str(tmp_path),
-      ],
-      cwd=REPO,
-      env=env,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT,
-      text=True,
-    )
-    for i in range(2)
-  ]
   outs = [p.communicate(timeout=300)[0] for p in procs]
   for p, out in zip(procs, outs):
     assert p.returncode == 0, out[-5000:]

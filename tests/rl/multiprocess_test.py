@@ -5,8 +5,6 @@ collectives over gloo)."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -17,7 +15,6 @@ from composer_jax.model.config import model_config
 from tests import local_launch
 from tests.rl import layouts_test, multiprocess_update
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 LAYOUT = "fsdp_ep"
 
 
@@ -32,33 +29,12 @@ def test_two_processes_match_one(tmp_path):
   )
   init_path, out = str(tmp_path / "init.npz"), str(tmp_path / "update.npz")
   multiprocess_update.save_init(init, init_path)
-  coordinator = f"localhost:{local_launch.free_port()}"
-  env = dict(
-    os.environ,
-    JAX_PLATFORMS="cpu",
-    XLA_FLAGS=local_launch.CHEAP_XLA_FLAGS + " --xla_force_host_platform_device_count=4",
+  procs = local_launch.start_module(
+    "tests.rl.multiprocess_update",
+    2,
+    4,
+    lambda coordinator, i: (LAYOUT, coordinator, 2, i, init_path, out),
   )
-  procs = [
-    subprocess.Popen(
-      [
-        sys.executable,
-        "-m",
-        "tests.rl.multiprocess_update",
-        LAYOUT,
-        coordinator,
-        "2",
-        str(i),
-        init_path,
-        out,
-      ],
-      cwd=REPO,
-      env=env,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT,
-      text=True,
-    )
-    for i in range(2)
-  ]
   want_metrics, want_params, _, _ = layouts_test._update(LAYOUT, init)
   for p in procs:
     log, _ = p.communicate(timeout=900)
