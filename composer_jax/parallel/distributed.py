@@ -20,11 +20,12 @@ the process layout comes from, first match wins (`resolve`):
 CUDA/ROCm devices); it only applies to multi-process runs.
 
 A multi-process run also puts orbax's checkpoint barriers on JAX's coordination service (a
-wait with orbax's deadline, 5 min) instead of orbax's default, a device all-gather: on XLA:CPU
-that all-gather builds a gloo communicator for each pair of same-index devices, all at once,
-and XLA gives each 30 s (fixed) for every rank to join; on a loaded machine one misses it
-(the failed CI of 2026-12-05: `Gloo context initialization failed: DEADLINE_EXCEEDED` in
-`CheckpointManager` creation).
+wait with orbax's deadline, 5 min, that builds no communicator) instead of orbax's default, a
+device all-gather: on XLA:CPU that all-gather builds a gloo communicator for each pair of
+same-index devices, all at once, each connected under a fixed 30 s deadline inside XLA. A CI
+run of 2026-12-05 failed there (`Gloo context initialization failed: DEADLINE_EXCEEDED` in
+`CheckpointManager` creation); a rank merely arriving 40 s late does not fail, so what
+triggered it is not known.
 """
 
 from __future__ import annotations

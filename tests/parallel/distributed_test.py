@@ -157,8 +157,8 @@ def test_tpu_vm_detection(tmp_path, monkeypatch):
 def test_checkpoint_barriers_use_the_coordination_service(tmp_path):
   """2 processes x 4 devices save and restore through `Checkpointer`: orbax's barriers wait on
   JAX's coordination service, so no 2-rank gloo communicators are built (orbax's default
-  barrier, a device all-gather, builds one per pair of same-index devices, 4 here, each with
-  a fixed 30 s for both ranks to join); the restore's sum over all 8 devices builds the one
+  barrier, a device all-gather, builds one per pair of same-index devices, 4 here, each
+  connected under a fixed 30 s deadline); the restore's sum over all 8 devices builds the one
   8-rank communicator."""
   procs = local_launch.start_module(
     "tests.parallel.checkpoint_process", 2, 4, lambda coordinator, i: (coordinator, i, tmp_path)
