@@ -42,10 +42,16 @@ class Linear(nn.Module):
       self.param_dtype,
     )
     n_in = len(self.in_shape)
+    lead = x.shape[: x.ndim - n_in]
+    # One token axis: the kernel's gradient is then one contraction; over [B, L] XLA:CPU
+    # transposes an operand into a copy for it (RESULTS.md, 2026-12-06). Not when the
+    # sequence is split: [B, L / cp] -> [B * L] is no tiling, and GSPMD would gather it.
+    flat = len(lead) > 1 and context_mesh.shards("seq") == 1
+    if flat:
+      x = x.reshape(-1, *self.in_shape)
     contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
-    return jax.lax.dot_general(
-      x.astype(self.dtype), kernel.astype(self.dtype), (contract, ((), ()))
-    )
+    y = jax.lax.dot_general(x.astype(self.dtype), kernel.astype(self.dtype), (contract, ((), ())))
+    return y.reshape(*lead, *self.out_shape) if flat else y
 
 
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -76,6 +77,18 @@ def current() -> DualMesh | None:
 def current_rules():
   """The innermost `use_mesh` rules (`dense` and `expert` lists), or None outside any."""
   return _stack[-1].rules if _stack else None
+
+
+def shards(name: str, view: str = "dense") -> int:
+  """Into how many parts the current rules split logical activation axis `name` on `view`
+  (1 outside any `use_mesh`)."""
+  if not _stack:
+    return 1
+  layout = _stack[-1]
+  sharding = rules_lib.activation_sharding((name,), layout.mesh, layout.rules, view)
+  axes = sharding.spec[0] if sharding.spec else None
+  axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
+  return math.prod(sharding.mesh.shape[a] for a in axes)
 
 
 def constrain(x: jax.Array, names: Sequence[str | None], view: str = "dense") -> jax.Array:
