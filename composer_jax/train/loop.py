@@ -6,7 +6,8 @@ the same guarantees: each step's metrics fetched only after the next step is dis
 metrics to the console, `metrics.jsonl` and TensorBoard (`metrics`);
 checkpoints through one `checkpointing.Checkpointer` every `ckpt_every` steps, at the end and
 on SIGTERM (or a multi-host preemption notice), after which it exits; a stop, without
-checkpointing, when the loss or the update becomes NaN/inf. Side effects live here and in the
+checkpointing, when the loss or the update becomes NaN/inf. It first makes the C heap keep
+freed memory (`host_memory`). Side effects live here and in the
 program's own host code, nowhere else.
 
 `train` resumes from the newest checkpoint in `workdir` when there is one (bit-for-bit: params,
@@ -36,7 +37,14 @@ from composer_jax import data as data_lib
 from composer_jax.model.config import ModelConfig, model_config
 from composer_jax.optim import make_schedule
 from composer_jax.optim.builder import OPTIMIZERS
-from composer_jax.train import checkpointing, compile_cache, init_from, memory_plan, placement
+from composer_jax.train import (
+  checkpointing,
+  compile_cache,
+  host_memory,
+  init_from,
+  memory_plan,
+  placement,
+)
 from composer_jax.train import config as train_config
 from composer_jax.train import programs as programs_lib
 from composer_jax.train.metrics import MetricsWriter, quiet_library_logs
@@ -302,6 +310,7 @@ def drive(
       intact.
     CheckpointSaveError: a checkpoint could not be written (disk full, read-only).
   """
+  host_memory.keep_freed_memory()  # else XLA:CPU faults its temporaries in again every step
   # Metrics are global (every process computes the same values): process 0 writes them.
   writer = MetricsWriter(workdir, total_steps, step) if jax.process_index() == 0 else None
   stop = StopFlag()

@@ -12,10 +12,14 @@ so the two frameworks never share a process, a thread pool or an allocator. A wo
    mask, from which XLA and torch size their thread pools; torch also `set_num_threads`,
    `OMP_NUM_THREADS`/`MKL_NUM_THREADS`); both sides get the same first `threads` CPUs,
    and never run at the same time;
-2. measures its framework's health: a large matmul's rate (2048^2 float32 on CPU, 8192^2
+2. makes the C heap keep freed memory (`composer_jax.train.host_memory`, as our training
+   driver does): without it XLA:CPU faulted its per-run temporary buffer in afresh at every
+   step (a third of our `tiny` step); the peer, whose allocator caches, gains little from it
+   (RESULTS.md, 2026-12-06);
+3. measures its framework's health: a large matmul's rate (2048^2 float32 on CPU, 8192^2
    bfloat16 on GPU) and a small op's cost (value-and-grad of `sum(x @ w)`, x [128, 64],
    w [64, 64]: dispatch and per-op overhead, not arithmetic);
-3. builds its step (`factory(**args)` returns a no-argument call that runs one step and
+4. builds its step (`factory(**args)` returns a no-argument call that runs one step and
    waits for it), runs it `warmup` times, then waits on stdin and runs one step per line.
 
 The parent runs the rounds one side after the other (the idle side blocks on a pipe read),
@@ -52,6 +56,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from composer_jax.train import host_memory
 
 MIN_MATMUL_FRACTION = 0.5
 MAX_SMALL_OP_RATIO = 10.0
@@ -185,6 +191,7 @@ def _probes(framework: str, device: str) -> dict[str, float]:
 def _worker(spec: dict) -> None:
   out = os.fdopen(spec["fd"], "w", buffering=1)
   _limit_threads(spec["framework"], spec["threads"], spec["device"])
+  host_memory.keep_freed_memory()  # as our training driver does; the same for both sides
   health = _probes(spec["framework"], spec["device"])
   module, fn = spec["factory"].split(":")
   call = getattr(importlib.import_module(module), fn)(**spec["args"])
