@@ -310,7 +310,7 @@ def drive(
       intact.
     CheckpointSaveError: a checkpoint could not be written (disk full, read-only).
   """
-  host_memory.keep_freed_memory()  # else XLA:CPU faults its temporaries in again every step
+  host_memory.keep_freed_memory()  # else XLA:CPU faults its temporaries in every step
   # Metrics are global (every process computes the same values): process 0 writes them.
   writer = MetricsWriter(workdir, total_steps, step) if jax.process_index() == 0 else None
   stop = StopFlag()
