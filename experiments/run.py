@@ -29,7 +29,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from composer_jax.parallel import distributed
-from composer_jax.train import checkpointing, compile_cache, loop, workdir_lock
+from composer_jax.train import checkpointing, compile_cache, host_memory, loop, workdir_lock
 from experiments.coding import program as coding
 from experiments.tool_feedback import program as tool_feedback
 
@@ -146,6 +146,8 @@ _LOCAL_DEVICE_IDS = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  host_memory.keep_freed_memory()  # First: before JAX starts (host_memory says why).
+  host_memory.run_on_calling_thread()
   try:  # Before anything touches a JAX backend.
     distributed.initialize(
       distributed.Settings(

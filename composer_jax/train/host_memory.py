@@ -1,24 +1,28 @@
 """Host memory: keep freed heap memory in the process for the next step (glibc `mallopt`).
 
 XLA:CPU gives each run of an executable one temporary buffer for all its intermediates (the
-`tiny` train step's is 61 MB: `compiled.memory_analysis().temp_size_in_bytes`) and frees it
-when the run ends. glibc's default mmap threshold (128 KiB, raised towards at most 32 MiB as
-mapped blocks are freed) makes it serve a block that large with `mmap` and hand it back with
-`munmap`, so every step faulted the same memory in again, page by page, each page
-zero-filled by the kernel: 15,000 faults and 30 ms of system time in a 90 ms `tiny` step on
-one CPU (RESULTS.md, 2026-12-06). `keep_freed_memory()` sets `M_MMAP_THRESHOLD` and
-`M_TRIM_THRESHOLD` to 2 GiB: such blocks come from the heap, and freed ones stay there for the
-next step. The cost is that the process keeps its peak heap, which a training process holds
-anyway.
+`tiny` train step's is 61 MB, `small`'s at 2 layers 599 MB:
+`compiled.memory_analysis().temp_size_in_bytes`) and frees it when the run ends. glibc's
+default mmap threshold (128 KiB, raised towards at most 32 MiB as mapped blocks are freed)
+makes it serve a block that large with `mmap` and hand it back with `munmap`, so every step
+faulted the same memory in again, page by page, each page zero-filled by the kernel: 15,000
+faults and 30 ms of system time in a 90 ms `tiny` step on one CPU, 147,000 in a 1.6 s `small`
+step (RESULTS.md, 2026-12-06). Two settings keep it:
 
-Not covered: a block over 64 MiB that one of XLA's own threads allocates. A thread's arena is a
-mapped heap of at most 64 MiB (a glibc constant), which serves anything larger with `mmap`
-whatever the threshold: `small`'s 599 MB buffer still faults in every step. Putting every
-thread on the main arena (`M_ARENA_MAX` 1) would cover it, but measured slower: the default
-2-thread run took 61 s instead of 42, the 1-CPU `tiny` step 68 ms instead of 59.
+* `keep_freed_memory()`: `M_MMAP_THRESHOLD` and `M_TRIM_THRESHOLD` at 2 GiB (`mallopt` takes
+  a C int), so such blocks come from the heap and freed ones stay there for the next step.
+  The cost is that the process keeps its peak heap, which a training process holds anyway.
+* `run_on_calling_thread()`: JAX's synchronous CPU dispatch, so a single-device executable
+  runs on the thread that calls it. Run asynchronously, it runs on a thread of XLA's, whose
+  glibc arena is a mapped heap of at most 64 MiB (a glibc constant) that serves anything
+  larger with `mmap` whatever the threshold: `small`'s buffer. (Putting every thread on the
+  main arena, `M_ARENA_MAX` 1, was slower: the default 2-thread run 61 s instead of 42.)
+  On CPU the caller has nothing to overlap with the step anyway; the default run takes the
+  same time either way. JAX reads it when its CPU backend starts, so it must come first.
 
-`mallopt` takes a C int, hence 2 GiB. Other C libraries (macOS, musl) have no `mallopt`:
-nothing is changed there, and the call says so.
+`experiments.run` sets both first; the training driver calls `keep_freed_memory()` again (for
+programs started from Python). Other C libraries (macOS, musl) have no `mallopt`: nothing is
+changed there, and the call says so.
 """
 
 from __future__ import annotations
@@ -46,3 +50,20 @@ def keep_freed_memory() -> bool:
   if refused:
     logging.warning("host_memory: mallopt refused %d bytes for params %s", _MAX_BYTES, refused)
   return not refused
+
+
+def run_on_calling_thread() -> None:
+  """Makes XLA:CPU run single-device executables on the calling thread (no async dispatch).
+
+  Raises:
+    RuntimeError: a JAX backend has already started (the setting would have no effect).
+  """
+  import jax  # here, not above: `keep_freed_memory` also serves processes without JAX
+  from jax._src import xla_bridge
+
+  if xla_bridge.backends_are_initialized():
+    raise RuntimeError(
+      "host_memory.run_on_calling_thread() must run before JAX starts a backend "
+      "(first thing in the program); JAX reads jax_cpu_enable_async_dispatch only then"
+    )
+  jax.config.update("jax_cpu_enable_async_dispatch", False)

@@ -12,9 +12,10 @@ so the two frameworks never share a process, a thread pool or an allocator. A wo
    mask, from which XLA and torch size their thread pools; torch also `set_num_threads`,
    `OMP_NUM_THREADS`/`MKL_NUM_THREADS`); both sides get the same first `threads` CPUs,
    and never run at the same time;
-2. makes the C heap keep freed memory (`composer_jax.train.host_memory`, as our training
-   driver does): without it XLA:CPU faulted its per-run temporary buffer in afresh at every
-   step (a third of our `tiny` step); the peer, whose allocator caches, gains little from it
+2. sets the host memory up as `experiments.run` does (`composer_jax.train.host_memory`):
+   the C heap keeps freed memory, for both sides; our executables run on the calling
+   thread. Without them XLA:CPU faulted its per-run temporary buffer in afresh at every
+   step (a third of our `tiny` step); the peer's `small` step gains from the first too
    (RESULTS.md, 2026-12-06);
 3. measures its framework's health: a large matmul's rate (2048^2 float32 on CPU, 8192^2
    bfloat16 on GPU) and a small op's cost (value-and-grad of `sum(x @ w)`, x [128, 64],
@@ -191,7 +192,9 @@ def _probes(framework: str, device: str) -> dict[str, float]:
 def _worker(spec: dict) -> None:
   out = os.fdopen(spec["fd"], "w", buffering=1)
   _limit_threads(spec["framework"], spec["threads"], spec["device"])
-  host_memory.keep_freed_memory()  # as our training driver does; the same for both sides
+  host_memory.keep_freed_memory()  # as `experiments.run` does; the same for both sides
+  if spec["framework"] == "jax":
+    host_memory.run_on_calling_thread()  # as `experiments.run` does
   health = _probes(spec["framework"], spec["device"])
   module, fn = spec["factory"].split(":")
   call = getattr(importlib.import_module(module), fn)(**spec["args"])
