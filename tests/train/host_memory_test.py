@@ -41,7 +41,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def _faults(setup: str, workload: str) -> int:
-  program = f"import os\nos.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})\n"
+  program = "import os\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
   program += f"from composer_jax.train import host_memory\n{setup}\n{workload}\n{_COUNT}"
   env = dict(os.environ, XLA_FLAGS="")  # one CPU device and XLA's defaults, as a run has
   out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env)
