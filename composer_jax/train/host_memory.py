@@ -18,7 +18,9 @@ step (RESULTS.md, 2026-12-06). Two settings keep it:
   larger with `mmap` whatever the threshold: `small`'s buffer. (Putting every thread on the
   main arena, `M_ARENA_MAX` 1, was slower: the default 2-thread run 61 s instead of 42.)
   On CPU the caller has nothing to overlap with the step anyway; the default run takes the
-  same time either way. JAX reads it when its CPU backend starts, so it must come first.
+  same time either way. JAX reads it when its CPU backend starts, so it must come first, and
+  applies it only to executables XLA:CPU does not split over its threads: on one CPU all of
+  them; with more, a split step is still dispatched to XLA's threads.
 
 `experiments.run` sets both first; the training driver calls `keep_freed_memory()` again (for
 programs started from Python). Other C libraries (macOS, musl) have no `mallopt`: nothing is
@@ -29,7 +31,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
+
+from absl import logging
 
 # glibc <malloc.h>
 _M_TRIM_THRESHOLD = -1
@@ -59,7 +62,7 @@ def run_on_calling_thread() -> None:
     RuntimeError: a JAX backend has already started (the setting would have no effect).
   """
   import jax  # here, not above: `keep_freed_memory` also serves processes without JAX
-  from jax._src import xla_bridge
+  from jax._src import xla_bridge  # no public way to ask whether a backend has started
 
   if xla_bridge.backends_are_initialized():
     raise RuntimeError(

@@ -1,6 +1,7 @@
 """`Linear` against a plain `einsum` of the same kernel, over several token axes."""
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,8 +22,7 @@ def test_linear_over_token_axes_equals_einsum(in_shape, out_shape, spec):
   names = ("embed",) * len(in_shape) + ("mlp",) * len(out_shape)
   layer = Linear(in_shape, out_shape, names, 0.5, "float32", "float32")
   x = jax.random.normal(jax.random.key(0), (2, 3, 4, *in_shape))  # three token axes
-  params = layer.init(jax.random.key(1), x)["params"]
-  kernel = params["kernel"].unbox() if hasattr(params["kernel"], "unbox") else params["kernel"]
+  kernel = nn.unbox(layer.init(jax.random.key(1), x))["params"]["kernel"]
   g = jax.random.normal(jax.random.key(2), (2, 3, 4, *out_shape))
   ours = jax.value_and_grad(
     lambda k, x: jnp.sum(layer.apply({"params": {"kernel": k}}, x) * g), (0, 1)
