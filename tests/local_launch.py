@@ -1,6 +1,7 @@
-"""Test helpers for multi-process runs through `launch/local.py` (shared by tests/parallel and
-tests/rl): a free coordinator port (the launcher's own), a launch, and waiting for several
-launches."""
+"""Test helpers for multi-process runs (shared by tests/parallel and tests/rl): a free
+coordinator port (the launcher's own), a launch of `experiments.run` through `launch/local.py`,
+N processes of a test program that joins the run itself (`start_module`), and waiting for
+them."""
 
 import os
 import subprocess
