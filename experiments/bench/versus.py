@@ -87,6 +87,7 @@ class Result:
   flops_per_call: float | None
   items_per_call: float | None
   item: str
+  passes: int = 0  # > 0: `compare` ran one worker at a time, in this many passes
 
   def median(self, side: str, clock: str | None = None) -> float:
     return float(np.median(self.times[side][clock or self.clock]))
@@ -273,23 +274,46 @@ def compare(
   flops_per_call: float | None = None,
   items_per_call: float | None = None,
   item: str = "tokens",
+  passes: int = 0,
 ) -> Result:
   """Starts each side's worker (one after the other: set-up is not timed), then `rounds`
-  interleaved rounds, the first side going first in even rounds and last in odd ones."""
+  interleaved rounds, the first side going first in even rounds and last in odd ones.
+
+  `passes` > 0: no two workers are alive at once (for models whose two processes do not fit
+  in memory together). In each pass every side's worker in turn starts, runs `rounds`
+  steps and exits; the side that goes first alternates between passes. Health is each
+  side's last pass's.
+  """
+  health = {}
+  times = {s.name: {"wall": [], "cpu": []} for s in sides}
+  loads = []
+
+  def step(w):
+    loads.append(os.getloadavg()[0])
+    t = w.step()
+    for clock in ("wall", "cpu"):
+      times[w.side.name][clock].append(t[clock])
+
+  def start(side):
+    w = _Worker(side, threads=threads, device=device, warmup=warmup)
+    health[side.name] = w.read()["health"]
+    return w
+
   workers = []
   try:
-    health = {}
-    for side in sides:
-      workers.append(_Worker(side, threads=threads, device=device, warmup=warmup))
-      health[side.name] = workers[-1].read()["health"]
-    times = {s.name: {"wall": [], "cpu": []} for s in sides}
-    loads = []
-    for r in range(rounds):
-      loads.append(os.getloadavg()[0])
-      for w in workers if r % 2 == 0 else workers[::-1]:
-        t = w.step()
-        for clock in ("wall", "cpu"):
-          times[w.side.name][clock].append(t[clock])
+    if passes:
+      for p in range(passes):
+        for side in sides if p % 2 == 0 else sides[::-1]:
+          workers = [start(side)]
+          for _ in range(rounds):
+            step(workers[0])
+          workers.pop().close()
+    else:
+      for side in sides:
+        workers.append(start(side))
+      for r in range(rounds):
+        for w in workers if r % 2 == 0 else workers[::-1]:
+          step(w)
   finally:
     for w in workers:
       w.close()
@@ -303,6 +327,7 @@ def compare(
     flops_per_call=flops_per_call,
     items_per_call=items_per_call,
     item=item,
+    passes=passes,
   )
 
 
@@ -313,7 +338,7 @@ def report(result: Result, ratio_name: str, ours: str = "ours") -> float | None:
   r = result
   print(
     f"  health ({r.device}, {r.threads} thread(s), clock={r.clock}; load average "
-    f"{min(r.loads):.1f}-{max(r.loads):.1f} over {len(r.loads)} rounds):"
+    f"{min(r.loads):.1f}-{max(r.loads):.1f} over {len(r.loads)} steps):"
   )
   for name, h in r.health.items():
     print(
@@ -344,10 +369,9 @@ def report(result: Result, ratio_name: str, ours: str = "ours") -> float | None:
   peers = [n for n in r.times if n != ours]
   ratio = min(r.median(p) for p in peers) / r.median(ours)
   wall = min(r.median(p, "wall") for p in peers) / r.median(ours, "wall")
-  print(
-    f"  {ratio_name}={ratio:.2f}  (median of {len(r.loads)} rounds, {r.clock} clock; "
-    f"wall clock: {wall:.2f})"
-  )
+  n = len(r.times[ours][r.clock])
+  how = f"{n} steps a side, {r.passes} passes one process at a time" if r.passes else f"{n} rounds"
+  print(f"  {ratio_name}={ratio:.2f}  (median of {how}, {r.clock} clock; wall clock: {wall:.2f})")
   return ratio
 
 

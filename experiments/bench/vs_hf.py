@@ -33,6 +33,12 @@ _SMALL_BATCH = flags.DEFINE_integer("small_batch", 2, "Rows per step for small."
 _SMALL_SEQ = flags.DEFINE_integer("small_seq", 128, "Tokens per row for small.")
 _SMALL_LAYERS = flags.DEFINE_integer("small_layers", 2, "small's num_layers (0 = preset's).")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (one step of each side per round).")
+_PASSES = flags.DEFINE_integer(
+  "passes",
+  0,
+  "> 0: one side's process alive at a time (models too big for two in memory), each side "
+  "`--rounds` steps per pass, this many passes (versus.compare).",
+)
 _THREADS = flags.DEFINE_integer("threads", 1, "Intra-op threads per side (versus.py says why 1).")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "Where both sides run.")
 _HF_EXPERTS = flags.DEFINE_enum(
@@ -142,6 +148,7 @@ def main(argv):
       device=_DEVICE.value,
       flops_per_call=batch * seq * flops.train_flops_per_token(cfg, seq),
       items_per_call=batch * seq,
+      passes=_PASSES.value,
     )
     print(
       f"{preset} (layers={cfg.num_layers}, experts={cfg.n_routed_experts}, batch={batch}, "
