@@ -99,42 +99,109 @@ def _forward(h, group_sizes, gate, up, down, chunk):
   return y[:n], a, b
 
 
-def _backward(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk):
-  """(`dh [N, D]`, `dgate`, `dup`, `ddown`); weight gradients summed in float32 per expert."""
+def window_rows(chunk: int, num_rows: int) -> tuple[int, ...]:
+  """Row counts of the weight-gradient windows: `chunk` x 1, 2, 3, 4, 6, 8 (each at most
+  1.5x the last, so a window wastes at most a third of its rows beyond the first chunk),
+  none past the `num_rows` rounded up to a chunk."""
+  top = -(-num_rows // chunk)
+  return tuple(dict.fromkeys(chunk * min(m, top) for m in (1, 2, 3, 4, 6, 8)))
+
+
+def _row_gradients(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk):
+  """(`dh [N + chunk, D]`, `da`, `db [N + chunk, F]`): the gradients through each row, in
+  the forward's loop over chunks (each chunk reads its expert's weights)."""
   n, d = h.shape
-  hp, dyp = _padded(h, chunk), _padded(dy_all, chunk)
-  f32 = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32)
-  rows_t = (((0,), (0,)), ((), ()))  # contract the chunk's rows: X^T dZ
+  f = gate.shape[-1]
+  dyp = _padded(dy_all, chunk)
   by_w_t = (((1,), (1,)), ((), ()))  # dZ W^T
 
-  def expert_init(e):
-    zeros = lambda w: _zeros(w.shape[1:], jnp.float32, h)
-    return (gate[e], up[e], down[e]), (zeros(gate), zeros(up), zeros(down))
-
-  def body(row, mask, state, carry):
-    (g, u, dn), (dg, du, ddn) = state
-    x = _rows(hp, row, chunk)
+  def body(row, mask, w, bufs):
+    g, u, dn = w
     dy = jnp.where(mask[:, None], _rows(dyp, row, chunk), 0)  # lanes of other experts: 0
     a, b = _rows(a_all, row, chunk), _rows(b_all, row, chunk)
     sig = jax.nn.sigmoid(a)
-    silu = a * sig
     ds = jax.lax.dot_general(dy, dn, by_w_t)
     da = ds * b * (sig * (1 + a * (1 - sig)))
-    db = ds * silu
+    db = ds * (a * sig)
     dx = jax.lax.dot_general(da, g, by_w_t) + jax.lax.dot_general(db, u, by_w_t)
-    grads = (dg + f32(x, da, rows_t), du + f32(x, db, rows_t), ddn + f32(silu * b, dy, rows_t))
-    return ((g, u, dn), grads), (_put(carry[0], dx, row), *carry[1:])
+    return w, tuple(_put(buf, v, row) for buf, v in zip(bufs, (dx, da, db)))
 
-  def expert_end(e, state, carry):
-    put = lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v.astype(buf.dtype), e, 0)
-    return carry[0], *(put(buf, v) for buf, v in zip(carry[1:], state[1]))
-
-  carry = (
-    _zeros((n + chunk, d), h.dtype, h),
-    *(_zeros(w.shape, w.dtype, h) for w in (gate, up, down)),
+  zeros = lambda width: _zeros((n + chunk, width), h.dtype, h)
+  return _for_each_chunk(
+    group_sizes,
+    chunk,
+    lambda e: (gate[e], up[e], down[e]),
+    body,
+    lambda e, w, bufs: bufs,
+    (zeros(d), zeros(f), zeros(f)),
   )
-  dh, dgate, dup, ddown = _for_each_chunk(group_sizes, chunk, expert_init, body, expert_end, carry)
-  return dh[:n], dgate, dup, ddown
+
+
+def _weight_gradients(h, a_all, b_all, da_all, db_all, dy_all, group_sizes, weights, windows):
+  """(`dgate`, `dup`, `ddown`) like `weights`: `dW_e = X_e^T dZ_e` summed in float32.
+
+  Each expert's rows go in windows of at most `windows[-1]` rows; each window is one matmul
+  per weight over the smallest `windows` size that holds its rows (`lax.switch`; lanes
+  past the group masked). Matmuls over a chunk at a time would read and write each
+  expert's `[D, F]` float32 sum once per chunk, which costs more than the multiply itself
+  when experts get few rows (`RESULTS.md`, 2026-12-06).
+  """
+  n = h.shape[0]
+  top = windows[-1]
+  h, a_all, b_all, da_all, db_all, dy_all = (
+    _padded(x[:n], top) for x in (h, a_all, b_all, da_all, db_all, dy_all)
+  )
+  sizes = jnp.asarray(windows)
+  starts = jnp.cumsum(group_sizes) - group_sizes
+  x_t = functools.partial(
+    jax.lax.dot_general,
+    dimension_numbers=(((0,), (0,)), ((), ())),  # contract the rows: X^T dZ
+    preferred_element_type=jnp.float32,
+  )
+
+  def window(k):
+    def grads(row, size):
+      mask = (jnp.arange(k) < size)[:, None]
+      x, dy = _rows(h, row, k), _rows(dy_all, row, k)
+      a, b = _rows(a_all, row, k), _rows(b_all, row, k)
+      masked = lambda v: jnp.where(mask, v, 0)
+      return (
+        x_t(x, masked(_rows(da_all, row, k))),
+        x_t(x, masked(_rows(db_all, row, k))),
+        x_t(masked(jax.nn.silu(a) * b), dy),
+      )
+
+    return grads
+
+  branches = [window(k) for k in windows]
+
+  def grads_at(row, size):
+    return jax.lax.switch(jnp.searchsorted(sizes, size), branches, row, size)
+
+  def per_expert(e, out):
+    start, size = starts[e], group_sizes[e]
+    later = lambda w, acc: tuple(
+      s + g for s, g in zip(acc, grads_at(start + w * top, jnp.minimum(top, size - w * top)))
+    )
+    first = grads_at(start, jnp.minimum(top, size))
+    total = jax.lax.fori_loop(1, (size + top - 1) // top, later, first)
+    put = lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v.astype(buf.dtype), e, 0)
+    return tuple(put(buf, v) for buf, v in zip(out, total))
+
+  out = tuple(_zeros(w.shape, w.dtype, h) for w in weights)
+  return jax.lax.fori_loop(0, group_sizes.shape[0], per_expert, out)
+
+
+def _backward(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk):
+  """(`dh [N, D]`, `dgate`, `dup`, `ddown`): row gradients per chunk, then weight
+  gradients per expert window."""
+  n = h.shape[0]
+  dh, da, db = _row_gradients(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk)
+  weights = (gate, up, down)
+  dw = _weight_gradients(
+    h, a_all, b_all, da, db, dy_all, group_sizes, weights, window_rows(chunk, n)
+  )
+  return dh[:n], *dw
 
 
 def _varying_axes(a) -> frozenset:
