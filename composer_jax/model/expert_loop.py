@@ -1,17 +1,19 @@
 """SwiGLU experts as a loop over experts and chunks of their rows (the CPU grouped matmul).
 
 `y_r = (silu(h_r @ gate_e) * (h_r @ up_e)) @ down_e` for each row `r` of expert `e`'s group
-in rows sorted by expert, the same function as `ragged_dot` of each matmul. Each expert's
-weights are read once in the forward and once in the backward (a written-out VJP), and
-its weight gradients are summed over its own chunks: `dW_e = sum_chunks X_c^T dZ_c`.
-The per-tile `tiled` form instead copies an expert's weights for every tile of rows and
-sums `[n_tiles, D, F]` per-tile gradients, which dominates when experts get few rows
-(`RESULTS.md`, 2026-12-05).
+in rows sorted by expert, the same function as `ragged_dot` of each matmul. The forward
+and the row gradients of the backward (a written-out VJP) loop over each expert's chunks,
+taking its weights out once per expert. The weight gradients `dW_e = X_e^T dZ_e` are one
+matmul per weight over a window of the expert's rows (`_weight_gradients`), so each
+`[D, F]` sum is written once, not once per chunk. The per-tile `tiled` form instead copies
+an expert's weights for every tile of rows and sums `[n_tiles, D, F]` per-tile gradients,
+which dominates when experts get few rows (`RESULTS.md`, 2026-12-05).
 
 Static shapes: an outer loop over the E experts, an inner loop over `ceil(g_e / chunk)`
 chunks of `chunk` rows starting at the expert's first row; lanes past the group are
 masked (they hold the next expert's rows, which that expert overwrites later). So the
-matmuls do at most `N + E * (chunk - 1)` rows' work.
+chunked matmuls do at most `N + E * (chunk - 1)` rows' work; a window (`window_rows`) holds
+fewer spare rows than the larger of a chunk and half its group.
 """
 
 import functools
@@ -100,9 +102,10 @@ def _forward(h, group_sizes, gate, up, down, chunk):
 
 
 def window_rows(chunk: int, num_rows: int) -> tuple[int, ...]:
-  """Row counts of the weight-gradient windows: `chunk` x 1, 2, 3, 4, 6, 8 (each at most
-  1.5x the last, so a window wastes at most a third of its rows beyond the first chunk),
-  none past the `num_rows` rounded up to a chunk."""
+  """Row counts of the weight-gradient windows: `chunk` x 1, 2, 3, 4, 6, 8, none past
+  `num_rows` rounded up to a chunk. Past 2 chunks each is at most 1.5x the last, so the
+  smallest window that holds a group has fewer spare rows than the larger of a chunk and
+  half the group."""
   top = -(-num_rows // chunk)
   return tuple(dict.fromkeys(chunk * min(m, top) for m in (1, 2, 3, 4, 6, 8)))
 

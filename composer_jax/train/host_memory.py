@@ -9,9 +9,12 @@ faulted the same memory in again, page by page, each page zero-filled by the ker
 faults and 30 ms of system time in a 90 ms `tiny` step on one CPU, 147,000 in a 1.6 s `small`
 step (RESULTS.md, 2026-12-06). Two settings keep it:
 
-* `keep_freed_memory()`: `M_MMAP_THRESHOLD` and `M_TRIM_THRESHOLD` at 2 GiB (`mallopt` takes
-  a C int), so such blocks come from the heap and freed ones stay there for the next step.
-  The cost is that the process keeps its peak heap, which a training process holds anyway.
+* `keep_freed_memory()`: no `mmap` for any block (`M_MMAP_MAX` 0) and no trimming of the
+  heap's free top (`M_TRIM_THRESHOLD` -1), so such blocks come from the heap and freed ones
+  stay there for the next step, whatever their size. (An mmap threshold cannot do it: a
+  C int, so at most 2 GiB; `small`'s buffer at 12 layers is 3.25 GiB and faulted 850,000
+  pages, 1.9 s of system time, a step.) The cost is that the process keeps its peak heap,
+  which a training process holds anyway.
 * `run_on_calling_thread()`: JAX's synchronous CPU dispatch, so a single-device executable
   runs on the thread that calls it. Run asynchronously, it runs on a thread of XLA's, whose
   glibc arena is a mapped heap of at most 64 MiB (a glibc constant) that serves anything
@@ -34,24 +37,23 @@ import ctypes.util
 
 from absl import logging
 
-# glibc <malloc.h>
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_MAX_BYTES = 2**31 - 1  # mallopt's value is an int
+# glibc <malloc.h>: parameter -> value (mallopt(3): 0 disables mmap, -1 disables trimming)
+_KEEP = {-4: 0, -1: -1}  # M_MMAP_MAX, M_TRIM_THRESHOLD
 
 
 def keep_freed_memory() -> bool:
-  """Makes glibc keep freed blocks up to 2 GiB for reuse; returns whether it did (False
-  where the C library has no `mallopt`). Idempotent; process-wide."""
+  """Makes glibc serve blocks of any size from its heap and keep freed ones for reuse;
+  returns whether it did (False where the C library has no `mallopt`). Idempotent;
+  process-wide."""
   name = ctypes.util.find_library("c")
   mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
   if mallopt is None:
     logging.info("host_memory: no mallopt in the C library %r; its defaults stay", name)
     return False
   mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-  refused = [p for p in (_M_MMAP_THRESHOLD, _M_TRIM_THRESHOLD) if mallopt(p, _MAX_BYTES) != 1]
+  refused = {p: v for p, v in _KEEP.items() if mallopt(p, v) != 1}
   if refused:
-    logging.warning("host_memory: mallopt refused %d bytes for params %s", _MAX_BYTES, refused)
+    logging.warning("host_memory: mallopt refused (param: value) %s", refused)
   return not refused
 
 

@@ -15,7 +15,9 @@ the measured matmul peak); float32 on CPU, bfloat16 compute with float32 paramet
 Sizes: `tiny` as is at `--tiny_batch` x `--tiny_seq`. `small` with `--small_layers` layers
 (1 dense + the rest MoE; 0 = the preset's 12) at `--small_batch` x `--small_seq`, no remat.
 Default 2 layers: at 4, the two float32 processes (params, AdamW state, gradients, XLA's
-compile) need ~10 GB together and were OOM-killed twice on the shared 24 GB machine.
+compile) need ~10 GB together and were OOM-killed twice on the shared 24 GB machine. At 12
+(`--small_layers=0`) one process needs ~11 GB: `--passes=N` keeps one side's process alive
+at a time (`versus.compare`), e.g. `--small_layers=0 --rounds=3 --passes=2`.
 Last lines: `throughput_ratio_vs_hf_<preset>=X` (the peer's step time / ours: > 1 means
 we are faster), or why no ratio is given.
 """

@@ -13,15 +13,16 @@ import pytest
 
 from composer_jax.train import host_memory
 
-# A 60 MB block filled and freed twice (like XLA:CPU's per-run temporary buffer).
+# A block filled and freed twice (like XLA:CPU's per-run temporary buffer).
 _MALLOC = """
 import ctypes, ctypes.util
 libc = ctypes.CDLL(ctypes.util.find_library("c"))
 libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = (ctypes.c_size_t,)
 libc.free.argtypes = (ctypes.c_void_p,)
 def run():
-  block = libc.malloc(60 << 20)
-  ctypes.memset(block, 1, 60 << 20)
+  block = libc.malloc({size})
+  ctypes.memset(block, 1, {size})
   libc.free(block)
 """
 # An executable whose temporary buffer (the 80 MB cumsum) is above a glibc thread arena's 64 MiB.
@@ -51,8 +52,16 @@ def _faults(setup: str, workload: str) -> int:
 
 def test_a_freed_block_is_reused_without_page_faults():
   pages = (60 << 20) // 4096
-  assert _faults("", _MALLOC) > pages // 2  # glibc's default: mapped afresh, faulted in
-  assert _faults("assert host_memory.keep_freed_memory()", _MALLOC) < pages // 20
+  block = _MALLOC.format(size=60 << 20)
+  assert _faults("", block) > pages // 2  # glibc's default: mapped afresh, faulted in
+  assert _faults("assert host_memory.keep_freed_memory()", block) < pages // 20
+
+
+def test_a_freed_block_over_2_gib_is_reused_without_page_faults():
+  # Past what any mmap threshold can be set to (a C int).
+  size = (5 << 30) // 2
+  block = _MALLOC.format(size=size)
+  assert _faults("assert host_memory.keep_freed_memory()", block) < (size // 4096) // 20
 
 
 def test_xla_temporaries_over_64_mib_are_reused_when_run_on_the_calling_thread():
