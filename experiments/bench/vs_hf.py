@@ -49,6 +49,12 @@ _HF_EXPERTS = flags.DEFINE_enum(
   ["eager", "grouped_mm", "batched_mm"],
   "transformers' experts implementation.",
 )
+_LAYER_LOOP = flags.DEFINE_enum(
+  "layer_loop",
+  "preset",
+  ["preset", "scan", "unroll"],
+  "Ours: the preset's `scan_layers`, or a `scan` loop, or the stack unrolled.",
+)
 _LR = 1e-4
 
 
@@ -56,8 +62,11 @@ def _tokens(cfg, batch: int, seq: int) -> np.ndarray:
   return np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, seq + 1))
 
 
-def ours_train(preset: str, layers: int, batch: int, seq: int, device: str):
-  """A call running one jitted train step of ours and waiting for it (state kept)."""
+def ours_train(
+  preset: str, layers: int, batch: int, seq: int, device: str, layer_loop: str = "preset"
+):
+  """A call running one jitted train step of ours and waiting for it (state kept);
+  `layer_loop`: as `--layer_loop`."""
   import functools
 
   import jax
@@ -68,6 +77,8 @@ def ours_train(preset: str, layers: int, batch: int, seq: int, device: str):
   from composer_jax.model import transformer
 
   cfg = model_config(preset, layers, device)
+  if layer_loop != "preset":
+    cfg = cfg.replace(scan_layers=layer_loop == "scan")
   tokens = _tokens(cfg, batch, seq)
   variables = transformer.init(cfg, jax.random.key(0))
   tx = optax.adamw(_LR)
@@ -135,7 +146,12 @@ def main(argv):
     cfg = model_config(preset, layers, _DEVICE.value)
     args = dict(preset=preset, layers=layers, batch=batch, seq=seq, device=_DEVICE.value)
     sides = [
-      versus.Side("ours", "jax", "experiments.bench.vs_hf:ours_train", args),
+      versus.Side(
+        "ours",
+        "jax",
+        "experiments.bench.vs_hf:ours_train",
+        dict(args, layer_loop=_LAYER_LOOP.value),
+      ),
       versus.Side(
         "transformers",
         "torch",
@@ -154,7 +170,8 @@ def main(argv):
     )
     print(
       f"{preset} (layers={cfg.num_layers}, experts={cfg.n_routed_experts}, batch={batch}, "
-      f"seq={seq}, {cfg.dtype}, fwd+bwd+AdamW, hf experts={_HF_EXPERTS.value}):"
+      f"seq={seq}, {cfg.dtype}, fwd+bwd+AdamW, hf experts={_HF_EXPERTS.value}, "
+      f"our layer loop={_LAYER_LOOP.value}):"
     )
     versus.report(result, f"throughput_ratio_vs_hf_{preset}")
 
