@@ -5,15 +5,16 @@ in rows sorted by expert, the same function as `ragged_dot` of each matmul. The 
 and the row gradients of the backward (a written-out VJP) loop over each expert's chunks,
 taking its weights out once per expert. The weight gradients `dW_e = X_e^T dZ_e` are one
 matmul per weight over a window of the expert's rows (`_weight_gradients`), so each
-`[D, F]` sum is written once, not once per chunk. The per-tile `tiled` form instead copies
-an expert's weights for every tile of rows and sums `[n_tiles, D, F]` per-tile gradients,
-which dominates when experts get few rows (`RESULTS.md`, 2026-12-05).
+`[D, F]` sum is written once per window of up to 8 chunks, not once per chunk. The
+per-tile `tiled` form instead copies an expert's weights for every tile of rows and sums
+`[n_tiles, D, F]` per-tile gradients, which dominates when experts get few rows
+(`RESULTS.md`, 2026-12-05).
 
 Static shapes: an outer loop over the E experts, an inner loop over `ceil(g_e / chunk)`
 chunks of `chunk` rows starting at the expert's first row; lanes past the group are
 masked (they hold the next expert's rows, which that expert overwrites later). So the
-chunked matmuls do at most `N + E * (chunk - 1)` rows' work; a window (`window_rows`) holds
-fewer spare rows than the larger of a chunk and half its group.
+chunked matmuls do at most `N + E * (chunk - 1)` rows' work; a window (`window_rows`) is one
+chunk or less than twice its group.
 """
 
 import functools
@@ -102,12 +103,12 @@ def _forward(h, group_sizes, gate, up, down, chunk):
 
 
 def window_rows(chunk: int, num_rows: int) -> tuple[int, ...]:
-  """Row counts of the weight-gradient windows: `chunk` x 1, 2, 3, 4, 6, 8, none past
-  `num_rows` rounded up to a chunk. Past 2 chunks each is at most 1.5x the last, so the
-  smallest window that holds a group has fewer spare rows than the larger of a chunk and
-  half the group."""
+  """Row counts of the weight-gradient windows: `chunk` x 1, 2, 4, 8, none past `num_rows`
+  rounded up to a chunk, so the smallest window that holds a group is one chunk or less
+  than twice the group. (Steps of 1.5x were no faster at `small`: fewer rows, more branches
+  to compile.)"""
   top = -(-num_rows // chunk)
-  return tuple(dict.fromkeys(chunk * min(m, top) for m in (1, 2, 3, 4, 6, 8)))
+  return tuple(dict.fromkeys(chunk * min(m, top) for m in (1, 2, 4, 8)))
 
 
 def _row_gradients(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk):
