@@ -3,9 +3,10 @@
 `y_r = (silu(h_r @ gate_e) * (h_r @ up_e)) @ down_e` for each row `r` of expert `e`'s group
 in rows sorted by expert, the same function as `ragged_dot` of each matmul. The forward
 and the row gradients of the backward (a written-out VJP) loop over each expert's chunks,
-taking its weights out once per expert. The weight gradients `dW_e = X_e^T dZ_e` are one
-matmul per weight over a window of the expert's rows (`_weight_gradients`), so each
-`[D, F]` sum is written once per window of up to 8 chunks, not once per chunk. The
+taking its weights out once per expert. The weight gradients `dW_e = X_e^T dZ_e` are summed
+in that loop where an expert's `[D, F]` sums stay in cache (`CACHED_SUMS_BYTES`), else one
+matmul per weight over a window of the expert's rows (`_weight_gradients`), so each sum is
+written once per window of up to 8 chunks, not once per chunk. The
 per-tile `tiled` form instead copies an expert's weights for every tile of rows and sums
 `[n_tiles, D, F]` per-tile gradients, which dominates when experts get few rows
 (`RESULTS.md`, 2026-12-05).
@@ -102,6 +103,13 @@ def _forward(h, group_sizes, gate, up, down, chunk):
   return y[:n], a, b
 
 
+# An expert's weight-gradient sums (three float32 `[D, F]`) up to this size are added to
+# chunk by chunk: they stay in a core's cache (1 MiB of L2 on the machine measured), and
+# windows would only add work (`tiny`'s 3 x 8 KiB: its step 4% slower with windows).
+# Larger ones (`small`'s 3 x 2 MiB) are written once per window (RESULTS.md, 2026-12-06).
+CACHED_SUMS_BYTES = 1 << 20
+
+
 def window_rows(chunk: int, num_rows: int) -> tuple[int, ...]:
   """Row counts of the weight-gradient windows: `chunk` x 1, 2, 4, 8, none past `num_rows`
   rounded up to a chunk, so the smallest window that holds a group is one chunk or less
@@ -111,34 +119,49 @@ def window_rows(chunk: int, num_rows: int) -> tuple[int, ...]:
   return tuple(dict.fromkeys(chunk * min(m, top) for m in (1, 2, 4, 8)))
 
 
-def _row_gradients(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk):
-  """(`dh [N + chunk, D]`, `da`, `db [N + chunk, F]`): the gradients through each row, in
-  the forward's loop over chunks (each chunk reads its expert's weights)."""
+def _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, sum_weights):
+  """The gradients through each row, in the forward's loop over chunks (each chunk reads
+  its expert's weights): `dh [N + chunk, D]`, then with `sum_weights` the weight gradients
+  like `weights`, summed chunk by chunk in float32, else `da`, `db [N + chunk, F]` for
+  `_weight_gradients`."""
   n, d = h.shape
-  f = gate.shape[-1]
-  dyp = _padded(dy_all, chunk)
+  f = weights[0].shape[-1]
+  hp, dyp = _padded(h, chunk), _padded(dy_all, chunk)
+  f32 = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32)
+  rows_t = (((0,), (0,)), ((), ()))  # contract the chunk's rows: X^T dZ
   by_w_t = (((1,), (1,)), ((), ()))  # dZ W^T
 
-  def body(row, mask, w, bufs):
-    g, u, dn = w
+  def expert_init(e):
+    sums = tuple(_zeros(w.shape[1:], jnp.float32, h) for w in weights) if sum_weights else ()
+    return tuple(w[e] for w in weights), sums
+
+  def body(row, mask, state, bufs):
+    (g, u, dn), sums = state
     dy = jnp.where(mask[:, None], _rows(dyp, row, chunk), 0)  # lanes of other experts: 0
     a, b = _rows(a_all, row, chunk), _rows(b_all, row, chunk)
     sig = jax.nn.sigmoid(a)
+    silu = a * sig
     ds = jax.lax.dot_general(dy, dn, by_w_t)
     da = ds * b * (sig * (1 + a * (1 - sig)))
-    db = ds * (a * sig)
+    db = ds * silu
     dx = jax.lax.dot_general(da, g, by_w_t) + jax.lax.dot_general(db, u, by_w_t)
-    return w, tuple(_put(buf, v, row) for buf, v in zip(bufs, (dx, da, db)))
+    if not sum_weights:
+      return state, tuple(_put(buf, v, row) for buf, v in zip(bufs, (dx, da, db)))
+    x = _rows(hp, row, chunk)
+    terms = ((x, da), (x, db), (silu * b, dy))
+    sums = tuple(acc + f32(p, q, rows_t) for acc, (p, q) in zip(sums, terms))
+    return ((g, u, dn), sums), (_put(bufs[0], dx, row), *bufs[1:])
 
-  zeros = lambda width: _zeros((n + chunk, width), h.dtype, h)
-  return _for_each_chunk(
-    group_sizes,
-    chunk,
-    lambda e: (gate[e], up[e], down[e]),
-    body,
-    lambda e, w, bufs: bufs,
-    (zeros(d), zeros(f), zeros(f)),
-  )
+  def expert_end(e, state, bufs):
+    put = lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v.astype(buf.dtype), e, 0)
+    return (bufs[0], *(put(buf, v) for buf, v in zip(bufs[1:], state[1]))) if sum_weights else bufs
+
+  by_row = lambda width: _zeros((n + chunk, width), h.dtype, h)
+  if sum_weights:
+    bufs = (by_row(d), *(_zeros(w.shape, w.dtype, h) for w in weights))
+  else:
+    bufs = (by_row(d), by_row(f), by_row(f))
+  return _for_each_chunk(group_sizes, chunk, expert_init, body, expert_end, bufs)
 
 
 def _weight_gradients(h, a_all, b_all, da_all, db_all, dy_all, group_sizes, weights, windows):
@@ -197,14 +220,18 @@ def _weight_gradients(h, a_all, b_all, da_all, db_all, dy_all, group_sizes, weig
 
 
 def _backward(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk):
-  """(`dh [N, D]`, `dgate`, `dup`, `ddown`): row gradients per chunk, then weight
-  gradients per expert window."""
-  n = h.shape[0]
-  dh, da, db = _row_gradients(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk)
+  """(`dh [N, D]`, `dgate`, `dup`, `ddown`): row gradients per chunk; weight gradients
+  summed per chunk where an expert's three float32 sums fit `CACHED_SUMS_BYTES`, else per
+  expert window."""
+  n, d = h.shape
   weights = (gate, up, down)
-  dw = _weight_gradients(
-    h, a_all, b_all, da, db, dy_all, group_sizes, weights, window_rows(chunk, n)
-  )
+  if 3 * d * gate.shape[-1] * 4 <= CACHED_SUMS_BYTES:
+    dh, *dw = _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, True)
+  else:
+    dh, da, db = _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, False)
+    dw = _weight_gradients(
+      h, a_all, b_all, da, db, dy_all, group_sizes, weights, window_rows(chunk, n)
+    )
   return dh[:n], *dw
 
 

@@ -168,10 +168,14 @@ def test_grouped_swiglu_matches_per_row_reference_values_and_grads(impl, group_s
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_looped_chunks_match_ragged_dot_values_and_grads():
+@pytest.mark.parametrize("sums", ["chunks", "windows"])
+def test_looped_chunks_match_ragged_dot_values_and_grads(sums, monkeypatch):
   # The CPU default against jax.lax.ragged_dot at a chunk size that splits groups (8 rows)
-  # and at skewed routing (one expert takes half the rows): its weight gradients sum two
-  # windows (80 rows > the largest window, 8 chunks); the others take windows of 8 to 64 rows.
+  # and at skewed routing (one expert takes half the rows). Weight gradients summed chunk by
+  # chunk (these [16, 12] sums fit CACHED_SUMS_BYTES) or, forced, per window: then the
+  # 80-row group sums two windows (over the largest, 8 chunks), the others one of 8 to 64.
+  if sums == "windows":
+    monkeypatch.setattr(moe.expert_loop, "CACHED_SUMS_BYTES", 0)
   rng = np.random.default_rng(4)
   n, d, f, e = 160, 16, 12, 6
   rows, cot = (jnp.asarray(rng.standard_normal((n, d), dtype=np.float32)) for _ in range(2))
@@ -192,6 +196,28 @@ def test_looped_chunks_match_ragged_dot_values_and_grads():
   )
   chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
   assert float(jnp.abs(got[1][0][153:]).max()) == 0.0  # unused rows get no gradient
+
+
+def test_looped_window_sums_match_per_row_reference_values_and_grads(monkeypatch):
+  # The window path (forced) on the edge cases above: empty experts, rows past the groups,
+  # no rows at all; one compile, the group sizes are data.
+  monkeypatch.setattr(moe.expert_loop, "CACHED_SUMS_BYTES", 0)
+  x, _, _, gate, up, down = _expert_inputs()
+  rows = jnp.concatenate([x, x + 1.0, x - 1.0, x * 2.0])[:40]
+  cot = jnp.asarray(np.random.default_rng(3).standard_normal(rows.shape, dtype=np.float32))
+  got_fn = jax.jit(
+    jax.value_and_grad(
+      lambda r, sizes, *w: jnp.sum(
+        moe.grouped_swiglu(r, sizes, *w, impl="looped", tile_rows=8) * cot
+      ),
+      argnums=(0, 2, 3, 4),
+    )
+  )
+  for group_sizes in ([5, 0, 9, 2], [0, 0, 16, 0], [0, 0, 0, 0], [0, 17, 3, 20]):
+    want_loss = lambda *a, sizes=group_sizes: jnp.sum(_per_row_reference(a[0], sizes, *a[1:]) * cot)
+    want = jax.value_and_grad(want_loss, argnums=range(4))(rows, gate, up, down)
+    got = got_fn(rows, jnp.asarray(group_sizes, jnp.int32), gate, up, down)
+    chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_tile_layout_by_hand():
