@@ -24,7 +24,9 @@ so the two frameworks never share a process, a thread pool or an allocator. A wo
    waits for it), runs it `warmup` times, then waits on stdin and runs one step per line.
 
 The parent runs the rounds one side after the other (the idle side blocks on a pipe read),
-alternating which side goes first, and takes medians. Every step is timed by wall clock
+alternating which side goes first, and takes medians. With `passes`, for models whose two
+processes do not fit in memory together, only one side's process is alive at a time: each
+pass starts each side in turn for `rounds` steps, alternating which goes first. Every step is timed by wall clock
 and by the worker's CPU time (all its threads). On CPU the ranking clock is CPU time: on
 this project's shared 2-core machines wall time mostly measures other people's jobs,
 and a 1-thread side's CPU seconds are the work it did. On GPU it is wall time.

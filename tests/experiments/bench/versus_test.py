@@ -51,3 +51,44 @@ def test_a_crippled_peer_gets_no_ratio_and_the_reason(capsys):
   assert "peer: large matmul 30.0 GFLOP/s is below 0.5 x the best side's 100.0" in out
   assert "peer: small op 3000 us is over 10 x ours's 50 us" in out
   assert r.unhealthy() and not _result(160e9, 70e-6).unhealthy()
+
+
+class _FakeWorker:
+  """Stands in for a side's process: records starts and how many are alive at once."""
+
+  alive, most_alive, starts = 0, 0, []
+
+  def __init__(self, side, **_):
+    self.side = side
+    cls = type(self)
+    cls.alive += 1
+    cls.most_alive = max(cls.most_alive, cls.alive)
+    cls.starts.append(side.name)
+
+  def read(self):
+    return {"health": {"started": len(type(self).starts)}}
+
+  def step(self):
+    return {"wall": 1.0, "cpu": 1.0}
+
+  def close(self):
+    type(self).alive -= 1
+
+
+def _compare_with_fakes(monkeypatch, **kwargs) -> tuple[versus.Result, type]:
+  fake = type("Fake", (_FakeWorker,), {"starts": []})
+  monkeypatch.setattr(versus, "_Worker", fake)
+  sides = [versus.Side("ours", "jax", "m:f"), versus.Side("peer", "torch", "m:g")]
+  return versus.compare(sides, rounds=3, **kwargs), fake
+
+
+def test_passes_keep_one_side_alive_at_a_time_and_alternate_the_first(monkeypatch):
+  result, fake = _compare_with_fakes(monkeypatch, passes=2)
+  assert fake.most_alive == 1 and fake.alive == 0
+  assert fake.starts == ["ours", "peer", "peer", "ours"]
+  assert [len(result.times[s]["cpu"]) for s in ("ours", "peer")] == [6, 6]
+  assert result.health["ours"] == {"started": 4}  # the last pass's health
+  # Without passes both sides' processes live through the interleaved rounds.
+  result, fake = _compare_with_fakes(monkeypatch)
+  assert fake.most_alive == 2 and fake.starts == ["ours", "peer"]
+  assert [len(result.times[s]["cpu"]) for s in ("ours", "peer")] == [3, 3]
