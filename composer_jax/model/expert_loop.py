@@ -105,7 +105,7 @@ def _forward(h, group_sizes, gate, up, down, chunk):
 
 # An expert's weight-gradient sums (three float32 `[D, F]`) up to this size are added to
 # chunk by chunk: they stay in a core's cache (1 MiB of L2 on the machine measured), and
-# windows would only add work (`tiny`'s 3 x 8 KiB: its step 4% slower with windows).
+# windows would only add work (`tiny`'s 3 x 8 KiB: its step was slower with windows).
 # Larger ones (`small`'s 3 x 2 MiB) are written once per window (RESULTS.md, 2026-12-06).
 CACHED_SUMS_BYTES = 1 << 20
 
