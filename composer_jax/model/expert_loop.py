@@ -77,6 +77,11 @@ def _put(buf, value, row):
   return jax.lax.dynamic_update_slice_in_dim(buf, value.astype(buf.dtype), row, 0)
 
 
+def _put_expert(buf, value, e):
+  """`buf [E, ...]` with expert `e`'s slice set to `value`."""
+  return jax.lax.dynamic_update_index_in_dim(buf, value.astype(buf.dtype), e, 0)
+
+
 def _forward(h, group_sizes, gate, up, down, chunk):
   """(`y [N, D]`, pre-activations `a = h @ gate`, `b = h @ up` `[N + chunk, F]`)."""
   n, d = h.shape
@@ -126,7 +131,8 @@ def _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, sum_we
   `_weight_gradients`."""
   n, d = h.shape
   f = weights[0].shape[-1]
-  hp, dyp = _padded(h, chunk), _padded(dy_all, chunk)
+  hp = _padded(h, chunk) if sum_weights else None
+  dyp = _padded(dy_all, chunk)
   f32 = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32)
   rows_t = (((0,), (0,)), ((), ()))  # contract the chunk's rows: X^T dZ
   by_w_t = (((1,), (1,)), ((), ()))  # dZ W^T
@@ -153,8 +159,9 @@ def _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, sum_we
     return ((g, u, dn), sums), (_put(bufs[0], dx, row), *bufs[1:])
 
   def expert_end(e, state, bufs):
-    put = lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v.astype(buf.dtype), e, 0)
-    return (bufs[0], *(put(buf, v) for buf, v in zip(bufs[1:], state[1]))) if sum_weights else bufs
+    if not sum_weights:
+      return bufs
+    return bufs[0], *(_put_expert(buf, v, e) for buf, v in zip(bufs[1:], state[1]))
 
   by_row = lambda width: _zeros((n + chunk, width), h.dtype, h)
   if sum_weights:
@@ -212,8 +219,7 @@ def _weight_gradients(h, a_all, b_all, da_all, db_all, dy_all, group_sizes, weig
     )
     first = grads_at(start, jnp.minimum(top, size))
     total = jax.lax.fori_loop(1, (size + top - 1) // top, later, first)
-    put = lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v.astype(buf.dtype), e, 0)
-    return tuple(put(buf, v) for buf, v in zip(out, total))
+    return tuple(_put_expert(buf, v, e) for buf, v in zip(out, total))
 
   out = tuple(_zeros(w.shape, w.dtype, h) for w in weights)
   return jax.lax.fori_loop(0, group_sizes.shape[0], per_expert, out)

@@ -18,7 +18,7 @@ step (RESULTS.md, 2026-12-06). Two settings keep it:
 * `run_on_calling_thread()`: JAX's synchronous CPU dispatch, so a single-device executable
   runs on the thread that calls it. Run asynchronously, it runs on a thread of XLA's, whose
   glibc arena is a mapped heap of at most 64 MiB (a glibc constant) that serves anything
-  larger with `mmap` whatever the threshold: `small`'s buffer. (Putting every thread on the
+  larger with `mmap` whatever the settings above: `small`'s buffer. (Putting every thread on the
   main arena, `M_ARENA_MAX` 1, was slower: the default 2-thread run 61 s instead of 42.)
   On CPU the caller has nothing to overlap with the step anyway; the default run takes the
   same time either way. JAX reads it when its CPU backend starts, so it must come first, and
