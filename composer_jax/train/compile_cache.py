@@ -83,21 +83,28 @@ def check_entries(directory: str) -> None:
   be trusted or do not decompress (module docstring). Only JAX's entries (`<key>-cache` files
   at the top level, all that it reads) are looked at: anything else there is left alone."""
   for name in sorted(os.listdir(directory)):
-    path = os.path.join(directory, name)
-    st = os.lstat(path)
-    if not name.endswith(_ENTRY) or stat.S_ISDIR(st.st_mode):
-      continue
-    if stat.S_ISLNK(st.st_mode):
-      why = "is a link"
-    elif not stat.S_ISREG(st.st_mode):  # a FIFO would block the read below
-      why = "is not a regular file"
-    else:
-      why = _unsafe(st)
-    if why is None and not _decompresses(path):
-      why = "does not decompress (a write cut short?)"
-    if why:
-      logging.warning("Compilation cache entry %s %s; deleted it (compiled again)", path, why)
-      os.remove(path)
+    if name.endswith(_ENTRY):
+      try:
+        _check_entry(os.path.join(directory, name))
+      except FileNotFoundError:  # another process of this run (or a peer run) deleted it
+        pass
+
+
+def _check_entry(path: str) -> None:
+  st = os.lstat(path)
+  if stat.S_ISDIR(st.st_mode):
+    return
+  if stat.S_ISLNK(st.st_mode):
+    why = "is a link"
+  elif not stat.S_ISREG(st.st_mode):  # a FIFO would block the read below
+    why = "is not a regular file"
+  else:
+    why = _unsafe(st)
+  if why is None and not _decompresses(path):
+    why = "does not decompress (a write cut short?)"
+  if why:
+    logging.warning("Compilation cache entry %s %s; deleted it (compiled again)", path, why)
+    os.remove(path)
 
 
 def enable(directory: str | None) -> None:
@@ -112,8 +119,10 @@ def enable(directory: str | None) -> None:
   if directory is None:
     return
   try:
-    if not os.path.exists(directory):
+    try:
       os.makedirs(directory, mode=0o700)
+    except FileExistsError:  # also when the processes of one run create it at once
+      pass
     st = os.stat(directory)
   except OSError as e:
     raise ValueError(

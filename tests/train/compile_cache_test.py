@@ -164,3 +164,48 @@ def test_an_entry_never_serves_another_step_count(tmp_path):
     jax.config.update("jax_compilation_cache_dir", saved)
   assert len([f for f in os.listdir(tmp_path) if f.endswith("-cache")]) == 2
   assert warm == cold and cold[10] != cold[20]
+
+
+def test_processes_of_one_run_share_a_new_directory(tmp_path, monkeypatch):
+  """The processes of one run (launch/local.py, a pod) enable one new cache at once: one
+  finds the directory made by another between its own checks, or an entry gone that another
+  deleted. Neither is an error (CI once failed on the first: 'File exists')."""
+  directory = str(tmp_path / "compile_cache")
+  makedirs = os.makedirs
+
+  def another_process_first(path, mode=0o777, exist_ok=False):
+    makedirs(path, mode=0o700)  # the other process wins the race
+    makedirs(path, mode=mode, exist_ok=exist_ok)
+
+  monkeypatch.setattr(os, "makedirs", another_process_first)
+  (tmp_path / "entries").mkdir()
+  entry = tmp_path / "entries" / "jit_f-0123-cache"
+  entry.write_bytes(b"not compressed")
+  os.chmod(entry, 0o600)
+  listdir = os.listdir
+
+  def listed_then_deleted(path):
+    names = listdir(path)
+    if os.path.exists(entry):
+      os.remove(entry)  # by the other process, after this one listed it
+    return names
+
+  monkeypatch.setattr(os, "listdir", listed_then_deleted)
+  saved = {
+    k: getattr(jax.config, k)
+    for k in (
+      "jax_compilation_cache_dir",
+      "jax_persistent_cache_min_compile_time_secs",
+      "jax_persistent_cache_min_entry_size_bytes",
+    )
+  }
+  try:
+    jax.config.update("jax_compilation_cache_dir", None)
+    compile_cache.enable(directory)
+    assert jax.config.jax_compilation_cache_dir == directory
+    compile_cache.check_entries(str(tmp_path / "entries"))
+  finally:
+    for k, v in saved.items():
+      jax.config.update(k, v)
+  assert os.stat(directory).st_mode & 0o777 == 0o700
+  assert not entry.exists()
