@@ -97,6 +97,37 @@ def _ends_with_stop(recent: jax.Array, stops: tuple[tuple[int, ...], ...]) -> ja
   return hit
 
 
+_STACKS = ("dense_layers", "moe_layers")  # transformer's scanned stacks: leading layers axis
+
+
+def _layer_slices(variables):
+  """{collection: {stack: (layer 0's tree, layer 1's tree, ...)}} of the scanned stacks."""
+  return {
+    col: {
+      name: tuple(
+        jax.tree.map(lambda x, i=i: x[i], tree[name])
+        for i in range(jax.tree.leaves(tree[name])[0].shape[0])
+      )
+      for name in _STACKS
+      if name in tree
+    }
+    for col, tree in variables.items()
+  }
+
+
+def _restacked(variables, layers):
+  """`variables` with each scanned stack rebuilt from its `_layer_slices`."""
+  return {
+    col: {
+      **tree,
+      **{
+        name: jax.tree.map(lambda *xs: jnp.stack(xs), *parts) for name, parts in layers[col].items()
+      },
+    }
+    for col, tree in variables.items()
+  }
+
+
 class _State(NamedTuple):
   step: jax.Array  # scalar int32: index of the token being drawn
   cache: dict[str, Any]
@@ -153,12 +184,24 @@ def _sample(
   )
   state = emit(state, logits_at(hidden[jnp.arange(b), prompt_lens - 1]))
 
+  # XLA:CPU does not hoist loop-invariant slices out of a while loop: layer l's weights,
+  # indexed out of their stack inside the loop, would be copied on every token. So the
+  # layers are sliced once, here; inside, the stack is rebuilt from the slices and indexed
+  # at static layer indices (the layers unrolled), which XLA folds back to the slices. The
+  # price: the loop body's compile time grows with the depth.
+  layers = _layer_slices(variables)
+  step_cfg = cfg.replace(scan_layers=False)
+
   def body(state):
     # Feed token t-1 at position len_b + t - 1, then draw token t.
     t = state.step
     prev = state.tokens[:, t - 1]  # pad_id for stopped rows: their outputs are discarded
     hidden, cache = transformer.decode(
-      cfg, variables, prev[:, None], (prompt_lens + t - 1)[:, None], state.cache
+      step_cfg,
+      _restacked(variables, layers),
+      prev[:, None],
+      (prompt_lens + t - 1)[:, None],
+      state.cache,
     )
     return emit(state._replace(cache=cache), logits_at(hidden[:, 0]))
 

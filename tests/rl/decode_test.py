@@ -1,6 +1,7 @@
 """rl.decode against the trainer's full forward, hand-computed nuclei and stop rules."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -182,3 +183,68 @@ def test_bad_inputs(change, match):
     decode.sample(
       cfg, variables, args.pop("prompts"), args.pop("prompt_lens"), jax.random.key(0), **args
     )
+
+
+def _computations(hlo: str) -> tuple[str, dict[str, list[str]]]:
+  """Optimized HLO text -> (the entry's name, {computation: its instruction lines})."""
+  comps, entry, name = {}, None, None
+  for line in hlo.splitlines():
+    head = re.match(r"(ENTRY )?%(\S+) .*\{$", line)
+    if head:
+      name = head.group(2)
+      comps[name] = []
+      entry = name if head.group(1) else entry
+    elif name and line.strip() not in ("", "}"):
+      comps[name].append(line.strip())
+  return entry, comps
+
+
+def test_token_loop_reads_layer_weights_in_place():
+  """XLA:CPU does not hoist loop-invariant slices out of a while loop: the layer weights
+  must not be sliced (copied) out of their stacks inside the token loop, once per token."""
+  # Two layers in each stack; no layer weight has an expert's [D, F] shape (the dropless
+  # expert loop slices one expert at a time out of a layer's [E, D, F]: another matter).
+  cfg = get_preset(
+    "tiny", num_layers=4, first_k_dense_replace=2, moe_intermediate_size=48, n_shared_experts=2
+  )
+  variables = transformer.init(cfg, jax.random.key(0))
+  per_layer = {
+    f"{jnp.dtype(x.dtype).name.replace('float', 'f')}[{','.join(map(str, s))}]"
+    for stacks in variables.values()
+    for name in ("dense_layers", "moe_layers")
+    for x in jax.tree.leaves(stacks.get(name, {}))
+    for s in (x.shape[1:], (1, *x.shape[1:]))
+  }
+  hlo = (
+    decode._sample.lower(
+      cfg,
+      variables,
+      np.ones((B, P), np.int32),
+      np.full((B,), P, np.int32),
+      jax.random.key(0),
+      max_new_tokens=N,
+      temperature=jnp.float32(1),
+      top_p=jnp.float32(1),
+      stops=(),
+      pad_id=0,
+    )
+    .compile()
+    .as_text()
+  )
+  entry, comps = _computations(hlo)
+  (loop,) = [line for line in comps[entry] if f"s32[{B},{N}]" in line and " while(" in line]
+  todo, reached = [re.search(r"body=%(\S+?),", loop).group(1)], set()
+  while todo:  # every computation the token loop's body runs (fusions, inner loops)
+    name = todo.pop()
+    if name not in reached:
+      reached.add(name)
+      todo += [c for line in comps[name] for c in re.findall(r"=%([\w.\-]+)", line)]
+  copies = [
+    line
+    for name in reached
+    for line in comps[name]
+    if (m := re.match(r"(?:ROOT )?%\S+ = (\w+\[[\d,]*\])\S* ([\w\-]+)\(", line))
+    and m.group(1) in per_layer
+    and m.group(2) not in ("parameter", "get-tuple-element", "tuple", "bitcast")
+  ]
+  assert len(reached) > 1 and not copies, copies
