@@ -60,7 +60,9 @@ def test_accumulated_step_equals_full_batch_sgd_step(dense_layers):
     )
     return loss, aux
 
-  (ref_loss, ref_aux), ref_grads = jax.value_and_grad(reference_loss, has_aux=True)(state.params)
+  (ref_loss, ref_aux), ref_grads = jax.jit(jax.value_and_grad(reference_loss, has_aux=True))(
+    state.params
+  )
   ref_params = jax.tree.map(lambda p, g: p - g, state.params, ref_grads)
 
   train_step = jax.jit(
