@@ -21,7 +21,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(items):
   # Modules with slow tests first (each module kept whole, so module fixtures are set up
-  # once per worker): under `-n 2` the long tests then start early instead of ending the
-  # run on one worker while the other idles.
+  # once per worker unless the other worker steals its tail): under `-n 2` the long tests
+  # then start early instead of ending the run on one worker while the other idles.
   slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
   items.sort(key=lambda item: item.module not in slow_modules)
