@@ -185,12 +185,16 @@ def _sample(
   state = emit(state, logits_at(hidden[jnp.arange(b), prompt_lens - 1]))
 
   # XLA:CPU does not hoist loop-invariant slices out of a while loop: layer l's weights,
-  # indexed out of their stack inside the loop, would be copied on every token. So the
-  # layers are sliced once, here; inside, the stack is rebuilt from the slices and indexed
-  # at static layer indices (the layers unrolled), which XLA folds back to the slices. The
-  # price: the loop body's compile time grows with the depth.
-  layers = _layer_slices(variables)
-  step_cfg = cfg.replace(scan_layers=False)
+  # indexed out of their stack inside the loop, would be copied on every token. So on CPU
+  # the layers are sliced once, here; inside, the stack is rebuilt from the slices and
+  # indexed at static layer indices (the layers unrolled), which XLA folds back to the
+  # slices. The price: the loop body's compile time grows with the depth. GPU/TPU keep the
+  # config's layer loop (compile time flat in depth; not measured there yet).
+  if jax.default_backend() == "cpu":
+    layers, step_cfg = _layer_slices(variables), cfg.replace(scan_layers=False)
+    step_variables = lambda: _restacked(variables, layers)
+  else:
+    step_variables, step_cfg = lambda: variables, cfg
 
   def body(state):
     # Feed token t-1 at position len_b + t - 1, then draw token t.
@@ -198,7 +202,7 @@ def _sample(
     prev = state.tokens[:, t - 1]  # pad_id for stopped rows: their outputs are discarded
     hidden, cache = transformer.decode(
       step_cfg,
-      _restacked(variables, layers),
+      step_variables(),
       prev[:, None],
       (prompt_lens + t - 1)[:, None],
       state.cache,
