@@ -74,7 +74,7 @@ def _run():
   old_policy = losses.make_old_policy_fn(cfg)
   loss_fn = losses.make_loss_fn(cfg)
   head = lambda p: transformer.output_head(_CFG, p)
-  old = old_policy(_hidden(variables, batch), head(variables["params"]), batch)
+  old = old_policy(jax.jit(_hidden)(variables, batch), head(variables["params"]), batch)
   # Behaviour log-probs: the old policy's plus noise (a stale, numerically different sampler).
   noise = np.random.default_rng(1).normal(0, 0.3, (B, L)).astype(np.float32)
   batch = dict(

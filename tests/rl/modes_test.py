@@ -158,6 +158,9 @@ def _recorded_runs(kinds, init, workdir):
   return out
 
 
+_forward = jax.jit(transformer.forward, static_argnums=0)
+
+
 def _hand_sd_loss(config, router, params, batch, teacher_params, teacher_batch):
   """float64 numpy SD term: KL(student || teacher) (the report's direction), the student =
   the model at `params` on the batch rows, the teacher = the model at `teacher_params` on its
@@ -166,7 +169,7 @@ def _hand_sd_loss(config, router, params, batch, teacher_params, teacher_batch):
   cfg = model_config(config.model)
 
   def log_probs(p, b):
-    h, _ = transformer.forward(
+    h, _ = _forward(
       cfg, {"params": p, "router": router}, b["tokens"], b["segment_ids"], b["positions"]
     )
     z = np.asarray(h, np.float64) @ np.asarray(transformer.output_head(cfg, p), np.float64)
