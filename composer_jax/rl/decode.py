@@ -97,35 +97,18 @@ def _ends_with_stop(recent: jax.Array, stops: tuple[tuple[int, ...], ...]) -> ja
   return hit
 
 
-_STACKS = ("dense_layers", "moe_layers")  # transformer's scanned stacks: leading layers axis
-
-
 def _layer_slices(variables):
-  """{collection: {stack: (layer 0's tree, layer 1's tree, ...)}} of the scanned stacks."""
+  """`variables` with each leaf of the layer stacks split into a tuple of its layers."""
   return {
-    col: {
-      name: tuple(
-        jax.tree.map(lambda x, i=i: x[i], tree[name])
-        for i in range(jax.tree.leaves(tree[name])[0].shape[0])
-      )
-      for name in _STACKS
-      if name in tree
-    }
-    for col, tree in variables.items()
+    col: {k: jax.tree.map(tuple, v) if k in transformer.LAYER_STACKS else v for k, v in c.items()}
+    for col, c in variables.items()
   }
 
 
-def _restacked(variables, layers):
-  """`variables` with each scanned stack rebuilt from its `_layer_slices`."""
-  return {
-    col: {
-      **tree,
-      **{
-        name: jax.tree.map(lambda *xs: jnp.stack(xs), *parts) for name, parts in layers[col].items()
-      },
-    }
-    for col, tree in variables.items()
-  }
+def _restacked(sliced):
+  """`_layer_slices`' output with each tuple of layers stacked back."""
+  is_layers = lambda x: isinstance(x, tuple)
+  return jax.tree.map(lambda x: jnp.stack(x) if is_layers(x) else x, sliced, is_leaf=is_layers)
 
 
 class _State(NamedTuple):
@@ -191,8 +174,8 @@ def _sample(
   # slices. The price: the loop body's compile time grows with the depth. GPU/TPU keep the
   # config's layer loop (compile time flat in depth; not measured there yet).
   if jax.default_backend() == "cpu":
-    layers, step_cfg = _layer_slices(variables), cfg.replace(scan_layers=False)
-    step_variables = lambda: _restacked(variables, layers)
+    sliced, step_cfg = _layer_slices(variables), cfg.replace(scan_layers=False)
+    step_variables = lambda: _restacked(sliced)
   else:
     step_variables, step_cfg = lambda: variables, cfg
 

@@ -211,7 +211,7 @@ def test_token_loop_reads_layer_weights_in_place():
   per_layer = {
     f"{jnp.dtype(x.dtype).name.replace('float', 'f')}[{','.join(map(str, s))}]"
     for stacks in variables.values()
-    for name in ("dense_layers", "moe_layers")
+    for name in transformer.LAYER_STACKS
     for x in jax.tree.leaves(stacks.get(name, {}))
     for s in (x.shape[1:], (1, *x.shape[1:]))
   }
