@@ -16,7 +16,8 @@ import ml_collections
 ATTENTION_KINDS = ("mla", "gqa")
 MOE_DISPATCH_KINDS = ("dropless", "capacity", "dense", "expert_parallel")
 ATTENTION_IMPL_KINDS = ("auto", "reference", "blocked", "jax_nn", "cudnn")  # see model/attention.py
-GROUPED_MATMUL_KINDS = ("auto", "looped", "ragged_dot", "tiled")  # see model/moe.py GROUPED_MATMULS
+# see model/moe.py GROUPED_MATMULS
+GROUPED_MATMUL_KINDS = ("auto", "looped", "ragged_dot", "tiled", "unrolled")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -76,7 +77,8 @@ class ModelConfig:
   seq_aux_loss_coef: float = 0.0  # optional sequence-level balance loss (eq. 17-20)
   moe_dispatch: str = "dropless"  # one of MOE_DISPATCH_KINDS (see model/moe.py)
   capacity_factor: float = 1.25
-  # Grouped matmul of dropless / expert_parallel: "auto" = "looped" on CPU, "ragged_dot" else.
+  # Grouped matmul of dropless / expert_parallel: "auto" = "looped" on CPU, "ragged_dot" else
+  # ("unrolled": the CPU sampler's token loop).
   moe_grouped_matmul: str = "auto"
   moe_tile_rows: int = 128  # largest row chunk of "looped" / tile of "tiled" (smaller when
   # groups are small)

@@ -11,7 +11,8 @@ per-tile `tiled` form instead copies an expert's weights for every tile of rows 
 `[n_tiles, D, F]` per-tile gradients, which dominates when experts get few rows
 (`RESULTS.md`, 2026-12-05).
 
-Static shapes: an outer loop over the E experts, an inner loop over `ceil(g_e / chunk)`
+Static shapes: an outer loop over the E experts (or, `unroll`, a Python loop: each expert's
+weights at a static index, `moe._unrolled`), an inner loop over `ceil(g_e / chunk)`
 chunks of `chunk` rows starting at the expert's first row; lanes past the group are
 masked (they hold the next expert's rows, which that expert overwrites later). So the
 chunked matmuls do at most `N + E * (chunk - 1)` rows' work; a window (`window_rows`) is one
@@ -25,22 +26,23 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def chunk_rows(num_rows: int, num_experts: int, max_rows: int) -> int:
-  """Rows per chunk: a power of two near a quarter of the mean group, at least 16 (fewer
-  trips; measured faster than 8 at `small`), at most `max_rows`.
+def chunk_rows(num_rows: int, num_experts: int, max_rows: int, min_rows: int = 16) -> int:
+  """Rows per chunk: a power of two near a quarter of the mean group, at least `min_rows`
+  (16: fewer trips; measured faster than 8 at `small`), at most `max_rows`.
 
   Small chunks waste less on each group's last chunk; large ones make fewer loop trips.
   """
   quarter = max(1, num_rows // (4 * num_experts))
-  return min(max_rows, max(16, 1 << (quarter.bit_length() - 1)))
+  return min(max_rows, max(min_rows, 1 << (quarter.bit_length() - 1)))
 
 
-def _for_each_chunk(group_sizes, chunk, expert_init, chunk_body, expert_end, carry):
+def _for_each_chunk(group_sizes, chunk, expert_init, chunk_body, expert_end, carry, unroll):
   """Folds `carry` over experts, and a per-expert `state` over that expert's chunks.
 
   `expert_init(e) -> state`; `chunk_body(row, mask [chunk], state, carry) -> (state, carry)`
   for the chunk starting at sorted row `row` (`mask`: its lanes inside the group);
-  `expert_end(e, state, carry) -> carry`.
+  `expert_end(e, state, carry) -> carry`. `unroll`: the experts in a Python loop, `e` a
+  static int (else a `fori_loop` index).
   """
   starts = jnp.cumsum(group_sizes) - group_sizes
   lanes = jnp.arange(chunk)
@@ -55,7 +57,11 @@ def _for_each_chunk(group_sizes, chunk, expert_init, chunk_body, expert_end, car
     state, carry = jax.lax.fori_loop(0, n_chunks, per_chunk, (expert_init(e), carry))
     return expert_end(e, state, carry)
 
-  return jax.lax.fori_loop(0, group_sizes.shape[0], per_expert, carry)
+  if not unroll:
+    return jax.lax.fori_loop(0, group_sizes.shape[0], per_expert, carry)
+  for e in range(group_sizes.shape[0]):
+    carry = per_expert(e, carry)
+  return carry
 
 
 def _zeros(shape, dtype, like):
@@ -82,7 +88,7 @@ def _put_expert(buf, value, e):
   return jax.lax.dynamic_update_index_in_dim(buf, value.astype(buf.dtype), e, 0)
 
 
-def _forward(h, group_sizes, gate, up, down, chunk):
+def _forward(h, group_sizes, gate, up, down, chunk, unroll):
   """(`y [N, D]`, pre-activations `a = h @ gate`, `b = h @ up` `[N + chunk, F]`)."""
   n, d = h.shape
   f = gate.shape[-1]
@@ -104,6 +110,7 @@ def _forward(h, group_sizes, gate, up, down, chunk):
     body,
     lambda e, w, bufs: bufs,
     (zeros(d), zeros(f), zeros(f)),
+    unroll,
   )
   return y[:n], a, b
 
@@ -124,7 +131,7 @@ def window_rows(chunk: int, num_rows: int) -> tuple[int, ...]:
   return tuple(dict.fromkeys(chunk * min(m, top) for m in (1, 2, 4, 8)))
 
 
-def _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, sum_weights):
+def _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, sum_weights, unroll):
   """The gradients through each row, in the forward's loop over chunks (each chunk reads
   its expert's weights): `dh [N + chunk, D]`, then with `sum_weights` the weight gradients
   like `weights`, summed chunk by chunk in float32, else `da`, `db [N + chunk, F]` for
@@ -168,7 +175,7 @@ def _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, sum_we
     bufs = (by_row(d), *(_zeros(w.shape, w.dtype, h) for w in weights))
   else:
     bufs = (by_row(d), by_row(f), by_row(f))
-  return _for_each_chunk(group_sizes, chunk, expert_init, body, expert_end, bufs)
+  return _for_each_chunk(group_sizes, chunk, expert_init, body, expert_end, bufs, unroll)
 
 
 def _weight_gradients(h, a_all, b_all, da_all, db_all, dy_all, group_sizes, weights, windows):
@@ -225,16 +232,18 @@ def _weight_gradients(h, a_all, b_all, da_all, db_all, dy_all, group_sizes, weig
   return jax.lax.fori_loop(0, group_sizes.shape[0], per_expert, out)
 
 
-def _backward(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk):
+def _backward(h, a_all, b_all, group_sizes, gate, up, down, dy_all, chunk, unroll):
   """(`dh [N, D]`, `dgate`, `dup`, `ddown`): row gradients per chunk; weight gradients
   summed per chunk where an expert's three float32 sums fit `CACHED_SUMS_BYTES`, else per
   expert window."""
   n, d = h.shape
   weights = (gate, up, down)
   if 3 * d * gate.shape[-1] * 4 <= CACHED_SUMS_BYTES:
-    dh, *dw = _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, True)
+    dh, *dw = _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, True, unroll)
   else:
-    dh, da, db = _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, False)
+    dh, da, db = _chunk_backward(
+      h, a_all, b_all, group_sizes, weights, dy_all, chunk, False, unroll
+    )
     dw = _weight_gradients(
       h, a_all, b_all, da, db, dy_all, group_sizes, weights, window_rows(chunk, n)
     )
@@ -247,11 +256,12 @@ def _varying_axes(a) -> frozenset:
   return t.manual_axis_type.varying if hasattr(t, "manual_axis_type") else t.vma
 
 
-def looped_swiglu(h, group_sizes, gate, up, down, chunk):
+def looped_swiglu(h, group_sizes, gate, up, down, chunk, unroll=False):
   """Experts on rows sorted by expert: `h [N, D]`, `group_sizes [E]` -> `[N, D]`.
 
   `gate`/`up [E, D, F]`, `down [E, F, D]`; rows past `group_sizes.sum()` give 0;
-  `chunk`: rows per matmul (static). Under `shard_map` every input is first cast to vary
+  `chunk`: rows per matmul (static); `unroll` (static): the experts unrolled, each read
+  at a static index (see `moe._unrolled`). Under `shard_map` every input is first cast to vary
   over all the axes any of them varies over (e.g. weights sharded over experts, rows also
   over replicas), as autodiff of `ragged_dot` does: the weight gradients are then summed
   over the axes the weights do not vary over (the transpose of the cast).
@@ -263,22 +273,22 @@ def looped_swiglu(h, group_sizes, gate, up, down, chunk):
     if axes - _varying_axes(a)
     else a
   )
-  return _looped_swiglu(*map(cast, args), chunk)
+  return _looped_swiglu(*map(cast, args), chunk, unroll)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _looped_swiglu(h, group_sizes, gate, up, down, chunk):
-  return _forward(h, group_sizes, gate, up, down, chunk)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _looped_swiglu(h, group_sizes, gate, up, down, chunk, unroll):
+  return _forward(h, group_sizes, gate, up, down, chunk, unroll)[0]
 
 
-def _looped_fwd(h, group_sizes, gate, up, down, chunk):
-  y, a, b = _forward(h, group_sizes, gate, up, down, chunk)
+def _looped_fwd(h, group_sizes, gate, up, down, chunk, unroll):
+  y, a, b = _forward(h, group_sizes, gate, up, down, chunk, unroll)
   return y, (h, a, b, group_sizes, gate, up, down)
 
 
-def _looped_bwd(chunk, res, dy):
+def _looped_bwd(chunk, unroll, res, dy):
   h, a, b, group_sizes, gate, up, down = res
-  dh, dgate, dup, ddown = _backward(h, a, b, group_sizes, gate, up, down, dy, chunk)
+  dh, dgate, dup, ddown = _backward(h, a, b, group_sizes, gate, up, down, dy, chunk, unroll)
   return dh, np.zeros(group_sizes.shape, jax.dtypes.float0), dgate, dup, ddown
 
 

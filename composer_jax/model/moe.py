@@ -8,7 +8,7 @@ three interchangeable dispatches of the routed experts (`cfg.moe_dispatch`):
   (`cfg.moe_grouped_matmul`, `GROUPED_MATMULS`) is `jax.lax.ragged_dot` on GPU/TPU (a
   grouped GEMM there) and `looped` (`expert_loop.py`) on CPU, where XLA lowers
   `ragged_dot` to a masked dense matmul over all E experts (E x the active FLOPs, forward
-  and backward).
+  and backward); `unrolled` for the CPU sampler's few rows per step.
 * `capacity`: each expert processes at most `C = ceil(capacity_factor * T * K / E)`
   assignments (GShard, arXiv 2006.16668); priority is k-major (every token's first
   choice before any second choice), in token order; the rest are dropped and counted.
@@ -120,8 +120,26 @@ def _looped(h, group_sizes, gate, up, down, tile_rows):
   return expert_loop.looped_swiglu(h, group_sizes, gate, up, down, chunk)
 
 
+def _unrolled(h, group_sizes, gate, up, down, tile_rows):
+  """`_looped` with the experts unrolled and chunks down to one row: for few rows a call.
+
+  Made for the CPU sampler's token loop (`rl/decode.py`), ~1 row per expert: there each
+  expert's weights are a buffer of their own, sliced once per call, so `gate[e]` at a
+  static `e` reads them in place (a traced `e` copies the expert out of `[E, D, F]`), and a
+  one-row chunk is a matrix-vector product, which XLA:CPU runs at about twice the speed of
+  an 8-row matmul (RESULTS.md, 2026-12-06). Compile time grows with E.
+  """
+  chunk = expert_loop.chunk_rows(h.shape[0], gate.shape[0], tile_rows, min_rows=1)
+  return expert_loop.looped_swiglu(h, group_sizes, gate, up, down, chunk, unroll=True)
+
+
 # Grouped SwiGLU implementations by name (`ModelConfig.moe_grouped_matmul`).
-GROUPED_MATMULS = {"looped": _looped, "ragged_dot": _ragged_swiglu, "tiled": _tiled}
+GROUPED_MATMULS = {
+  "looped": _looped,
+  "ragged_dot": _ragged_swiglu,
+  "tiled": _tiled,
+  "unrolled": _unrolled,
+}
 
 
 def resolve_grouped_matmul(name: str) -> str:

@@ -70,11 +70,6 @@ class Block(nn.Module):
     return (x + y).astype(c.dtype), (stats, cache)
 
 
-# The scanned layer stacks under `params` / `router` (`Transformer`'s `_stack` names), each
-# leaf with a leading 'layers' axis.
-LAYER_STACKS = ("dense_layers", "moe_layers")
-
-
 def _stack(cfg: ModelConfig, moe: bool, length: int, name: str) -> nn.Module:
   """`length` Blocks as one scanned (optionally rematerialized) module.
 

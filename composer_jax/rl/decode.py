@@ -97,18 +97,31 @@ def _ends_with_stop(recent: jax.Array, stops: tuple[tuple[int, ...], ...]) -> ja
   return hit
 
 
-def _layer_slices(variables):
-  """`variables` with each leaf of the layer stacks split into a tuple of its layers."""
-  return {
-    col: {k: jax.tree.map(tuple, v) if k in transformer.LAYER_STACKS else v for k, v in c.items()}
-    for col, c in variables.items()
-  }
+# Leading axes the CPU token loop reads per slice: a layer, then an expert (see `_sample`).
+_SLICED_AXES = ("layers", "experts")
+
+
+def _split(x, names):
+  """`x` as nested tuples of its slices along its leading `_SLICED_AXES` (by `names`)."""
+  if names and names[0] in _SLICED_AXES:
+    return tuple(_split(s, names[1:]) for s in x)
+  return x
+
+
+def _sliced(cfg, variables):
+  """`variables` with each leaf split by `_split` along its logical axes."""
+  return jax.tree.map(
+    lambda names, x: _split(x, names),
+    transformer.logical_axes(cfg),
+    variables,
+    is_leaf=lambda n: isinstance(n, tuple),
+  )
 
 
 def _restacked(sliced):
-  """`_layer_slices`' output with each tuple of layers stacked back."""
-  is_layers = lambda x: isinstance(x, tuple)
-  return jax.tree.map(lambda x: jnp.stack(x) if is_layers(x) else x, sliced, is_leaf=is_layers)
+  """`_sliced`'s output with each (nested) tuple of slices stacked back."""
+  stack = lambda x: jnp.stack([stack(s) for s in x]) if isinstance(x, tuple) else x
+  return jax.tree.map(stack, sliced, is_leaf=lambda x: isinstance(x, tuple))
 
 
 class _State(NamedTuple):
@@ -168,13 +181,16 @@ def _sample(
   state = emit(state, logits_at(hidden[jnp.arange(b), prompt_lens - 1]))
 
   # XLA:CPU does not hoist loop-invariant slices out of a while loop: layer l's weights,
-  # indexed out of their stack inside the loop, would be copied on every token. So on CPU
-  # the layers are sliced once, here; inside, the stack is rebuilt from the slices and
-  # indexed at static layer indices (the layers unrolled), which XLA folds back to the
-  # slices. The price: the loop body's compile time grows with the depth. GPU/TPU keep the
-  # config's layer loop (compile time flat in depth; not measured there yet).
+  # indexed out of their stack inside the loop, would be copied on every token, and so
+  # would expert e's out of its layer's `[E, D, F]`. So on CPU the layers and experts are
+  # sliced once, here; inside, the stacks are rebuilt from the slices and indexed at static
+  # indices (layers and experts unrolled: `scan_layers=False`, the `unrolled` grouped
+  # matmul), which XLA folds back to the slices. The price: the loop body's compile time
+  # grows with layers x experts. GPU/TPU keep the config's loops (compile time flat in
+  # depth; not measured there yet).
   if jax.default_backend() == "cpu":
-    sliced, step_cfg = _layer_slices(variables), cfg.replace(scan_layers=False)
+    sliced = _sliced(cfg, variables)
+    step_cfg = cfg.replace(scan_layers=False, moe_grouped_matmul="unrolled")
     step_variables = lambda: _restacked(sliced)
   else:
     step_variables, step_cfg = lambda: variables, cfg

@@ -199,22 +199,25 @@ def _computations(hlo: str) -> tuple[str, dict[str, list[str]]]:
   return entry, comps
 
 
-def test_token_loop_reads_layer_weights_in_place():
-  """XLA:CPU does not hoist loop-invariant slices out of a while loop: the layer weights
-  must not be sliced (copied) out of their stacks inside the token loop, once per token."""
-  # Two layers in each stack; no layer weight has an expert's [D, F] shape (the dropless
-  # expert loop slices one expert at a time out of a layer's [E, D, F]: another matter).
+def test_token_loop_reads_layer_and_expert_weights_in_place():
+  """XLA:CPU does not hoist loop-invariant slices out of a while loop: neither a layer's
+  weights out of their stack nor an expert's out of its layer's `[E, D, F]` may be sliced
+  (copied) inside the token loop, once per token."""
+  # Two layers in each stack; no layer or expert weight shares a shape with another weight.
   cfg = get_preset(
     "tiny", num_layers=4, first_k_dense_replace=2, moe_intermediate_size=48, n_shared_experts=2
   )
   variables = transformer.init(cfg, jax.random.key(0))
-  per_layer = {
-    f"{jnp.dtype(x.dtype).name.replace('float', 'f')}[{','.join(map(str, s))}]"
-    for stacks in variables.values()
-    for name in transformer.LAYER_STACKS
-    for x in jax.tree.leaves(stacks.get(name, {}))
-    for s in (x.shape[1:], (1, *x.shape[1:]))
-  }
+  is_names = lambda x: isinstance(x, tuple)
+  sliced = set()  # HLO shapes of one layer's or one expert's slice of a weight matrix
+  for names, x in zip(
+    jax.tree.leaves(transformer.logical_axes(cfg), is_leaf=is_names), jax.tree.leaves(variables)
+  ):
+    lead = next((i for i, n in enumerate(names) if n not in ("layers", "experts")), len(names))
+    for s in (x.shape[i:] for i in range(1, lead + 1) if x.ndim - i >= 2):  # matrices
+      dtype = jnp.dtype(x.dtype).name.replace("float", "f")
+      sliced |= {f"{dtype}[{','.join(map(str, t))}]" for t in (s, (1, *s))}
+  assert {"f32[64,48]", "f32[8,64,48]"} <= sliced  # one expert's, one layer's gate
   hlo = (
     decode._sample.lower(
       cfg,
@@ -244,7 +247,7 @@ def test_token_loop_reads_layer_weights_in_place():
     for name in reached
     for line in comps[name]
     if (m := re.match(r"(?:ROOT )?%\S+ = (\w+\[[\d,]*\])\S* ([\w\-]+)\(", line))
-    and m.group(1) in per_layer
+    and m.group(1) in sliced
     and m.group(2) not in ("parameter", "get-tuple-element", "tuple", "bitcast")
   ]
   assert len(reached) > 1 and not copies, copies
