@@ -77,8 +77,8 @@ class ModelConfig:
   seq_aux_loss_coef: float = 0.0  # optional sequence-level balance loss (eq. 17-20)
   moe_dispatch: str = "dropless"  # one of MOE_DISPATCH_KINDS (see model/moe.py)
   capacity_factor: float = 1.25
-  # Grouped matmul of dropless / expert_parallel: "auto" = "looped" on CPU, "ragged_dot" else
-  # ("unrolled": the CPU sampler's token loop).
+  # Grouped matmul of dropless / expert_parallel: "auto" = "looped" on CPU ("unrolled" in the
+  # sampler's token loop, rl/decode.py), "ragged_dot" else.
   moe_grouped_matmul: str = "auto"
   moe_tile_rows: int = 128  # largest row chunk of "looped" / tile of "tiled" (smaller when
   # groups are small)

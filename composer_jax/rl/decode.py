@@ -97,21 +97,18 @@ def _ends_with_stop(recent: jax.Array, stops: tuple[tuple[int, ...], ...]) -> ja
   return hit
 
 
-# Leading axes the CPU token loop reads per slice: a layer, then an expert (see `_sample`).
-_SLICED_AXES = ("layers", "experts")
-
-
-def _split(x, names):
-  """`x` as nested tuples of its slices along its leading `_SLICED_AXES` (by `names`)."""
-  if names and names[0] in _SLICED_AXES:
-    return tuple(_split(s, names[1:]) for s in x)
+def _split(x, names, axes):
+  """`x` as nested tuples of its slices along its leading logical axes (`names`) that are in
+  `axes`."""
+  if names and names[0] in axes:
+    return tuple(_split(s, names[1:], axes) for s in x)
   return x
 
 
-def _sliced(cfg, variables):
-  """`variables` with each leaf split by `_split` along its logical axes."""
+def _sliced(cfg, variables, axes):
+  """`variables` with each leaf split by `_split` along its leading logical `axes`."""
   return jax.tree.map(
-    lambda names, x: _split(x, names),
+    lambda names, x: _split(x, names, axes),
     transformer.logical_axes(cfg),
     variables,
     is_leaf=lambda n: isinstance(n, tuple),
@@ -182,15 +179,19 @@ def _sample(
 
   # XLA:CPU does not hoist loop-invariant slices out of a while loop: layer l's weights,
   # indexed out of their stack inside the loop, would be copied on every token, and so
-  # would expert e's out of its layer's `[E, D, F]`. So on CPU the layers and experts are
-  # sliced once, here; inside, the stacks are rebuilt from the slices and indexed at static
-  # indices (layers and experts unrolled: `scan_layers=False`, the `unrolled` grouped
-  # matmul), which XLA folds back to the slices. The price: the loop body's compile time
-  # grows with layers x experts. GPU/TPU keep the config's loops (compile time flat in
-  # depth; not measured there yet).
+  # would expert e's out of its layer's `[E, D, F]`. So on CPU the layers and, with the
+  # `auto` grouped matmul, the experts are sliced once, here; inside, the stacks are rebuilt
+  # from the slices and indexed at static indices (layers and experts unrolled:
+  # `scan_layers=False`, the `unrolled` grouped matmul), which XLA folds back to the
+  # slices. The price: the loop body's compile time grows with layers x experts (an
+  # explicit grouped matmul, e.g. `looped` for many experts, is kept). GPU/TPU keep the
+  # config's loops (compile time flat in depth; not measured there yet).
   if jax.default_backend() == "cpu":
-    sliced = _sliced(cfg, variables)
-    step_cfg = cfg.replace(scan_layers=False, moe_grouped_matmul="unrolled")
+    per_expert = cfg.moe_grouped_matmul == "auto"
+    sliced = _sliced(cfg, variables, ("layers", "experts") if per_expert else ("layers",))
+    step_cfg = cfg.replace(scan_layers=False)
+    if per_expert:
+      step_cfg = step_cfg.replace(moe_grouped_matmul="unrolled")
     step_variables = lambda: _restacked(sliced)
   else:
     step_variables, step_cfg = lambda: variables, cfg

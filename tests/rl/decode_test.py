@@ -199,25 +199,33 @@ def _computations(hlo: str) -> tuple[str, dict[str, list[str]]]:
   return entry, comps
 
 
-def test_token_loop_reads_layer_and_expert_weights_in_place():
+@pytest.mark.parametrize("grouped_matmul", ["auto", "looped"])
+def test_token_loop_reads_layer_and_expert_weights_in_place(grouped_matmul):
   """XLA:CPU does not hoist loop-invariant slices out of a while loop: neither a layer's
-  weights out of their stack nor an expert's out of its layer's `[E, D, F]` may be sliced
-  (copied) inside the token loop, once per token."""
+  weights out of their stack nor (grouped matmul `auto`) an expert's out of its layer's
+  `[E, D, F]` may be sliced (copied) inside the token loop, once per token. An explicit
+  grouped matmul is kept: `looped` slices each expert it runs."""
   # Two layers in each stack; no layer or expert weight shares a shape with another weight.
   cfg = get_preset(
-    "tiny", num_layers=4, first_k_dense_replace=2, moe_intermediate_size=48, n_shared_experts=2
+    "tiny",
+    num_layers=4,
+    first_k_dense_replace=2,
+    moe_intermediate_size=48,
+    n_shared_experts=2,
+    moe_grouped_matmul=grouped_matmul,
   )
   variables = transformer.init(cfg, jax.random.key(0))
   is_names = lambda x: isinstance(x, tuple)
-  sliced = set()  # HLO shapes of one layer's or one expert's slice of a weight matrix
+  sliced = {1: set(), 2: set()}  # HLO shapes of a weight matrix's slice: one layer's, one expert's
   for names, x in zip(
     jax.tree.leaves(transformer.logical_axes(cfg), is_leaf=is_names), jax.tree.leaves(variables)
   ):
     lead = next((i for i, n in enumerate(names) if n not in ("layers", "experts")), len(names))
-    for s in (x.shape[i:] for i in range(1, lead + 1) if x.ndim - i >= 2):  # matrices
-      dtype = jnp.dtype(x.dtype).name.replace("float", "f")
-      sliced |= {f"{dtype}[{','.join(map(str, t))}]" for t in (s, (1, *s))}
-  assert {"f32[64,48]", "f32[8,64,48]"} <= sliced  # one expert's, one layer's gate
+    for i in range(1, lead + 1):
+      if x.ndim - i >= 2:  # matrices
+        dtype, s = jnp.dtype(x.dtype).name.replace("float", "f"), x.shape[i:]
+        sliced[i] |= {f"{dtype}[{','.join(map(str, t))}]" for t in (s, (1, *s))}
+  assert "f32[8,64,48]" in sliced[1] and "f32[64,48]" in sliced[2]  # a layer's, an expert's gate
   hlo = (
     decode._sample.lower(
       cfg,
@@ -242,12 +250,16 @@ def test_token_loop_reads_layer_and_expert_weights_in_place():
     if name not in reached:
       reached.add(name)
       todo += [c for line in comps[name] for c in re.findall(r"=%([\w.\-]+)", line)]
-  copies = [
+  copies = lambda shapes: [
     line
     for name in reached
     for line in comps[name]
     if (m := re.match(r"(?:ROOT )?%\S+ = (\w+\[[\d,]*\])\S* ([\w\-]+)\(", line))
-    and m.group(1) in sliced
+    and m.group(1) in shapes
     and m.group(2) not in ("parameter", "get-tuple-element", "tuple", "bitcast")
   ]
-  assert len(reached) > 1 and not copies, copies
+  assert len(reached) > 1 and not copies(sliced[1]), copies(sliced[1])
+  if grouped_matmul == "auto":
+    assert not copies(sliced[2]), copies(sliced[2])
+  else:
+    assert copies(sliced[2])
