@@ -189,9 +189,8 @@ def _sample(
   if jax.default_backend() == "cpu":
     per_expert = cfg.moe_grouped_matmul == "auto"
     sliced = _sliced(cfg, variables, ("layers", "experts") if per_expert else ("layers",))
-    step_cfg = cfg.replace(scan_layers=False)
-    if per_expert:
-      step_cfg = step_cfg.replace(moe_grouped_matmul="unrolled")
+    grouped = "unrolled" if per_expert else cfg.moe_grouped_matmul
+    step_cfg = cfg.replace(scan_layers=False, moe_grouped_matmul=grouped)
     step_variables = lambda: _restacked(sliced)
   else:
     step_variables, step_cfg = lambda: variables, cfg
