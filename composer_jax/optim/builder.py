@@ -87,6 +87,7 @@ def build_optimizer(
       ns_steps=optim_cfg.ns_steps,
       scale_mode=optim_cfg.muon_scale,
       ns_precision=optim_cfg.get("ns_precision", "float32"),
+      ns_batch_elements=optim_cfg.get("ns_batch_elements", -1),
     )
     if param_shardings is not None and _spans_devices(param_shardings):
       direction = sharded_muon.sharded_scale_by_muon(logical_axes_tree, param_shardings, **kwargs)

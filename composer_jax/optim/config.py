@@ -26,6 +26,9 @@ def default_config() -> ml_collections.ConfigDict:
       "ns_coeffs": "quintic",
       "ns_steps": 5,
       "ns_precision": "float32",  # Newton–Schulz
+      # NS in chunks of at most this many matrix entries; 0 = all at once; -1 = per backend
+      # (`optim.newton_schulz.resolve_batch_elements`)
+      "ns_batch_elements": -1,
       "muon_scale": "consistent_rms",
       "grad_clip": 1.0,  # global-norm clip; <= 0 = off
     }

@@ -179,6 +179,7 @@ def scale_by_muon(
   scale_mode: str = "consistent_rms",
   eps: float = 1e-7,
   ns_precision: str = "float32",
+  ns_batch_elements: int = -1,
 ) -> optax.GradientTransformation:
   """Muon direction U_t (module doc) for every leaf; no learning rate, no weight decay.
 
@@ -191,16 +192,19 @@ def scale_by_muon(
     ns_coeffs, ns_steps, eps: see `newton_schulz.orthogonalize`.
     scale_mode: one of SCALE_MODES.
     ns_precision: Newton–Schulz matmul precision (`newton_schulz.PRECISIONS`).
+    ns_batch_elements: `newton_schulz.orthogonalize`'s `batch_elements` (-1: per
+      backend, `newton_schulz.resolve_batch_elements`).
 
   Returns:
     An optax GradientTransformation with state `MuonState`.
   """
   table = checked_table(scale_mode, ns_coeffs, ns_steps)
   newton_schulz.check_precision(ns_precision)
+  budget = newton_schulz.resolve_batch_elements(ns_batch_elements)
 
   def direction(m_hat, names):
     mats, restore = to_matrices(m_hat, names)
-    o = restore(newton_schulz.orthogonalize(mats, table, len(table), eps, ns_precision))
+    o = restore(newton_schulz.orthogonalize(mats, table, len(table), eps, ns_precision, budget))
     return scaled_direction(o, m_hat.shape, names, scale_mode, m_hat.dtype)
 
   return muon_transform(

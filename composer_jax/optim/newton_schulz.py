@@ -43,6 +43,7 @@ are separate pure functions so a sharded Muon can reuse them around its own
 collectives.
 """
 
+import math
 from collections.abc import Sequence
 
 import jax
@@ -168,7 +169,13 @@ def newton_schulz_iterate(x: jax.Array, table: np.ndarray, precision: str = "flo
   in_dtype = in_dtype or x.dtype
 
   def mm(a, b):
-    return jnp.matmul(a.astype(in_dtype), b.astype(in_dtype), preferred_element_type=state_dtype)
+    # Accumulated in float32 (float64) and then rounded to the iterate's dtype, as a bfloat16
+    # GEMM does anyway; asked for so, XLA:CPU runs a 2-D bfloat16 product natively instead of
+    # converting its operands to float32 first.
+    acc = jnp.matmul(
+      a.astype(in_dtype), b.astype(in_dtype), preferred_element_type=compute_dtype(in_dtype)
+    )
+    return acc.astype(state_dtype)
 
   def step(x, abc):
     a, b, c = abc[0], abc[1], abc[2]
@@ -181,16 +188,39 @@ def newton_schulz_iterate(x: jax.Array, table: np.ndarray, precision: str = "flo
   return out.astype(x.dtype)
 
 
+# `batch_elements=-1` (the run config's default): on CPU, chunks of at most 64K matrix
+# entries, so every matrix that size or larger goes alone. XLA:CPU runs a lone bfloat16
+# product natively, at about twice its float32 rate on CPUs with bfloat16 dot instructions,
+# but converts a batched Gram product X X^T to float32 first. Smaller matrices share a chunk,
+# which pays for the per-op cost (RESULTS.md 2026-12-06). On GPU/TPU: all matrices at once
+# (not measured there).
+CPU_BATCH_ELEMENTS = 2**16
+
+
+def resolve_batch_elements(batch_elements: int) -> int:
+  """`orthogonalize`'s chunk budget: an int >= 0 as is; -1 per backend (CPU:
+  `CPU_BATCH_ELEMENTS`; GPU/TPU: 0, all matrices at once)."""
+  if isinstance(batch_elements, bool) or not isinstance(batch_elements, int) or batch_elements < -1:
+    raise ValueError(
+      f"Newton-Schulz batch_elements must be an int >= 0 (0: all matrices at once) or -1 "
+      f"(per backend), got {batch_elements!r}"
+    )
+  if batch_elements == -1:
+    return CPU_BATCH_ELEMENTS if jax.default_backend() == "cpu" else 0
+  return batch_elements
+
+
 def orthogonalize(
   x: jax.Array,
   coeffs: Coeffs = "quintic",
   steps: int = 5,
   eps: float = 1e-7,
   precision: str = "float32",
+  batch_elements: int = -1,
 ) -> jax.Array:
   """Approximate polar factor U V^T of every trailing matrix of x [..., m, n].
 
-  Leading axes are independent matrices (batched matmuls, no vmap). Tall
+  Leading axes are independent matrices (batched matmuls; `batch_elements` chunks). Tall
   matrices (m > n) are transposed so the Gram matrix is [min(m, n)]^2; since
   p(X^T) = p(X)^T this does not change the result.
 
@@ -200,6 +230,10 @@ def orthogonalize(
     steps: number of iterations.
     eps: see `frobenius_normalize`.
     precision: matmul / iterate precision (`PRECISIONS`, module doc).
+    batch_elements: > 0: the matrices go through in chunks of at most this many entries
+      (at least one matrix each; `lax.map`), which bounds the temporaries and, on CPU,
+      keeps the working set in cache; the result is the same. 0: all at once; -1: per
+      backend (`resolve_batch_elements`).
 
   Returns:
     [..., m, n] in x.dtype, computed in float32 (float64 for float64 input) unless
@@ -208,11 +242,20 @@ def orthogonalize(
   if x.ndim < 2:
     raise ValueError(f"orthogonalize needs an array [..., m, n] of rank >= 2, got shape {x.shape}")
   table = coefficient_schedule(coeffs, steps)
+  batch_elements = resolve_batch_elements(batch_elements)
   # One flat batch axis [B, m, n] (B = 1 for a single matrix): the batched matmuls then
   # equal optax's vmapped 2-D ones bit for bit.
   y = x.reshape((-1,) + x.shape[-2:])
   tall = x.shape[-2] > x.shape[-1]
   y = jnp.swapaxes(y, -1, -2) if tall else y
-  y = newton_schulz_iterate(frobenius_normalize(y, eps), table, precision)
+
+  def run(z):  # [b, m, n] -> [b, m, n]
+    return newton_schulz_iterate(frobenius_normalize(z, eps), table, precision)
+
+  chunk = max(1, batch_elements // math.prod(y.shape[1:])) if batch_elements else y.shape[0]
+  if chunk < y.shape[0]:
+    y = jax.lax.map(lambda z: run(z[None])[0], y, batch_size=chunk)
+  else:
+    y = run(y)
   y = jnp.swapaxes(y, -1, -2) if tall else y
   return y.reshape(x.shape).astype(x.dtype)

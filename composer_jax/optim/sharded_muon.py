@@ -114,9 +114,16 @@ def _scatter_matrices(y, a: int, c: int, group: Group):
 
 
 def orthogonalize_sharded(
-  xs: list[jax.Array], leaves: list[Leaf], mesh, table, eps, precision: str = "float32"
+  xs: list[jax.Array],
+  leaves: list[Leaf],
+  mesh,
+  table,
+  eps,
+  precision: str = "float32",
+  batch_elements: int = -1,
 ):
-  """NS of every matrix of every leaf (global arrays sharded on `mesh` as `leaf.spec`).
+  """NS of every matrix of every leaf (global arrays sharded on `mesh` as `leaf.spec`);
+  `batch_elements` bounds each device's NS chunks (`newton_schulz.orthogonalize`).
 
   Returns arrays in `newton_schulz.compute_dtype` with the same shapes and shardings.
   """
@@ -140,7 +147,10 @@ def orthogonalize_sharded(
         x = _gather_matrices(x, a, c, g)
       stacked.append(x)
     # All forward all-to-alls above, all NS chains here, all backward ones below.
-    stacked = [newton_schulz.orthogonalize(x, table, len(table), eps, precision) for x in stacked]
+    stacked = [
+      newton_schulz.orthogonalize(x, table, len(table), eps, precision, batch_elements)
+      for x in stacked
+    ]
     outs = [None] * len(blocks)
     for g, y, n in zip(groups, stacked, sizes):
       a, c = _size(mesh, g.row_axes), _size(mesh, g.col_axes)
@@ -190,6 +200,7 @@ def sharded_scale_by_muon(
   scale_mode: str = "consistent_rms",
   eps: float = 1e-7,
   ns_precision: str = "float32",
+  ns_batch_elements: int = -1,
 ) -> optax.GradientTransformation:
   """`muon.scale_by_muon` for sharded parameters, NS via grouped all-to-alls.
 
@@ -199,14 +210,15 @@ def sharded_scale_by_muon(
       use `optax.partition` for mixed trees, masked leaves pass through).
     shardings: tree like the params of NamedSharding (e.g.
       `composer_jax.parallel.rules.param_shardings`); updates must be laid out so.
-    momentum, nesterov, ns_coeffs, ns_steps, scale_mode, eps, ns_precision: as in
-      `muon.scale_by_muon`.
+    momentum, nesterov, ns_coeffs, ns_steps, scale_mode, eps, ns_precision,
+      ns_batch_elements: as in `muon.scale_by_muon`.
 
   Returns:
     GradientTransformation with state `muon.MuonState`; updates keep `shardings`.
   """
   table = muon.checked_table(scale_mode, ns_coeffs, ns_steps)
   newton_schulz.check_precision(ns_precision)
+  budget = newton_schulz.resolve_batch_elements(ns_batch_elements)
 
   def directions(m_hat):
     flat, treedef = jax.tree.flatten(m_hat, is_leaf=lambda x: isinstance(x, optax.MaskedNode))
@@ -214,7 +226,7 @@ def sharded_scale_by_muon(
     out = list(flat)
     for mesh, leaves in muon_leaves(m_hat, logical_axes, shardings).items():
       ys = orthogonalize_sharded(
-        [flat[leaf.index] for leaf in leaves], leaves, mesh, table, eps, ns_precision
+        [flat[leaf.index] for leaf in leaves], leaves, mesh, table, eps, ns_precision, budget
       )
       for leaf, y in zip(leaves, ys):
         y = muon.scaled_direction(y, leaf.shape, leaf.names, scale_mode, flat[leaf.index].dtype)

@@ -6,14 +6,12 @@ Both sides update the Muon parameters of a preset (every parameter whose logical
 give it two matrix axes; `composer_jax.model.axes.uses_muon`) from a fixed gradient:
 momentum 0.95 with Nesterov, 5 Newton–Schulz steps of the quintic (3.4445, -4.775,
 2.0315), float32 parameters and momentum; torch runs Newton–Schulz in bfloat16 (it casts
-the momentum to bfloat16). Ours by default in 'mixed' (`--ns_precision`): the matmuls'
-inputs rounded to bfloat16 as torch's are, accumulated in float32 as torch's are, the iterate
-kept in float32 (torch rounds it to bfloat16), so ours is no less precise; on XLA:CPU, which
-computes bfloat16 dots in float32, 'mixed' is the fastest of the three (RESULTS.md); the update
-scaled to AdamW's RMS (ours 'consistent_rms', torch `adjust_lr_fn='match_rms_adamw'`: both
+the momentum to bfloat16), so ours does too by default (`--ns_precision`), in the library's
+default NS chunks (`--ns_batch_elements`: on CPU the large matrices one at a time, which
+XLA:CPU multiplies natively in bfloat16); the update scaled to AdamW's RMS (ours 'consistent_rms', torch `adjust_lr_fn='match_rms_adamw'`: both
 0.2 sqrt(max(fan_in, fan_out))), no weight decay. MFU's yardstick is the float32 matmul.
 Ours is one jitted `scale_by_muon` step over the model's own tree (same-shape matrices
-batched: per layer, per expert, per head); the peer gets each independent matrix as its
+batched, per layer, per expert, per head, in those chunks); the peer gets each independent matrix as its
 own 2-D parameter, since `torch.optim.Muon` takes 2-D parameters only (it loops over
 them). One side per process (`experiments.bench.versus`: health check, interleaved rounds,
 medians on the CPU clock, MFU = Newton–Schulz FLOPs (`optim.muon_cost.ns_flops`) / step
@@ -44,9 +42,14 @@ _PASSES = flags.DEFINE_integer(
 )
 _NS_PRECISION = flags.DEFINE_enum(
   "ns_precision",
-  "mixed",
+  "bfloat16",
   ["float32", "mixed", "bfloat16"],
-  "Our Newton–Schulz precision (torch's is bfloat16; the doc says why 'mixed').",
+  "Our Newton–Schulz precision (torch's is bfloat16).",
+)
+_NS_BATCH = flags.DEFINE_integer(
+  "ns_batch_elements",
+  -1,
+  "Our Newton–Schulz chunk budget (`newton_schulz.orthogonalize`; -1 per backend, 0 all at once).",
 )
 _WIDE = dict(
   hidden_size=256,
@@ -97,7 +100,7 @@ def _is_names(x) -> bool:
   return isinstance(x, tuple) and all(isinstance(n, str) for n in x)
 
 
-def ours_step(preset: str, layers: int, ns_precision: str):
+def ours_step(preset: str, layers: int, ns_precision: str, ns_batch_elements: int):
   """A call running one jitted Muon step of ours (state kept) and waiting for it."""
   import functools
 
@@ -109,7 +112,13 @@ def ours_step(preset: str, layers: int, ns_precision: str):
   params, axes = _matrices(preset, layers)
   grads = jax.tree.map(lambda x: jax.random.normal(jax.random.key(1), x.shape, x.dtype), params)
   tx = optax.chain(
-    scale_by_muon(axes, scale_mode="consistent_rms", ns_precision=ns_precision), optax.scale(-_LR)
+    scale_by_muon(
+      axes,
+      scale_mode="consistent_rms",
+      ns_precision=ns_precision,
+      ns_batch_elements=ns_batch_elements,
+    ),
+    optax.scale(-_LR),
   )
 
   # grads an argument, not a closed-over constant; params and state updated in place.
@@ -163,7 +172,12 @@ def main(argv):
         "ours",
         "jax",
         "experiments.bench.vs_torch_muon:ours_step",
-        {"preset": preset, "layers": layers, "ns_precision": _NS_PRECISION.value},
+        {
+          "preset": preset,
+          "layers": layers,
+          "ns_precision": _NS_PRECISION.value,
+          "ns_batch_elements": _NS_BATCH.value,
+        },
       ),
       versus.Side(
         "torch.optim.Muon",

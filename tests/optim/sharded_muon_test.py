@@ -199,6 +199,31 @@ def test_matches_single_device_muon_and_hlo(tiny, layout):
     assert report["async_starts"] == n_a2a, report
 
 
+def test_chunked_newton_schulz_on_each_device_matches_single_device(tiny):
+  """`ns_batch_elements=1`: each device orthogonalizes its whole matrices one at a time
+  (a loop around each group's Newton-Schulz loop), with the same updates."""
+  layout = "cp2_ep8"
+  shardings = _shardings(tiny, layout)
+  opt = optax.partition(
+    {
+      "muon": sharded_scale_by_muon(tiny["names"], shardings, ns_batch_elements=1),
+      "adam": optax.identity(),
+    },
+    tiny["labels"],
+  )
+  grads = [jax.device_put(g, shardings) for g in tiny["grads"]]
+  state = jax.jit(opt.init)(grads[0])
+  update = jax.jit(opt.update).lower(grads[0], state).compile()
+  for g, want in zip(grads, tiny["expected"]):
+    got, state = update(g, state)
+    chex.assert_trees_all_close(got, want, atol=1e-5, rtol=1e-5)
+  report = collective_report(update.as_text())
+  # after the all-to-all a device holds ceil(local / k) whole matrices of a group
+  chunked = sum(-(-local // k) > 1 for _, k, local in _groups(tiny, layout))
+  assert chunked and report["loops"] == len(_groups(tiny, layout)) + chunked, report
+  assert report["collectives_in_loops"] == [], report
+
+
 def test_plain_muon_on_sharded_leaf_communicates_inside_the_loop():
   """Control for the HLO check: per-leaf Muon left to GSPMD on a row-sharded matrix puts
   collectives inside every Newton-Schulz iteration, and `collective_report` sees them."""
