@@ -8,11 +8,12 @@ momentum 0.95 with Nesterov, 5 Newton–Schulz steps of the quintic (3.4445, -4.
 2.0315), float32 parameters and momentum; torch runs Newton–Schulz in bfloat16 (it casts
 the momentum to bfloat16), so ours does too by default (`--ns_precision`), in the library's
 default NS chunks (`--ns_batch_elements`: on CPU the large matrices one at a time, which
-XLA:CPU multiplies natively in bfloat16); the update scaled to AdamW's RMS (ours 'consistent_rms', torch `adjust_lr_fn='match_rms_adamw'`: both
-0.2 sqrt(max(fan_in, fan_out))), no weight decay. MFU's yardstick is the float32 matmul.
-Ours is one jitted `scale_by_muon` step over the model's own tree (same-shape matrices
-batched, per layer, per expert, per head, in those chunks); the peer gets each independent matrix as its
-own 2-D parameter, since `torch.optim.Muon` takes 2-D parameters only (it loops over
+XLA:CPU multiplies natively in bfloat16); the update scaled to AdamW's RMS (ours
+'consistent_rms', torch `adjust_lr_fn='match_rms_adamw'`: both 0.2 sqrt(max(fan_in,
+fan_out))), no weight decay. MFU's yardstick is the float32 matmul. Ours is one jitted
+`scale_by_muon` step over the model's own tree (same-shape matrices batched, per layer, per
+expert, per head, in those chunks); the peer gets each independent matrix as its own 2-D
+parameter, since `torch.optim.Muon` takes 2-D parameters only (it loops over
 them). One side per process (`experiments.bench.versus`: health check, interleaved rounds,
 medians on the CPU clock, MFU = Newton–Schulz FLOPs (`optim.muon_cost.ns_flops`) / step
 time / measured matmul peak). `wide`: tiny at 4x width and 16 experts (NS dominates).
@@ -31,8 +32,8 @@ _THREADS = flags.DEFINE_integer("threads", 1, "Intra-op threads per side (versus
 _SMALL_LAYERS = flags.DEFINE_integer(
   "small_layers",
   4,
-  "small's num_layers (1 dense + the rest MoE; 0 = the preset's 12: ours ~110 s a step on "
-  "one CPU and 17-24 GB).",
+  "small's num_layers (1 dense + the rest MoE; 0 = the preset's 12, whose memory RESULTS.md "
+  "gives).",
 )
 _PASSES = flags.DEFINE_integer(
   "passes",
