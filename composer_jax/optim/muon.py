@@ -31,9 +31,10 @@ matrices. This per-leaf form is for one device; on a mesh the trainer uses
 
 Conventions follow `optax.contrib.scale_by_muon` + `optax.contrib.scale_by_shape`
 (optax 0.2.8) exactly, down to the order of operations: the bias-corrected
-Nesterov form above, coefficient tables, transposing tall matrices, x / ||x||_F,
-one flat batch of matrices (optax vmaps); the tests match it to 1e-10 in float64
-and to 1e-6 of the update scale in float32 (measured: <= 6e-8). Differences:
+Nesterov form above, coefficient tables, x / ||x||_F, one flat batch of matrices
+(optax vmaps); the tests match it to 1e-10 in float64 and to 1e-6 of the update
+scale in float32 (measured: <= 6e-8). Differences: optax transposes tall matrices,
+ours iterate on them in the transposed form (`newton_schulz.newton_schulz_iterate`);
 our Frobenius normalization stays scale invariant for tiny or huge gradients
 (optax adds eps=1e-8 to the norm, which shrinks updates of tiny gradients), and
 coefficients are static config rather than optimizer state. The un-corrected

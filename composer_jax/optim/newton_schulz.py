@@ -157,9 +157,13 @@ def check_precision(precision: str) -> None:
 def newton_schulz_iterate(x: jax.Array, table: np.ndarray, precision: str = "float32") -> jax.Array:
   """Applies X <- aX + (bA + cA^2)X, A = X X^T, for each row of `table` [steps, 3].
 
+  A tall X (m > n) takes the transposed form X <- aX + X(bB + cB^2), B = X^T X, which is
+  the same iteration on X^T (p(X^T) = p(X)^T): the Gram matrix is always the small
+  [min(m, n)]^2 one, and X is not transposed before or after the loop.
+
   Args:
-    x: [..., m, n] float32 (or float64) with m <= n (A is the small [m, m] Gram matrix) and
-      singular values <= 1 (e.g. from `frobenius_normalize`).
+    x: [..., m, n] float32 (or float64) with singular values <= 1 (e.g. from
+      `frobenius_normalize`).
     table: static per-step coefficients from `coefficient_schedule`.
     precision: a `PRECISIONS` name (module doc); the result has x's dtype.
   """
@@ -167,21 +171,28 @@ def newton_schulz_iterate(x: jax.Array, table: np.ndarray, precision: str = "flo
   in_dtype, state_dtype = PRECISIONS[precision]
   state_dtype = state_dtype or x.dtype
   in_dtype = in_dtype or x.dtype
+  batch, col = tuple(range(x.ndim - 2)), x.ndim - 1
 
-  def mm(a, b):
+  def mm(a, b, transpose_b=False):
     # Accumulated in float32 (float64) and then rounded to the iterate's dtype, as a bfloat16
     # GEMM does anyway; asked for so, XLA:CPU runs a 2-D bfloat16 product natively instead of
-    # converting its operands to float32 first.
-    acc = jnp.matmul(
-      a.astype(in_dtype), b.astype(in_dtype), preferred_element_type=compute_dtype(in_dtype)
-    )
-    return acc.astype(state_dtype)
+    # converting its operands to float32 first. `transpose_b`: a b^T, contracting the
+    # columns of both, which XLA:CPU runs on 2-D operands without copying b^T.
+    a, b, acc = a.astype(in_dtype), b.astype(in_dtype), compute_dtype(in_dtype)
+    if transpose_b:
+      dims = (((col,), (col,)), (batch, batch))
+      return jax.lax.dot_general(a, b, dims, preferred_element_type=acc).astype(state_dtype)
+    return jnp.matmul(a, b, preferred_element_type=acc).astype(state_dtype)
 
   def step(x, abc):
     a, b, c = abc[0], abc[1], abc[2]
-    gram = mm(x, jnp.swapaxes(x, -1, -2))
-    poly = b * gram + mm(c * gram, gram)
-    return a * x + mm(poly, x), None
+    if x.shape[-2] > x.shape[-1]:
+      # X^T X with X^T spelled out: XLA:CPU then copies X^T and multiplies natively, where
+      # contracting the rows of both runs a float32 product.
+      gram = mm(jnp.swapaxes(x, -1, -2), x)
+      return a * x + mm(x, b * gram + mm(c * gram, gram)), None
+    gram = mm(x, x, transpose_b=True)
+    return a * x + mm(b * gram + mm(c * gram, gram), x), None
 
   # A scan (not an unrolled loop) compiles the three matmuls once per shape.
   out = jax.lax.scan(step, x.astype(state_dtype), jnp.asarray(table, state_dtype))[0]
@@ -221,8 +232,8 @@ def orthogonalize(
   """Approximate polar factor U V^T of every trailing matrix of x [..., m, n].
 
   Leading axes are independent matrices (batched matmuls; `batch_elements` chunks). Tall
-  matrices (m > n) are transposed so the Gram matrix is [min(m, n)]^2; since
-  p(X^T) = p(X)^T this does not change the result.
+  matrices (m > n) iterate in the transposed form (`newton_schulz_iterate`), so the Gram
+  matrix is [min(m, n)]^2 either way.
 
   Args:
     x: [..., m, n] array of any float dtype.
@@ -243,19 +254,19 @@ def orthogonalize(
     raise ValueError(f"orthogonalize needs an array [..., m, n] of rank >= 2, got shape {x.shape}")
   table = coefficient_schedule(coeffs, steps)
   batch_elements = resolve_batch_elements(batch_elements)
-  # One flat batch axis [B, m, n] (B = 1 for a single matrix): the batched matmuls then
-  # equal optax's vmapped 2-D ones bit for bit.
-  y = x.reshape((-1,) + x.shape[-2:])
-  tall = x.shape[-2] > x.shape[-1]
-  y = jnp.swapaxes(y, -1, -2) if tall else y
+  y = x.reshape((-1,) + x.shape[-2:])  # one flat batch axis [B, m, n]
 
-  def run(z):  # [b, m, n] -> [b, m, n]
+  def run(z):  # [..., m, n] -> [..., m, n]
     return newton_schulz_iterate(frobenius_normalize(z, eps), table, precision)
 
   chunk = max(1, batch_elements // math.prod(y.shape[1:])) if batch_elements else y.shape[0]
-  if chunk < y.shape[0]:
+  if chunk == 1 and x.shape[-2] <= x.shape[-1]:
+    # One wide matrix at a time, as a 2-D array: XLA:CPU multiplies X X^T in place. A tall
+    # one keeps a batch axis of 1, for which XLA copies X once per step and multiplies
+    # natively; as a 2-D array its X^T X would be converted to float32.
+    y = jax.lax.map(run, y)
+  elif chunk < y.shape[0]:
     y = jax.lax.map(lambda z: run(z[None])[0], y, batch_size=chunk)
   else:
     y = run(y)
-  y = jnp.swapaxes(y, -1, -2) if tall else y
   return y.reshape(x.shape).astype(x.dtype)

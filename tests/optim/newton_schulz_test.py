@@ -54,21 +54,24 @@ def test_output_is_polar_factor_with_singular_values_in_band(shape, coeffs, step
   "coeffs,steps", [("quintic", 5), ("polar_express", 5), ("polar_express", 3)]
 )
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_matches_optax_contrib(coeffs, steps, dtype):
+@pytest.mark.parametrize("shape", [(12, 20), (20, 12)], ids=["wide", "tall"])
+def test_matches_optax_contrib(coeffs, steps, dtype, shape):
   """Same math as optax: equal to 1e-10 in float64; 1e-6 in float32.
 
   In float32 both sides are ~1e-6 (quintic) to ~3e-6 (Polar Express, whose
   coefficients reach 23) away from the float64 result, but they run the same
   operations in the same order (a [1, m, n] batch like optax's vmap, x / sqrt(sum x^2)),
-  so they agree far closer than that (bit for bit on XLA:CPU).
+  so they agree far closer than that (bit for bit on XLA:CPU). A tall matrix: optax
+  transposes it, ours iterates on it in the transposed form, the same products summed in
+  another order, so in float32 they agree only to that float32 error (measured: <= 1.5e-6).
   """
   with jax.enable_x64(dtype == "float64"):
-    x = jnp.asarray(np.random.default_rng(1).standard_normal((12, 20)), dtype)
+    x = jnp.asarray(np.random.default_rng(1).standard_normal(shape), dtype)
     table = newton_schulz.coefficient_schedule(coeffs, steps)
     ref = optax_muon.orthogonalize_via_newton_schulz(x, jnp.asarray(table, dtype), steps, eps=0.0)
     out = newton_schulz.orthogonalize(x, coeffs, steps, eps=0.0)
     chex.assert_type(out, dtype)
-    atol = {"float64": 1e-10, "float32": 1e-6}[dtype]
+    atol = {"float64": 1e-10, "float32": 1e-6 if shape[0] < shape[1] else 3e-6}[dtype]
     chex.assert_trees_all_close(out, ref, atol=atol, rtol=0)
 
 
@@ -163,8 +166,13 @@ def test_bad_precision_raises():
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 @pytest.mark.parametrize(
   "shape,budget",
-  [((7, 16, 24), 16 * 24), ((7, 16, 24), 3 * 16 * 24), ((2, 5, 24, 16), 2 * 16 * 24 + 1)],
-  ids=["one_at_a_time", "chunks_of_3_and_a_remainder", "tall_chunks_of_2"],
+  [
+    ((7, 16, 24), 16 * 24),
+    ((7, 24, 16), 16 * 24),
+    ((7, 16, 24), 3 * 16 * 24),
+    ((2, 5, 24, 16), 2 * 16 * 24 + 1),
+  ],
+  ids=["one_at_a_time", "tall_one_at_a_time", "chunks_of_3_and_a_remainder", "tall_chunks_of_2"],
 )
 def test_chunked_equals_all_at_once(shape, budget, precision):
   """`batch_elements` changes how many matrices one batched NS holds, not the result."""
