@@ -1,7 +1,7 @@
 """Analytic cost of one sharded-Muon optimizer step: Newton–Schulz FLOPs, all-to-all bytes.
 
-Newton–Schulz on one matrix [m, n], after transposing so that m <= n (the Gram
-matrix is the small side), costs per iteration (`newton_schulz_iterate`)
+Newton–Schulz on one matrix [m, n] with m <= n (a tall one runs the transposed form, so
+the Gram matrix is always the small side) costs per iteration (`newton_schulz_iterate`)
 
     A = X X^T          2 m^2 n
     A^2 = A A          2 m^3
