@@ -184,15 +184,15 @@ def newton_schulz_iterate(x: jax.Array, table: np.ndarray, precision: str = "flo
       return jax.lax.dot_general(a, b, dims, preferred_element_type=acc).astype(state_dtype)
     return jnp.matmul(a, b, preferred_element_type=acc).astype(state_dtype)
 
+  tall = x.shape[-2] > x.shape[-1]
+
   def step(x, abc):
     a, b, c = abc[0], abc[1], abc[2]
-    if x.shape[-2] > x.shape[-1]:
-      # X^T X with X^T spelled out: XLA:CPU then copies X^T and multiplies natively, where
-      # contracting the rows of both runs a float32 product.
-      gram = mm(jnp.swapaxes(x, -1, -2), x)
-      return a * x + mm(x, b * gram + mm(c * gram, gram)), None
-    gram = mm(x, x, transpose_b=True)
-    return a * x + mm(b * gram + mm(c * gram, gram), x), None
+    # A tall X's X^T X has X^T spelled out: XLA:CPU then copies X^T and multiplies natively,
+    # where contracting the rows of both runs a float32 product.
+    gram = mm(jnp.swapaxes(x, -1, -2), x) if tall else mm(x, x, transpose_b=True)
+    poly = b * gram + mm(c * gram, gram)
+    return a * x + (mm(x, poly) if tall else mm(poly, x)), None
 
   # A scan (not an unrolled loop) compiles the three matmuls once per shape.
   out = jax.lax.scan(step, x.astype(state_dtype), jnp.asarray(table, state_dtype))[0]
@@ -260,7 +260,7 @@ def orthogonalize(
     return newton_schulz_iterate(frobenius_normalize(z, eps), table, precision)
 
   chunk = max(1, batch_elements // math.prod(y.shape[1:])) if batch_elements else y.shape[0]
-  if chunk == 1 and x.shape[-2] <= x.shape[-1]:
+  if chunk == 1 and x.shape[-2] <= x.shape[-1]:  # not tall
     # One wide matrix at a time, as a 2-D array: XLA:CPU multiplies X X^T in place. A tall
     # one keeps a batch axis of 1, for which XLA copies X once per step and multiplies
     # natively; as a 2-D array its X^T X would be converted to float32.
