@@ -6,10 +6,11 @@ and the row gradients of the backward (a written-out VJP) loop over each expert'
 taking its weights out once per expert. The weight gradients `dW_e = X_e^T dZ_e` are summed
 in that loop where an expert's `[D, F]` sums stay in cache (`CACHED_SUMS_BYTES`), else one
 matmul per weight over a window of the expert's rows (`_weight_gradients`), so each sum is
-written once per window of up to 8 chunks, not once per chunk. The
-per-tile `tiled` form instead copies an expert's weights for every tile of rows and sums
-`[n_tiles, D, F]` per-tile gradients, which dominates when experts get few rows
-(`RESULTS.md`, 2026-12-05).
+written once per window of up to 8 chunks, not once per chunk; there the row gradients
+`dZ_e W_e^T` are computed as `(W_e dZ_e^T)^T` (`_times_transposed`), which XLA:CPU runs at
+the forward's rate. The per-tile `tiled` form instead copies an expert's weights for every
+tile of rows and sums `[n_tiles, D, F]` per-tile gradients, which dominates when experts get
+few rows (`RESULTS.md`, 2026-12-05).
 
 Static shapes: an outer loop over the E experts (or, `unroll`, a Python loop: each expert's
 weights at a static index, `moe._unrolled`), an inner loop over `ceil(g_e / chunk)`
@@ -131,6 +132,22 @@ def window_rows(chunk: int, num_rows: int) -> tuple[int, ...]:
   return tuple(dict.fromkeys(chunk * min(m, top) for m in (1, 2, 4, 8)))
 
 
+def _nt(z, w):
+  """`z @ w^T`."""
+  return jax.lax.dot_general(z, w, (((1,), (1,)), ((), ())))
+
+
+def _times_transposed(z, w):
+  """`z @ w^T` for a chunk `z [chunk, K]` and an expert's weight `w [N, K]`, as `(w @ z^T)^T`.
+
+  With few rows, XLA:CPU runs `z @ w^T` (contracting `w`'s minor axis) at about two thirds
+  of the rate of `w @ z^T` (RESULTS.md, 2026-12-07). The barriers keep XLA from folding the
+  two small transposes (`z^T`, the result's) back into the first form.
+  """
+  z_t = jax.lax.optimization_barrier(z.T)
+  return jax.lax.optimization_barrier(w @ z_t).T
+
+
 def _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, sum_weights, unroll):
   """The gradients through each row, in the forward's loop over chunks (each chunk reads
   its expert's weights): `dh [N + chunk, D]`, then with `sum_weights` the weight gradients
@@ -142,7 +159,9 @@ def _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, sum_we
   dyp = _padded(dy_all, chunk)
   f32 = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32)
   rows_t = (((0,), (0,)), ((), ()))  # contract the chunk's rows: X^T dZ
-  by_w_t = (((1,), (1,)), ((), ()))  # dZ W^T
+  # Weights small enough for cached sums stay in cache: there `dZ W^T` is as fast as is,
+  # and the transposes of `_times_transposed` only add work (`tiny`).
+  by_w_t = _nt if sum_weights else _times_transposed
 
   def expert_init(e):
     sums = tuple(_zeros(w.shape[1:], jnp.float32, h) for w in weights) if sum_weights else ()
@@ -154,10 +173,10 @@ def _chunk_backward(h, a_all, b_all, group_sizes, weights, dy_all, chunk, sum_we
     a, b = _rows(a_all, row, chunk), _rows(b_all, row, chunk)
     sig = jax.nn.sigmoid(a)
     silu = a * sig
-    ds = jax.lax.dot_general(dy, dn, by_w_t)
+    ds = by_w_t(dy, dn)
     da = ds * b * (sig * (1 + a * (1 - sig)))
     db = ds * silu
-    dx = jax.lax.dot_general(da, g, by_w_t) + jax.lax.dot_general(db, u, by_w_t)
+    dx = by_w_t(da, g) + by_w_t(db, u)
     if not sum_weights:
       return state, tuple(_put(buf, v, row) for buf, v in zip(bufs, (dx, da, db)))
     x = _rows(hp, row, chunk)
