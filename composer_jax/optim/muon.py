@@ -33,8 +33,9 @@ Conventions follow `optax.contrib.scale_by_muon` + `optax.contrib.scale_by_shape
 (optax 0.2.8) exactly, down to the order of operations: the bias-corrected
 Nesterov form above, coefficient tables, x / ||x||_F, one flat batch of matrices
 (optax vmaps); the tests match it to 1e-10 in float64 and to 1e-6 of the update
-scale in float32 (measured: <= 6e-8). Differences: optax transposes tall matrices,
-ours iterate on them in the transposed form (`newton_schulz.newton_schulz_iterate`);
+scale in float32 (measured: <= 6e-8). Differences: our Gram products A = X X^T and
+A^2 multiply only the blocks on and above the diagonal of large matrices
+(`newton_schulz.symmetric_product`; the same values, summed in other blocks);
 our Frobenius normalization stays scale invariant for tiny or huge gradients
 (optax adds eps=1e-8 to the norm, which shrinks updates of tiny gradients), and
 coefficients are static config rather than optimizer state. The un-corrected

@@ -154,12 +154,45 @@ def check_precision(precision: str) -> None:
     raise ValueError(f"Unknown Newton-Schulz precision {precision!r}; valid: {sorted(PRECISIONS)}")
 
 
+# `symmetric_product` halves a product while each half of x [h, n] keeps at least this many
+# rows and entries: smaller products run below XLA:CPU's matmul rate, and then the saved
+# FLOPs no longer pay for the blocks' copies (RESULTS.md 2026-12-07).
+MIN_BLOCK_ROWS = 64
+MIN_BLOCK_ENTRIES = 2**16
+
+
+def symmetric_product(x: jax.Array, y: jax.Array, times_transposed) -> jax.Array:
+  """X Y^T [..., m, m] of x, y [..., m, n] whose product is symmetric (Y = X, or X = cY with Y
+  symmetric), with the blocks below the diagonal copied instead of multiplied.
+
+  With X = [X1; X2] and Y = [Y1; Y2] split at h = m // 2 rows,
+
+      X Y^T = [[X1 Y1^T, X1 Y2^T], [(X1 Y2^T)^T, X2 Y2^T]],
+
+  and the diagonal blocks recurse while h >= `MIN_BLOCK_ROWS` and h n >= `MIN_BLOCK_ENTRIES`:
+  a BLAS SYRK done with plain products, at 3/4 of the full product's FLOPs for one split and
+  5/8 for two. `times_transposed(a, b)` is the product a b^T [..., p, q] of a [..., p, n] and
+  b [..., q, n].
+  """
+  m, n = x.shape[-2:]
+  h = m // 2
+  if h < MIN_BLOCK_ROWS or h * n < MIN_BLOCK_ENTRIES:
+    return times_transposed(x, y)
+  x1, x2, y1, y2 = x[..., :h, :], x[..., h:, :], y[..., :h, :], y[..., h:, :]
+  corner = times_transposed(x1, y2)  # [..., h, m - h]
+  top = jnp.concatenate([symmetric_product(x1, y1, times_transposed), corner], axis=-1)
+  bottom = jnp.concatenate(
+    [jnp.swapaxes(corner, -1, -2), symmetric_product(x2, y2, times_transposed)], axis=-1
+  )
+  return jnp.concatenate([top, bottom], axis=-2)
+
+
 def newton_schulz_iterate(x: jax.Array, table: np.ndarray, precision: str = "float32") -> jax.Array:
   """Applies X <- aX + (bA + cA^2)X, A = X X^T, for each row of `table` [steps, 3].
 
-  A tall X (m > n) takes the transposed form X <- aX + X(bB + cB^2), B = X^T X, which is
-  the same iteration on X^T (p(X^T) = p(X)^T): the Gram matrix is always the small
-  [min(m, n)]^2 one, and X is not transposed before or after the loop.
+  A tall X (m > n) is iterated as X^T (p(X^T) = p(X)^T), so the Gram matrix is always the
+  small [min(m, n)]^2 one; it is transposed once before the loop and once after, in the
+  iterate's dtype. A and A^2 = A A^T are symmetric and multiplied by `symmetric_product`.
 
   Args:
     x: [..., m, n] float32 (or float64) with singular values <= 1 (e.g. from
@@ -171,32 +204,32 @@ def newton_schulz_iterate(x: jax.Array, table: np.ndarray, precision: str = "flo
   in_dtype, state_dtype = PRECISIONS[precision]
   state_dtype = state_dtype or x.dtype
   in_dtype = in_dtype or x.dtype
+  acc = compute_dtype(in_dtype)
   batch, col = tuple(range(x.ndim - 2)), x.ndim - 1
 
-  def mm(a, b, transpose_b=False):
-    # Accumulated in float32 (float64) and then rounded to the iterate's dtype, as a bfloat16
-    # GEMM does anyway; asked for so, XLA:CPU runs a 2-D bfloat16 product natively instead of
-    # converting its operands to float32 first. `transpose_b`: a b^T, contracting the
-    # columns of both, which XLA:CPU runs on 2-D operands without copying b^T.
-    a, b, acc = a.astype(in_dtype), b.astype(in_dtype), compute_dtype(in_dtype)
-    if transpose_b:
-      dims = (((col,), (col,)), (batch, batch))
-      return jax.lax.dot_general(a, b, dims, preferred_element_type=acc).astype(state_dtype)
-    return jnp.matmul(a, b, preferred_element_type=acc).astype(state_dtype)
-
-  tall = x.shape[-2] > x.shape[-1]
+  # Accumulated in float32 (float64) and then rounded to the iterate's dtype, as a bfloat16
+  # GEMM does anyway; asked for so, XLA:CPU runs a 2-D bfloat16 product natively instead of
+  # converting its operands to float32 first.
+  def times_transposed(a, b):  # a b^T, contracting the columns of both: no copy of b^T
+    dims = (((col,), (col,)), (batch, batch))
+    out = jax.lax.dot_general(a.astype(in_dtype), b.astype(in_dtype), dims, preferred_element_type=acc)
+    return out.astype(state_dtype)
 
   def step(x, abc):
     a, b, c = abc[0], abc[1], abc[2]
-    # A tall X's X^T X has X^T spelled out: XLA:CPU then copies X^T and multiplies natively,
-    # where contracting the rows of both runs a float32 product.
-    gram = mm(jnp.swapaxes(x, -1, -2), x) if tall else mm(x, x, transpose_b=True)
-    poly = b * gram + mm(c * gram, gram)
-    return a * x + (mm(x, poly) if tall else mm(poly, x)), None
+    gram = symmetric_product(x, x, times_transposed)
+    # c A A, multiplied in optax's order (cA) A; A^T = A.
+    poly = b * gram + symmetric_product(c * gram, gram, times_transposed)
+    update = jnp.matmul(poly.astype(in_dtype), x.astype(in_dtype), preferred_element_type=acc)
+    return a * x + update.astype(state_dtype), None
 
-  # A scan (not an unrolled loop) compiles the three matmuls once per shape.
-  out = jax.lax.scan(step, x.astype(state_dtype), jnp.asarray(table, state_dtype))[0]
-  return out.astype(x.dtype)
+  tall = x.shape[-2] > x.shape[-1]
+  y = x.astype(state_dtype)
+  y = jnp.swapaxes(y, -1, -2) if tall else y
+  # A scan (not an unrolled loop) compiles the products once per shape.
+  y = jax.lax.scan(step, y, jnp.asarray(table, state_dtype))[0]
+  y = jnp.swapaxes(y, -1, -2) if tall else y
+  return y.astype(x.dtype)
 
 
 # `batch_elements=-1` (the run config's default): on CPU, chunks of at most 64K matrix
@@ -260,10 +293,8 @@ def orthogonalize(
     return newton_schulz_iterate(frobenius_normalize(z, eps), table, precision)
 
   chunk = max(1, batch_elements // math.prod(y.shape[1:])) if batch_elements else y.shape[0]
-  if chunk == 1 and x.shape[-2] <= x.shape[-1]:  # not tall
-    # One wide matrix at a time, as a 2-D array: XLA:CPU multiplies X X^T in place. A tall
-    # one keeps a batch axis of 1, for which XLA copies X once per step and multiplies
-    # natively; as a 2-D array its X^T X would be converted to float32.
+  if chunk == 1:
+    # One matrix at a time, as a 2-D array: XLA:CPU multiplies X X^T in place.
     y = jax.lax.map(run, y)
   elif chunk < y.shape[0]:
     y = jax.lax.map(lambda z: run(z[None])[0], y, batch_size=chunk)
