@@ -265,7 +265,7 @@ def orthogonalize(
   """Approximate polar factor U V^T of every trailing matrix of x [..., m, n].
 
   Leading axes are independent matrices (batched matmuls; `batch_elements` chunks). Tall
-  matrices (m > n) iterate in the transposed form (`newton_schulz_iterate`), so the Gram
+  matrices (m > n) are iterated as their transposes (`newton_schulz_iterate`), so the Gram
   matrix is [min(m, n)]^2 either way.
 
   Args:
