@@ -212,7 +212,9 @@ def newton_schulz_iterate(x: jax.Array, table: np.ndarray, precision: str = "flo
   # converting its operands to float32 first.
   def times_transposed(a, b):  # a b^T, contracting the columns of both: no copy of b^T
     dims = (((col,), (col,)), (batch, batch))
-    out = jax.lax.dot_general(a.astype(in_dtype), b.astype(in_dtype), dims, preferred_element_type=acc)
+    out = jax.lax.dot_general(
+      a.astype(in_dtype), b.astype(in_dtype), dims, preferred_element_type=acc
+    )
     return out.astype(state_dtype)
 
   def step(x, abc):

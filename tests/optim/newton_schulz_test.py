@@ -100,7 +100,10 @@ def test_symmetric_product_equals_the_full_product(shape, products):
     sq = newton_schulz.symmetric_product(-4.775 * gram, gram, times_transposed)
     want_sq = -4.775 * want @ want
     np.testing.assert_allclose(sq, want_sq, rtol=0, atol=1e-11 * np.abs(want_sq).max())
-    assert _count_products(lambda y: newton_schulz.symmetric_product(y, y, times_transposed), x) == products
+    assert (
+      _count_products(lambda y: newton_schulz.symmetric_product(y, y, times_transposed), x)
+      == products
+    )
 
 
 @pytest.mark.parametrize("dtype,atol", [("float64", 1e-10), ("float32", 1e-6)])
