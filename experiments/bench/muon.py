@@ -46,27 +46,13 @@ from composer_jax.optim import muon, muon_cost, newton_schulz  # noqa: E402
 from composer_jax.optim.sharded_muon import sharded_scale_by_muon  # noqa: E402
 from composer_jax.parallel.rules import param_shardings  # noqa: E402
 from composer_jax.train import placement  # noqa: E402
-from experiments.bench import timing  # noqa: E402
+from experiments.bench import muon_presets, timing  # noqa: E402
 from experiments.configs import layouts  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("presets", ["tiny", "wide"], "Model presets ('wide' = tiny at 4x width).")
 flags.DEFINE_string("layout", "fsdp_ep", "Layout name in experiments.configs.layouts.")
 flags.DEFINE_integer("iters", 7, "Timed rounds (one step per optimizer per round).")
-
-# tiny with every matrix 4x wider and twice the experts: NS dominates the step.
-_WIDE = dict(
-  hidden_size=256,
-  intermediate_size=512,
-  moe_intermediate_size=128,
-  q_lora_rank=128,
-  kv_lora_rank=128,
-  n_routed_experts=16,
-  n_group=4,
-  topk_group=2,
-  num_layers=4,
-)
-_LR = 0.02
 
 
 def _median(fn, *args, iters):
@@ -119,14 +105,17 @@ def bench_preset(cfg, layout_cfg, iters):
     is_leaf=muon.is_axes_leaf,
   )
   theirs = optax.contrib.muon(
-    _LR, muon_weight_dimension_numbers=dims, consistent_rms=0.2, adam_learning_rate=_LR
+    muon_presets.LR,
+    muon_weight_dimension_numbers=dims,
+    consistent_rms=0.2,
+    adam_learning_rate=muon_presets.LR,
   )
   ours = optax.partition(
     {
       "muon": optax.chain(
-        sharded_scale_by_muon(names, shardings), optax.scale_by_learning_rate(_LR)
+        sharded_scale_by_muon(names, shardings), optax.scale_by_learning_rate(muon_presets.LR)
       ),
-      "adam": optax.adamw(_LR, eps=1e-8),
+      "adam": optax.adamw(muon_presets.LR, eps=1e-8),
     },
     labels,
   )
@@ -163,7 +152,7 @@ def main(argv):
   )
   ratio = None
   for preset in FLAGS.presets:
-    cfg = get_preset("tiny", **_WIDE) if preset == "wide" else get_preset(preset)
+    cfg = muon_presets.wide() if preset == "wide" else get_preset(preset)
     seconds, flops, program_flops, shape = bench_preset(cfg, layout_cfg, FLAGS.iters)
     ratio = seconds["optax"] / seconds["ours"]
     achieved = flops / seconds["ours"]

@@ -22,7 +22,7 @@ Last lines: `speedup_vs_torch_muon_<preset>=X` (peer time / ours).
 
 from absl import app, flags
 
-from experiments.bench import versus
+from experiments.bench import muon_presets, versus
 
 _PRESETS = flags.DEFINE_list(
   "presets", ["tiny", "small", "wide"], "Model presets (`wide`: see doc)."
@@ -52,18 +52,6 @@ _NS_BATCH = flags.DEFINE_integer(
   -1,
   "Our Newton–Schulz chunk budget (`newton_schulz.orthogonalize`; -1 per backend, 0 all at once).",
 )
-_WIDE = dict(
-  hidden_size=256,
-  intermediate_size=512,
-  moe_intermediate_size=128,
-  q_lora_rank=128,
-  kv_lora_rank=128,
-  n_routed_experts=16,
-  n_group=4,
-  topk_group=2,
-  num_layers=4,
-)
-_LR = 0.02
 
 
 def _matrices(preset: str, layers: int, shapes_only: bool = False):
@@ -73,15 +61,10 @@ def _matrices(preset: str, layers: int, shapes_only: bool = False):
   import jax
 
   from composer_jax.model import axes as axes_lib
-  from composer_jax.model import config as model_config
   from composer_jax.model import transformer
   from experiments.bench.hf_peer import model_config as cut_config
 
-  cfg = (
-    model_config.get_preset("tiny", **_WIDE)
-    if preset == "wide"
-    else cut_config(preset, layers, "cpu")
-  )
+  cfg = muon_presets.wide() if preset == "wide" else cut_config(preset, layers, "cpu")
   cfg = cfg.replace(param_dtype="float32")
   if shapes_only:
     params = transformer.shapes(cfg)["params"]
@@ -119,7 +102,7 @@ def ours_step(preset: str, layers: int, ns_precision: str, ns_batch_elements: in
       ns_precision=ns_precision,
       ns_batch_elements=ns_batch_elements,
     ),
-    optax.scale(-_LR),
+    optax.scale(-muon_presets.LR),
   )
 
   # grads an argument, not a closed-over constant; params and state updated in place.
@@ -155,7 +138,12 @@ def peer_step(preset: str, layers: int):
   for t in tensors:
     t.grad = torch.randn_like(t)
   opt = torch.optim.Muon(
-    tensors, lr=_LR, weight_decay=0.0, momentum=0.95, nesterov=True, adjust_lr_fn="match_rms_adamw"
+    tensors,
+    lr=muon_presets.LR,
+    weight_decay=0.0,
+    momentum=0.95,
+    nesterov=True,
+    adjust_lr_fn="match_rms_adamw",
   )
   return opt.step
 
