@@ -17,7 +17,8 @@ until `--budget_s` is spent:
 3. `vs_hf`: `experiments.bench.vs_hf --device=gpu` (each side in its own process).
 
 Every stage prints `RESULT {json}` lines; the parent collects them into DIR/gpu_check.json
-and prints a summary table last.
+and prints a summary table last. CI runs the peak and `preset` stages on CPU at `tiny`
+(`tests/experiments/bench/gpu_check_test.py`), so a lent GPU's minutes go to measuring.
 """
 
 from __future__ import annotations
