@@ -12,7 +12,7 @@ The episodes are played with the run config's settings (`settings`): for a train
 workdir its own saved run config (`train.load_checkpoint.run_config`), so the policy is
 evaluated as it was trained; `--config.SECTION.FIELD=VALUE` overrides any of them, named as
 in the run config (`experiments/configs/base.py`):
-  env.heldout_fraction, env.split_seed  the split by project (`envs.coding.tasks.split`); the
+  env.heldout_fraction, env.split_seed  the split by project (`codetasks.synthesis.split`); the
                                         held-out split is evaluated unless `--split all`
   env.tools, env.max_turns              the tools offered, the turns of an episode
   rl.seq_len, rl.max_new_tokens         the episode's and a turn's token budgets (seq_len 0:
@@ -45,12 +45,12 @@ import sys
 import matplotlib
 import ml_collections
 
+from composer_jax.codetasks import sandbox
+from composer_jax.codetasks import task as task_lib
+from composer_jax.codetasks.synthesis import split
 from composer_jax.data import tokenizer as tok_lib
-from composer_jax.envs.coding import sandbox
-from composer_jax.envs.coding import task as task_lib
 from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.envs.coding.evaluation import evaluate
-from composer_jax.envs.coding.tasks import split
 from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
 

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # expert-parallel MoE) on it; the optimizer reads parameter shardings, the trainer joins them.
 # `chat` (the Kimi chat format) needs only the tokenizer from `data`.
 LAYERS = (
-  ("data", "parallel"),
+  ("data", "parallel", "codetasks"),  # codetasks: the coding-task system, JAX-free
   ("model", "chat"),
   ("optim", "hf"),
   ("train",),

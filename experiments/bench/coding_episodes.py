@@ -20,8 +20,8 @@ import json
 import tempfile
 from pathlib import Path
 
+from composer_jax.codetasks import task
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
-from composer_jax.envs.coding import task
 from composer_jax.envs.coding.agent import env as agent_env
 from composer_jax.envs.coding.agent import scripts as agent_scripts
 from composer_jax.envs.coding.agent import tools as agent_tools

@@ -21,8 +21,8 @@ import statistics
 import time
 from pathlib import Path
 
-from composer_jax.envs.coding import task, workers
-from composer_jax.envs.coding.tasks import factory, generator, sources
+from composer_jax.codetasks import task, workers
+from composer_jax.codetasks.synthesis import factory, generator, sources
 
 
 def throughput(entries, out: Path, n_workers: int, cfg: generator.Config) -> dict:

@@ -26,8 +26,8 @@ import random
 import sys
 import time
 
-from composer_jax.envs.coding.sandbox import grader
-from composer_jax.envs.coding.task import read_jsonl
+from composer_jax.codetasks.sandbox import grader
+from composer_jax.codetasks.task import read_jsonl
 
 
 def layer(g: grader.Grade) -> str:

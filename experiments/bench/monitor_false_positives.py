@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from composer_jax.envs.coding import monitor, project
-from composer_jax.envs.coding.tasks import sources
+from composer_jax.codetasks import monitor, project
+from composer_jax.codetasks.synthesis import sources
 
 _STDLIB_SKIP = frozenset(
   {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "lib2to3"}

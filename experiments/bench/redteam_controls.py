@@ -1,7 +1,7 @@
 """Control for the red-team suite of #22: each attack against plain pytest, without the grader.
 
 An attack that the grader scores 0 proves something only if it would have worked without the
-grader. This runs every attack of tests/envs/coding/sandbox/redteam/integrity_attacks.py (and the
+grader. This runs every attack of tests/codetasks/sandbox/redteam/integrity_attacks.py (and the
 runner-tampering attacks of redteam_tampering_test.py) on the mini project with `python -m
 pytest` in a temporary directory — no sandbox, no rewriting, no guard — and prints whether the
 hidden test then passes (the attack's trick works) or not.
@@ -15,9 +15,9 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from tests.envs.coding.mini_project import MINI, write_project
-from tests.envs.coding.sandbox.redteam.integrity_attacks import ATTACKS
-from tests.envs.coding.sandbox.redteam.redteam_tampering_test import LAYERED
+from tests.codetasks.mini_project import MINI, write_project
+from tests.codetasks.sandbox.redteam.integrity_attacks import ATTACKS
+from tests.codetasks.sandbox.redteam.redteam_tampering_test import LAYERED
 
 
 def project_with(shape: str, prelude: str, body: str) -> tuple[dict, list[str]]:

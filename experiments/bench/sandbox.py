@@ -44,8 +44,12 @@ P2P = ["tests/test_core.py::test_mul", "tests/test_core.py::test_mul_zero"]
 WORKER = r"""
 import json, sys, time, types
 from pathlib import Path
-from composer_jax.envs.coding import sandbox
-from composer_jax.envs.coding.sandbox import grader
+try:
+  from composer_jax.codetasks import sandbox
+  from composer_jax.codetasks.sandbox import grader
+except ImportError:  # a tree before composer_jax/codetasks
+  from composer_jax.envs.coding import sandbox
+  from composer_jax.codetasks.sandbox import grader
 what, n, task_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 t = types.SimpleNamespace(**json.loads(Path(task_file).read_text()))
 old = hasattr(sandbox, "isolation_mode")
@@ -68,9 +72,9 @@ print(json.dumps(times))
 
 def make_task(tmp: Path) -> Path:
   """The task record (only the fields both graders read) as a JSON file."""
-  from composer_jax.envs.coding import project
-  from composer_jax.envs.coding.task import unified_diff
-  from composer_jax.envs.coding.tasks import scrub
+  from composer_jax.codetasks import project
+  from composer_jax.codetasks.sandbox import scrub
+  from composer_jax.codetasks.task import unified_diff
 
   orig, vis = tmp / "orig", tmp / "visible"
   for root in (orig, vis):
@@ -148,7 +152,7 @@ def _grade_one(args) -> float:
   task_file, gold = args
   import types
 
-  from composer_jax.envs.coding.sandbox import grader
+  from composer_jax.codetasks.sandbox import grader
 
   t = types.SimpleNamespace(**json.loads(Path(task_file).read_text()))
   g = grader.grade(t, t.gold_patch if gold else "")

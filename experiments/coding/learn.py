@@ -33,9 +33,9 @@ import time
 from concurrent import futures
 from pathlib import Path
 
-from composer_jax.envs.coding import task as task_lib
+from composer_jax.codetasks import task as task_lib
+from composer_jax.codetasks.synthesis import split
 from composer_jax.envs.coding.agent import scripts as agent_scripts
-from composer_jax.envs.coding.tasks import split
 from experiments.coding import program
 from experiments.configs import rl_coding
 
@@ -105,7 +105,7 @@ def tasks(args, out: Path) -> Path:
         [
           sys.executable,
           "-m",
-          "composer_jax.envs.coding.tasks.make_tasks",
+          "composer_jax.codetasks.synthesis.make_tasks",
           "--micro",
           f"0:{args.projects}",
           "--methods",

@@ -23,12 +23,12 @@ from pathlib import Path
 import jax
 from absl import logging
 
+from composer_jax.codetasks import sandbox, task
+from composer_jax.codetasks import workers as workers_lib
+from composer_jax.codetasks.synthesis import generator, make_tasks, sources, split
 from composer_jax.data import tokenizer as tokenizer_lib
-from composer_jax.envs.coding import sandbox, task
-from composer_jax.envs.coding import workers as workers_lib
 from composer_jax.envs.coding.agent import env as agent_env
 from composer_jax.envs.coding.agent import tools as agent_tools
-from composer_jax.envs.coding.tasks import generator, make_tasks, sources, split
 from composer_jax.model.config import model_config
 from composer_jax.rl import run as rl_run
 from composer_jax.rl.programs import update_program
@@ -87,7 +87,7 @@ def load_tasks(spec: str, workers: int = 1) -> list[task.Task]:
 
 
 def train_split(config, tasks: list[task.Task]) -> list[task.Task]:
-  """The tasks RL may train on: those of the projects `envs.coding.tasks.split` does not hold out
+  """The tasks RL may train on: those of the projects `codetasks.synthesis.split` does not hold out
   (`env.heldout_fraction`, `env.split_seed`; `python -m experiments.eval` evaluates the
   held-out projects with the same function and values)."""
   e = config.env

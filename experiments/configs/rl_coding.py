@@ -2,7 +2,7 @@
 
     python -m experiments.run --config=experiments/configs/rl_coding.py
     python -m experiments.run --config=experiments/configs/rl_coding.py \
-        --config.env.tasks=tasks.jsonl    # python -m composer_jax.envs.coding.tasks.make_tasks ...
+        --config.env.tasks=tasks.jsonl    # python -m composer_jax.codetasks.synthesis.make_tasks ...
 
 'cpu' (the default arg): micro-project tasks (`env.tasks='micro:0:8'`: made on first use,
 `make_tasks.micro_tasks`), the `tiny` model,
@@ -31,7 +31,7 @@ leave them at 0 or set what the line asks for.
 tool set, long turns and the episode workers on Ray (`ray.init()` joins
 $RAY_ADDRESS). The config is an overlay on `base.py`'s schema; `env` is this program's own:
 tasks (a JSONL or micro:START:STOP), heldout_fraction / split_seed (RL trains only on the
-projects these do not hold out: `envs.coding.tasks.split`, the split `python -m experiments.eval`
+projects these do not hold out: `codetasks.synthesis.split`, the split `python -m experiments.eval`
 evaluates with the same values), tokenizer, tools, max_turns, wall_s, output_chars,
 command_s (a command's wall clock), max_hint_tokens (hints are cut to it: a teacher row is
 at most the history + this + the turn), workers/backend (`workers.Pool` for episode steps and
@@ -88,7 +88,7 @@ def get_config(arg=None):
       curriculum=dict(min_rollouts=8, easy_rate=0.8, max_active=0),
       source="",
       source_options={},
-      heldout_fraction=0.2,  # projects held out of RL for eval (`envs.coding.tasks.split`)
+      heldout_fraction=0.2,  # projects held out of RL for eval (`codetasks.synthesis.split`)
       split_seed=0,
       max_hint_tokens=384,
       thinking=False,

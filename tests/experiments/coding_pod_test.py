@@ -10,8 +10,8 @@ import jax
 import numpy as np
 import pytest
 
+from composer_jax.codetasks import task as task_lib
 from composer_jax.data import tokenizer as tok_lib
-from composer_jax.envs.coding import task as task_lib
 from composer_jax.hf import importer, writer
 from composer_jax.model import config as model_config
 from composer_jax.model import transformer

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from composer_jax.codetasks import project
+from composer_jax.codetasks import task as task_lib
+from composer_jax.codetasks.synthesis import split
 from composer_jax.data import tokenizer as tokenizer_lib
-from composer_jax.envs.coding import project
-from composer_jax.envs.coding import task as task_lib
-from composer_jax.envs.coding.tasks import split
 from composer_jax.train import checkpointing, load_checkpoint
 from composer_jax.train.metrics import read_metrics
 from experiments.coding import program
 from experiments.configs import rl_coding
-from tests.envs.coding.conftest import mini_gen, mini_root  # noqa: F401 (fixtures)
-from tests.envs.coding.mini_project import requires_sandbox
+from tests.codetasks.conftest import mini_gen, mini_root  # noqa: F401 (fixtures)
+from tests.codetasks.mini_project import requires_sandbox
 
 pytestmark = requires_sandbox
 STEPS = 2

@@ -38,13 +38,13 @@ import numpy as np
 from absl import logging
 
 from composer_jax import chat
-from composer_jax.envs.coding import sandbox
-from composer_jax.envs.coding import workers as workers_lib
+from composer_jax.codetasks import sandbox
+from composer_jax.codetasks import workers as workers_lib
+from composer_jax.codetasks.synthesis import curriculum as curriculum_lib
+from composer_jax.codetasks.task import Task
 from composer_jax.envs.coding.agent import episode as agent_episode
 from composer_jax.envs.coding.agent import feedback as agent_feedback
 from composer_jax.envs.coding.agent import tools as agent_tools
-from composer_jax.envs.coding.task import Task
-from composer_jax.envs.coding.tasks import curriculum as curriculum_lib
 from composer_jax.rl import feedback as feedback_lib
 
 STATEMENTS = ("full", "compact")

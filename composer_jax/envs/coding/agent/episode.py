@@ -16,10 +16,10 @@ import dataclasses
 import json
 import time
 
-from composer_jax.envs.coding import sandbox
+from composer_jax.codetasks import sandbox
+from composer_jax.codetasks.monitor import deadline
+from composer_jax.codetasks.sandbox import grader
 from composer_jax.envs.coding.agent import tools as agent_tools
-from composer_jax.envs.coding.monitor import deadline
-from composer_jax.envs.coding.sandbox import grader
 
 
 @dataclasses.dataclass

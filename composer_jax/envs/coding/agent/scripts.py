@@ -17,8 +17,8 @@ import jax
 import numpy as np
 
 from composer_jax import chat
-from composer_jax.envs.coding import project
-from composer_jax.envs.coding.sandbox import grader
+from composer_jax.codetasks import project
+from composer_jax.codetasks.sandbox import grader
 from composer_jax.rl.episodes import run_episodes
 from composer_jax.rl.trajectory import Trajectory, Turn
 

@@ -44,9 +44,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from composer_jax.envs.coding import project, sandbox
-from composer_jax.envs.coding.sandbox import runner
-from composer_jax.envs.coding.task import Task, unified_diff
+from composer_jax.codetasks import project, sandbox
+from composer_jax.codetasks.sandbox import runner
+from composer_jax.codetasks.task import Task, unified_diff
 
 WORKSPACE = sandbox.WS
 # pytest's "in 0.02s" (summary lines): dropped, so the same workspace gives the same observation.

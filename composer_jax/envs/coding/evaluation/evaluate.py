@@ -25,11 +25,11 @@ import jax
 import ml_collections
 import numpy as np
 
+from composer_jax.codetasks.synthesis.split import project_of
+from composer_jax.codetasks.task import Task
 from composer_jax.envs.coding.agent import env as agent_env
 from composer_jax.envs.coding.agent import feedback as agent_feedback
 from composer_jax.envs.coding.agent import tools as agent_tools
-from composer_jax.envs.coding.task import Task
-from composer_jax.envs.coding.tasks.split import project_of
 from composer_jax.model.config import ModelConfig
 from composer_jax.rl import rollout
 from composer_jax.rl.episodes import run_episodes

@@ -11,15 +11,15 @@ import json
 import numpy as np
 import pytest
 
+from composer_jax.codetasks import sandbox
+from composer_jax.codetasks.task import Task
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
-from composer_jax.envs.coding import sandbox
 from composer_jax.envs.coding.agent import env as agent_env
 from composer_jax.envs.coding.agent import episode as agent_episode
 from composer_jax.envs.coding.agent import scripts as S
 from composer_jax.envs.coding.agent import tools as agent_tools
-from composer_jax.envs.coding.task import Task
 from composer_jax.rl import env as rl_env
-from tests.envs.coding.mini_project import requires_sandbox
+from tests.codetasks.mini_project import requires_sandbox
 
 pytestmark = requires_sandbox
 KINDS = (

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from composer_jax import chat
+from composer_jax.codetasks import project
+from composer_jax.codetasks import task as task_lib
+from composer_jax.codetasks.sandbox import grader
 from composer_jax.data import tokenizer as tok_lib
-from composer_jax.envs.coding import project
-from composer_jax.envs.coding import task as task_lib
 from composer_jax.envs.coding.agent import env as agent_env
 from composer_jax.envs.coding.agent import scripts as agent_scripts
 from composer_jax.envs.coding.agent import tools as agent_tools
-from composer_jax.envs.coding.sandbox import grader
 
 BEFORE = {
   "pkg/__init__.py": "from .m import a\n",

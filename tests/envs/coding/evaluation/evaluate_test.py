@@ -15,18 +15,18 @@ import jax
 import numpy as np
 import pytest
 
+from composer_jax.codetasks import project
+from composer_jax.codetasks import task as task_lib
+from composer_jax.codetasks.synthesis import split
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
-from composer_jax.envs.coding import project
-from composer_jax.envs.coding import task as task_lib
 from composer_jax.envs.coding.agent import scripts as agent_scripts
 from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.envs.coding.evaluation import evaluate
-from composer_jax.envs.coding.tasks import split
 from composer_jax.hf import checkpoint as hf_checkpoint
 from composer_jax.model import config as model_config
 from composer_jax.model import transformer
 from experiments import eval as eval_cli
-from tests.envs.coding.mini_project import requires_sandbox
+from tests.codetasks.mini_project import requires_sandbox
 
 
 @pytest.fixture(scope="module")
