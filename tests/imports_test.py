@@ -7,6 +7,9 @@ those inside functions), so the check needs no import of the code itself.
 import ast
 import functools
 import os
+import subprocess
+import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The layers, low to high (README "Layering"): a module may import its own package and the
@@ -24,6 +27,14 @@ LAYERS = (
   ("experiments",),
 )
 RANK = {p: i for i, layer in enumerate(LAYERS) for p in layer}
+# Inside composer_jax.codetasks, low to high by the same rule: a task record holds a project
+# tree, the monitor reads one; the sandbox runs and grades tasks (its grader calls the monitor's
+# deadline worker and scrubs the workspace); synthesis makes tasks by running them in it.
+CODETASKS_LAYERS = (("project", "workers"), ("task", "monitor"), ("sandbox",), ("synthesis",))
+CODETASKS_RANK = {p: i for i, layer in enumerate(CODETASKS_LAYERS) for p in layer}
+# What the coding-task package may not import: the accelerator stack (its dependencies come with
+# the `[coding]` extra, apart from the training stack's).
+ACCELERATOR_STACK = ("jax", "jaxlib", "numpy", "flax", "optax", "chex", "orbax", "ml_dtypes")
 
 
 @functools.cache
@@ -85,6 +96,70 @@ def test_no_library_module_imports_its_layer_or_a_higher_one():
   assert not bad, bad
 
 
+def _codetasks_part(name: str) -> str | None:
+  """'sandbox' for composer_jax.codetasks.sandbox.*, 'task' for composer_jax.codetasks.task."""
+  parts = name.split(".")
+  return parts[2] if parts[:2] == ["composer_jax", "codetasks"] and len(parts) > 2 else None
+
+
+def test_every_codetasks_part_has_a_layer():
+  parts = {_codetasks_part(m) for m in _modules()} - {None}
+  assert parts == set(CODETASKS_RANK), sorted(parts ^ set(CODETASKS_RANK))
+
+
+def test_no_codetasks_part_imports_its_layer_or_a_higher_one():
+  bad = []
+  for module, path in sorted(_modules().items()):
+    if (part := _codetasks_part(module)) is None:
+      continue
+    for n in sorted(_imports(module, path)):
+      other = _codetasks_part(n)
+      if other not in (None, part) and CODETASKS_RANK[other] >= CODETASKS_RANK[part]:
+        bad.append(f"{module} imports {n}")
+  assert not bad, bad
+
+
+def test_codetasks_imports_no_accelerator_stack():
+  # Read from the source: no module of the package names jax, numpy, flax, optax (...) or a
+  # composer_jax package other than codetasks, at any depth (function-level imports included).
+  bad = []
+  for module, path in sorted(_modules().items()):
+    if _layer(module) == "codetasks":
+      bad += [
+        f"{module} imports {n}"
+        for n in sorted(_imports(module, path))
+        if n.split(".")[0] in ACCELERATOR_STACK
+        or (n.startswith("composer_jax.") and _layer(n) != "codetasks")
+      ]
+  assert not bad, bad
+
+
+def test_codetasks_modules_import_with_the_accelerator_stack_blocked():
+  # Every module of the package imported in a fresh interpreter in which importing jax, numpy,
+  # flax, optax (...) raises: what the AST check cannot see (an import inside a dependency).
+  script = textwrap.dedent(f"""
+    import importlib, pkgutil, sys
+    BLOCKED = {ACCELERATOR_STACK!r}
+    class Block:
+      def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+          raise ImportError(f"blocked: {{name}}")
+    sys.meta_path.insert(0, Block())
+    import composer_jax.codetasks as pkg
+    names = [m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]
+    for name in names:
+      importlib.import_module(name)
+    assert not [m for m in sys.modules if m.split(".")[0] in BLOCKED]
+    print(len(names))
+  """)
+  out = subprocess.run(
+    [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+  )
+  assert out.returncode == 0, out.stderr[-2000:]
+  codetasks = [m for m in _modules() if _layer(m) == "codetasks" and m != "composer_jax.codetasks"]
+  assert int(out.stdout.split()[-1]) == len(codetasks)
+
+
 def _env(name: str) -> str | None:
   """'coding' for composer_jax.envs.coding.*, else None."""
   parts = name.split(".")
@@ -140,6 +215,11 @@ def test_the_check_sees_a_violation(tmp_path):
   assert _allowed("model", "parallel") and not _allowed("parallel", "model")
   assert _allowed("optim", "model") and not _allowed("parallel", "optim")
   assert not _allowed("optim", "hf") and not _allowed("envs", "experiments")
+  # Inside codetasks the sandbox may not import synthesis (the circle this test keeps closed).
+  path.write_text("from ..synthesis import sources\n")
+  names = _imports("composer_jax.codetasks.sandbox.runner", str(path))
+  assert "composer_jax.codetasks.synthesis.sources" in names
+  assert CODETASKS_RANK["synthesis"] > CODETASKS_RANK["sandbox"] > CODETASKS_RANK["task"]
   # Environments side by side: coding may not import tools.
   path.write_text("from composer_jax.envs.tools import feedback\n")
   names = _imports("composer_jax.envs.coding.agent.env", str(path))

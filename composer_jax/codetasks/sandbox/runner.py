@@ -33,8 +33,7 @@ from pathlib import Path
 from _pytest.config import findpaths
 
 from composer_jax.codetasks import project, sandbox
-from composer_jax.codetasks.sandbox import guard, instrument
-from composer_jax.codetasks.synthesis import sources
+from composer_jax.codetasks.sandbox import dependencies, guard, instrument
 
 # Importable top-level names the sandboxed runner needs (pytest's own dependencies + coverage).
 RUNTIME_MODULES = (
@@ -200,9 +199,9 @@ def run_suite(
     # import the project, hence its dependencies, before the root conftest.py runs), and is
     # the site-packages of the processes a test starts (`python -m pkg`, `python -c` under its
     # own PYTHONPATH), as if installed.
-    deps = ws / sources.RUNTIME_DIR
+    deps = ws / dependencies.RUNTIME_DIR
     site = {sandbox.base_site(): str(deps)} if deps.is_dir() else {}
-    paths = import_paths() + ([f"{sandbox.WS}/{sources.RUNTIME_DIR}"] if site else [])
+    paths = import_paths() + ([f"{sandbox.WS}/{dependencies.RUNTIME_DIR}"] if site else [])
     inside = lambda rels: sorted(f"{sandbox.WS}/{r}" for r in rels)
     cfg = {
       "args": args,
@@ -214,7 +213,7 @@ def run_suite(
       "protected": inside(
         r
         for r in frozen
-        if not r.startswith(sources.RUNTIME_DIR.split("/")[0] + "/")
+        if not r.startswith(dependencies.RUNTIME_DIR.split("/")[0] + "/")
         and (r.endswith(".py") or r.rsplit("/", 1)[-1] in CONFIG_NAMES)
       ),
     }

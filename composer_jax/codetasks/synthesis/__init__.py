@@ -9,8 +9,8 @@ deletion  libcst removal of a feature + dead helpers/imports/__all__/re-exports/
 bug_injection  one mutation of covered code (operator, condition, off-by-one, branch, args)
 generator FAIL_TO_PASS / PASS_TO_PASS validation over re-runs, direct vs collateral tests,
           task records (task.Task) with difficulty fields (difficulty.py; dedup)
-hiding    FAIL_TO_PASS tests removed from the visible workspace
-scrub     caches, bytecode, build outputs, prose, fresh single-commit git, leak scan
+hiding    FAIL_TO_PASS tests removed from the visible workspace (then sandbox.scrub: caches,
+          build outputs, prose, fresh git, leak scan)
 factory   every manifest project on a worker pool (workers.py: processes or Ray), resumable
 make_tasks  the CLI (one source or a whole manifest)
 curriculum pass-rate pool that retires trivial/impossible tasks, admits easy -> hard by

@@ -31,13 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from composer_jax.codetasks import project, sandbox
-from composer_jax.codetasks.sandbox import grader, runner, scrub
+from composer_jax.codetasks.sandbox import dependencies, grader, runner, scrub
 from composer_jax.codetasks.synthesis import (
   bug_injection,
   deletion,
   difficulty,
   hiding,
-  sources,
   testmap,
 )
 from composer_jax.codetasks.synthesis.sources import Source
@@ -107,7 +106,7 @@ class Generator:
     copy = self.work / f"run-{tag}"
     shutil.copytree(tree, copy)
     try:
-      sources.install_runtime(self.source.runtime, copy)
+      dependencies.install_runtime(self.source.runtime, copy)
       return runner.run_suite(copy, limits=self.cfg.limits)
     finally:
       shutil.rmtree(copy, ignore_errors=True)
@@ -147,7 +146,7 @@ class Generator:
     self._report(f"baseline: a coverage run and {self.cfg.baseline_runs} more runs of the suite")
     copy = self.work / "run-map"
     shutil.copytree(self.orig, copy)
-    sources.install_runtime(self.source.runtime, copy)
+    dependencies.install_runtime(self.source.runtime, copy)
     self.map, first = testmap.build(copy, files=files, limits=self.cfg.limits)
     shutil.rmtree(copy, ignore_errors=True)
     if first.returncode == 5 or (first.ok and not first.outcomes):
@@ -453,7 +452,7 @@ class Generator:
         shutil.copyfile(self.orig / rel, hidden / rel)
     for rel, text in change.tests.items():
       (hidden / rel).write_text(text, encoding="utf-8")
-    sources.install_runtime(self.source.runtime, hidden, self.orig)
+    dependencies.install_runtime(self.source.runtime, hidden, self.orig)
     features = [{"kind": f.kind, "path": f.path, "qualname": f.qualname} for f in change.feats]
     if change.mutation is not None:
       m = change.mutation

@@ -13,6 +13,7 @@ import stat
 import pytest
 
 from composer_jax.codetasks import project, task, workers
+from composer_jax.codetasks.sandbox import dependencies
 from composer_jax.codetasks.synthesis import factory, generator, sources
 from tests.codetasks.mini_project import requires_sandbox
 
@@ -57,17 +58,17 @@ def test_pinned_pypi_project_and_bad_entries(tmp_path, monkeypatch):
   # hidden files only).
   runtime = sources.build_runtime(pins["itsdangerous"]["deps"], cache=tmp_path / "deps")
   assert not stat.S_IMODE((runtime / "site").stat().st_mode) & 0o222
-  files = sources.runtime_files(runtime)
+  files = dependencies.runtime_files(runtime)
   assert {"freezegun/__init__.py", "dateutil/parser/__init__.py", "six.py"} <= set(files)
   assert not [f for f in files if f.endswith((".pth", ".pyc")) or "/tests/" in f]
   tree = tmp_path / "tree"
   (tree / "pkg").mkdir(parents=True)
   (tree / "pkg" / "__init__.py").write_text("")
   (tree / "conftest.py").write_text("X = 1\n")
-  sources.install_runtime(runtime, tree)
-  copied = tree / sources.RUNTIME_DIR / "six.py"
+  dependencies.install_runtime(runtime, tree)
+  copied = tree / dependencies.RUNTIME_DIR / "six.py"
   assert copied.read_bytes() == files["six.py"].read_bytes()
-  assert project.is_protected(f"{sources.RUNTIME_DIR}/six.py")  # the grader restores it
+  assert project.is_protected(f"{dependencies.RUNTIME_DIR}/six.py")  # the grader restores it
   conftest = (tree / "conftest.py").read_text()
-  assert conftest.endswith("X = 1\n") and repr(sources.RUNTIME_DIR) in conftest.splitlines()[0]
+  assert conftest.endswith("X = 1\n") and repr(dependencies.RUNTIME_DIR) in conftest.splitlines()[0]
   assert sources.build_runtime(pins["itsdangerous"]["deps"], cache=tmp_path / "deps") == runtime
