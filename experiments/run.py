@@ -21,6 +21,7 @@ filesystem all processes share) plus `--coordinator=HOST:PORT --num_processes=N
 """
 
 import glob
+import importlib
 import os
 import sys
 
@@ -30,17 +31,17 @@ from ml_collections import config_flags
 
 from composer_jax.parallel import distributed
 from composer_jax.train import checkpointing, compile_cache, host_memory, loop, workdir_lock
-from experiments.coding import program as coding
-from experiments.tool_feedback import program as tool_feedback
 
-# RL experiment programs, by environment name (`config.env.name`).
-RL_PROGRAMS = {"tools": tool_feedback.run, "coding": coding.run}
+# RL experiment programs, by environment name (`config.env.name`): the module whose `run(config,
+# workdir)` runs it, imported only when selected, so a supervised run loads no environment
+# (the coding one needs the `[coding]` extra).
+RL_PROGRAMS = {"tools": "experiments.tool_feedback.program", "coding": "experiments.coding.program"}
 
 
 def _rl(config, workdir: str):
   if config.env.name not in RL_PROGRAMS:
     raise ValueError(f"env.name={config.env.name!r}; valid: {sorted(RL_PROGRAMS)}")
-  return RL_PROGRAMS[config.env.name](config, workdir)
+  return importlib.import_module(RL_PROGRAMS[config.env.name]).run(config, workdir)
 
 
 PROGRAMS = {"lm": loop.train, "rl": _rl}
