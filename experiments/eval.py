@@ -45,8 +45,8 @@ import sys
 import matplotlib
 import ml_collections
 
-from composer_jax.codetasks import sandbox
 from composer_jax.codetasks import task as task_lib
+from composer_jax.codetasks.sandbox import bwrap
 from composer_jax.codetasks.synthesis import split
 from composer_jax.data import tokenizer as tok_lib
 from composer_jax.envs.coding.agent import tools as agent_tools
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
       budget=agent_tools.Budget(max_turns=env.max_turns, max_tokens=rl.seq_len),
     )
     report = evaluate.evaluate(tasks, model_cfg, variables, tokenizer, cfg, args.workers)
-  except (OSError, ValueError, sandbox.SandboxUnavailable) as e:
+  except (OSError, ValueError, bwrap.SandboxUnavailable) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
   meta = {

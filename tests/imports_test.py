@@ -217,7 +217,7 @@ def test_the_check_sees_a_violation(tmp_path):
   assert not _allowed("optim", "hf") and not _allowed("envs", "experiments")
   # Inside codetasks the sandbox may not import synthesis (the circle this test keeps closed).
   path.write_text("from ..synthesis import sources\n")
-  names = _imports("composer_jax.codetasks.sandbox.runner", str(path))
+  names = _imports("composer_jax.codetasks.sandbox.suite", str(path))
   assert "composer_jax.codetasks.synthesis.sources" in names
   assert CODETASKS_RANK["synthesis"] > CODETASKS_RANK["sandbox"] > CODETASKS_RANK["task"]
   # Environments side by side: coding may not import tools.

@@ -45,11 +45,11 @@ WORKER = r"""
 import json, sys, time, types
 from pathlib import Path
 try:
-  from composer_jax.codetasks import sandbox
+  from composer_jax.codetasks.sandbox import bwrap as sandbox
   from composer_jax.codetasks.sandbox import grader
 except ImportError:  # a tree before composer_jax/codetasks
   from composer_jax.envs.coding import sandbox
-  from composer_jax.codetasks.sandbox import grader
+  from composer_jax.envs.coding.sandbox import grader
 what, n, task_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 t = types.SimpleNamespace(**json.loads(Path(task_file).read_text()))
 old = hasattr(sandbox, "isolation_mode")

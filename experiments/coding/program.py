@@ -23,8 +23,9 @@ from pathlib import Path
 import jax
 from absl import logging
 
-from composer_jax.codetasks import sandbox, task
+from composer_jax.codetasks import task
 from composer_jax.codetasks import workers as workers_lib
+from composer_jax.codetasks.sandbox import bwrap
 from composer_jax.codetasks.synthesis import generator, make_tasks, sources, split
 from composer_jax.data import tokenizer as tokenizer_lib
 from composer_jax.envs.coding.agent import env as agent_env
@@ -167,7 +168,7 @@ def _budget(e, max_tokens: int) -> agent_tools.Budget:
     max_tokens=max_tokens,
     wall_s=e.wall_s,
     output_chars=e.output_chars,
-    command=sandbox.Limits(cpu_s=int(e.command_s), wall_s=e.command_s, log_bytes=256 << 10),
+    command=bwrap.Limits(cpu_s=int(e.command_s), wall_s=e.command_s, log_bytes=256 << 10),
   )
 
 

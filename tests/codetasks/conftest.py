@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from composer_jax.codetasks import sandbox
+from composer_jax.codetasks.sandbox import bwrap
 from composer_jax.codetasks.synthesis import generator, sources
 from tests.codetasks.mini_project import FAST, MINI, write_project
 
@@ -17,7 +17,7 @@ def mini_root(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def mini_gen(mini_root, tmp_path_factory):
   """A prepared generator over the mini project and the tasks it made (verify on)."""
-  if why := sandbox.available():
+  if why := bwrap.available():
     pytest.skip(why)
   work = tmp_path_factory.mktemp("work")
   src = sources.resolve(str(mini_root), work)

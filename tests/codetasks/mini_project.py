@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from composer_jax.codetasks import sandbox
+from composer_jax.codetasks.sandbox import bwrap
 
 MINI = {
   "minipkg/__init__.py": """\
@@ -106,8 +106,8 @@ MINI = {
   "minipkg/__pycache__/core.cpython-311.pyc": "length_of_the_vector = math.hypot(a, b)\n",
 }
 
-FAST = sandbox.Limits(cpu_s=20, wall_s=60.0)
-requires_sandbox = pytest.mark.skipif(bool(sandbox.available()), reason=sandbox.available())
+FAST = bwrap.Limits(cpu_s=20, wall_s=60.0)
+requires_sandbox = pytest.mark.skipif(bool(bwrap.available()), reason=bwrap.available())
 
 
 def write_project(root: Path, files: dict[str, str]) -> Path:

@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from composer_jax.codetasks import sandbox, task
-from composer_jax.codetasks.sandbox import grader
+from composer_jax.codetasks import task
+from composer_jax.codetasks.sandbox import bwrap, grader
 
 
 def load(path: Path, task_id: str) -> task.Task:
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     else:
       patch = sys.stdin.read() if args.patch == "-" else Path(args.patch).read_text()
     g = grader.grade(t, patch)
-  except (OSError, ValueError, sandbox.SandboxUnavailable) as e:
+  except (OSError, ValueError, bwrap.SandboxUnavailable) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
   print(json.dumps({"id": t.id, **g.as_dict()}, indent=1, sort_keys=True))

@@ -15,7 +15,7 @@ The verdict depends on nothing the candidate's process can write: its records ar
 what decides is what it could not know or forge — the expected values of hidden sites, which
 items are decoys, the random names. Each layer fails closed on its own. What it stops (classes
 of #22 and of the red-team suite, tests/codetasks/sandbox/redteam/):
-  sandbox (sandbox/__init__.py: bwrap, seccomp, quota, rlimits, wall clock, minimal read-only root)
+  sandbox (sandbox/bwrap.py: bwrap, seccomp, quota, rlimits, wall clock, minimal read-only root)
     escape (chroot, mount, pivot_root, setns, unshare, ptrace, /proc of the host, leaked fds),
     resource exhaustion (disk, inodes, tmp, processes, memory, CPU, time, output volume),
     persistence across grades, information leaks (host files, the task file, network) and
@@ -30,7 +30,7 @@ of #22 and of the red-team suite, tests/codetasks/sandbox/redteam/):
     symlinks/FIFOs/devices, added or changed runner config and conftest.py, added test files,
     start-up hooks (sitecustomize, usercustomize, *.pth), caches and bytecode, modules that
     shadow the standard library or the runner, a directory where a protected file belongs.
-  runner configuration (runner.py)
+  runner configuration (suite.py)
     config injection: `-c` is the grader's copy of the original config, rootdir/confcutdir
     fixed, no cache provider, no plugin autoload; test-id collisions and deselection (the
     collected ids, names mapped back, must equal the expected set; every decoy collected).
@@ -78,7 +78,7 @@ of #22 and of the red-team suite, tests/codetasks/sandbox/redteam/):
     a test that always fails: it passes only if outcomes are forced (1, 2), whatever else
     the file holds.
   agent tools (agent/tools.py): every argument validated, a call never raises (8).
-  scratch directories (sandbox.tempdir/reap): a grader killed from outside leaves its
+  scratch directories (bwrap.tempdir/reap): a grader killed from outside leaves its
     workspace copy behind only until the next grade starts.
 """
 
@@ -93,16 +93,16 @@ import sys
 import tarfile
 from pathlib import Path
 
-from composer_jax.codetasks import project, sandbox
+from composer_jax.codetasks import project
 from composer_jax.codetasks.monitor import deadline
-from composer_jax.codetasks.sandbox import instrument, root_leaks, runner, scrub, site_values
+from composer_jax.codetasks.sandbox import bwrap, instrument, root_leaks, scrub, site_values, suite
 from composer_jax.codetasks.task import Task, direct_partial
 
 MAX_PATCH_BYTES = 4 << 20
 _SHADOWED = (
   frozenset(sys.stdlib_module_names)
-  | frozenset(runner.RUNTIME_MODULES)
-  | frozenset(runner.OWN_MODULES)
+  | frozenset(suite.RUNTIME_MODULES)
+  | frozenset(suite.OWN_MODULES)
 )
 
 
@@ -125,7 +125,7 @@ class Grade:
 
 
 def _zero(error: str, flags=(), wall_s: float = 0.0) -> Grade:
-  return Grade(0.0, 0.0, {}, error, list(flags), sandbox.isolation_report(), wall_s)
+  return Grade(0.0, 0.0, {}, error, list(flags), bwrap.isolation_report(), wall_s)
 
 
 def apply_patch(ws: Path, patch: str) -> str:
@@ -213,18 +213,18 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict], frozense
   flags = deadline.scan_change(
     {r: visible[r] for r in changed if r in visible}, {r: after[r] for r in changed if r in after}
   )
-  touched = frozenset(r for r in changed if r in after and not runner.controlled(r))
+  touched = frozenset(r for r in changed if r in after and not suite.controlled(r))
   for rel in changed:
-    if rel not in visible and rel in after and not runner.controlled(rel):
+    if rel not in visible and rel in after and not suite.controlled(rel):
       if name := _shadowing(rel, ws):
         return f"patch adds {rel}, which shadows module {name!r}", flags, none
   shutil.rmtree(ws / ".git", ignore_errors=True)
   scrub.scrub(ws)
   for rel in project.walk(ws, skip=frozenset()):
-    if runner.controlled(rel) and rel not in originals:
+    if suite.controlled(rel) and rel not in originals:
       (ws / rel).unlink()
   for rel, data in originals.items():
-    if runner.controlled(rel) and rel.split("/")[0] != ".git":
+    if suite.controlled(rel) and rel.split("/")[0] != ".git":
       _put(ws, rel, data)
   _, odd = _tree(ws)
   if odd:
@@ -232,10 +232,10 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict], frozense
   return "", flags, touched
 
 
-def grade(task: Task, patch: str, *, limits: sandbox.Limits = sandbox.DEFAULT_LIMITS) -> Grade:
+def grade(task: Task, patch: str, *, limits: bwrap.Limits = bwrap.DEFAULT_LIMITS) -> Grade:
   """Reward for `patch` on `task` (module docstring). Raises SandboxUnavailable only."""
-  sandbox.require()
-  sandbox.reap()
+  bwrap.require()
+  bwrap.reap()
   try:
     return _grade(task, patch, limits)
   except Exception as e:  # fail closed: never a traceback instead of a grade
@@ -258,7 +258,7 @@ def plan_for(task: Task) -> instrument.Plan:
   files = {
     rel: data
     for rel, data in sorted(originals.items())
-    if runner.controlled(rel)
+    if suite.controlled(rel)
     and (rel in id_files or (rel.endswith(".py") and os.path.dirname(rel) in dirs))
   }
   return instrument.plan(files, task.FAIL_TO_PASS, wanted)
@@ -274,7 +274,7 @@ def unprotected(plan: instrument.Plan) -> str:
   return f"unprotected FAIL_TO_PASS tests ({len(plan.unprotected)}): {why}"
 
 
-def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
+def _grade(task: Task, patch: str, limits: bwrap.Limits) -> Grade:
   if hits := root_leaks.leaks(task.gold_patch):
     return _zero(f"the task's code is readable in the sandbox root: {hits[:2]}")
   plan = plan_for(task)
@@ -282,7 +282,7 @@ def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
     g = _zero(f"task not gradable: {why}")
     g.integrity = {"unprotected": plan.unprotected}
     return g
-  with sandbox.scratch("grade") as tmp:
+  with bwrap.scratch("grade") as tmp:
     ws = Path(tmp) / "ws"
     err, flags, touched = prepare(task, patch, ws)
     critical = [f for f in flags if f["severity"] == "critical"]
@@ -293,11 +293,11 @@ def _grade(task: Task, patch: str, limits: sandbox.Limits) -> Grade:
     wanted = sorted(set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS))
     for rel, data in plan.files.items():
       (ws / rel).write_bytes(data)
-    run = runner.run_suite(ws, wanted, limits=limits, plan=plan, untrusted=touched)
+    run = suite.run_suite(ws, wanted, limits=limits, plan=plan, untrusted=touched)
   return judge(task, plan, run, flags, wanted)
 
 
-def judge(task: Task, plan: instrument.Plan, run: runner.SuiteRun, flags, wanted) -> Grade:
+def judge(task: Task, plan: instrument.Plan, run: suite.SuiteRun, flags, wanted) -> Grade:
   """The grade of a finished run (module docstring): guard, soundness, decoys, sites."""
   flags = list(flags)
   for g in run.guard:

@@ -1,6 +1,6 @@
 """The grader's test harness, run inside the sandbox as `python -I -S -B /cj/harness.py`.
 
-It reads, from stdin, one line naming the outcome fd (written by sandbox.run) and a JSON
+It reads, from stdin, one line naming the outcome fd (written by bwrap.run) and a JSON
 config; stdin is then at EOF. Before any project code runs it:
   1. makes this process non-dumpable: no other process of the sandbox (a test's child
      included) can open its /proc/PID/mem;
@@ -159,7 +159,7 @@ def main() -> None:
   # The runtime first (a workspace `pytest.py` cannot stand in for it), the workspace after the
   # standard library.
   sys.path[:0] = [cfg["site"]]
-  import cj_guard  # the grader's runtime (runner.runtime_binds)
+  import cj_guard  # the grader's runtime (suite.runtime_binds)
   import cj_values
 
   cj_guard.non_dumpable()

@@ -1,6 +1,6 @@
 """The leak scan of everything a sandboxed command can read besides its workspace.
 
-A task is only as hidden as its deleted code: the sandbox root (sandbox.visible(): programs,
+A task is only as hidden as its deleted code: the sandbox root (bwrap.visible(): programs,
 libraries, the Python runtime and the grader's read-only files) must not hold a copy of it,
 installed, vendored or zipped, or the code is importable — or printable by the agent's `run`
 tool and pasted back as a clean-looking diff. `index()` reads every regular file of those trees
@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from composer_jax.codetasks import sandbox
+from composer_jax.codetasks.sandbox import bwrap
 
 CACHE_DIR = (
   Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "composer_jax" / "visible"
@@ -66,10 +66,10 @@ def _read(path: str, out: set) -> None:
 
 
 def _trees() -> list[str]:
-  from composer_jax.codetasks.sandbox import runner
+  from composer_jax.codetasks.sandbox import suite
 
-  binds = {k: v for k, v in runner.runtime_binds().items() if k != runner.PYCACHE}
-  return sorted({host for _, host in sandbox.visible(binds)})
+  binds = {k: v for k, v in suite.runtime_binds().items() if k != suite.PYCACHE}
+  return sorted({host for _, host in bwrap.visible(binds)})
 
 
 def _walk(trees, hidden):
@@ -105,7 +105,7 @@ def _build(trees, hidden) -> array.array:
 def index() -> array.array:
   """Sorted hashes of the stripped lines (>= MIN_LINE bytes) of every file visible in the
   sandbox besides the workspace (package directories the sandbox hides excluded)."""
-  trees, hidden = _trees(), frozenset(sandbox.hidden())
+  trees, hidden = _trees(), frozenset(bwrap.hidden())
   path = CACHE_DIR / f"lines-{_fingerprint(trees, hidden)}.u64"
   out = array.array("Q")
   try:

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from composer_jax.codetasks import project, sandbox
-from composer_jax.codetasks.sandbox import dependencies, grader, runner, scrub
+from composer_jax.codetasks import project
+from composer_jax.codetasks.sandbox import bwrap, dependencies, grader, scrub, suite
 from composer_jax.codetasks.synthesis import (
   bug_injection,
   deletion,
@@ -61,7 +61,7 @@ class Config:
   max_tests_per_feature: int = 80  # "few others": features many tests use are skipped
   max_f2p_fraction: float = 0.5
   verify: bool = True
-  limits: sandbox.Limits = sandbox.DEFAULT_LIMITS
+  limits: bwrap.Limits = bwrap.DEFAULT_LIMITS
 
 
 class Generator:
@@ -101,13 +101,13 @@ class Generator:
     if bad or not methods:
       raise ValueError(f"synthesis methods {list(methods)}: valid ones are {list(METHODS)}")
 
-  def _run(self, tree: Path, tag: str) -> runner.SuiteRun:
+  def _run(self, tree: Path, tag: str) -> suite.SuiteRun:
     """Runs the whole suite on a throwaway copy (tests may write into their tree)."""
     copy = self.work / f"run-{tag}"
     shutil.copytree(tree, copy)
     try:
       dependencies.install_runtime(self.source.runtime, copy)
-      return runner.run_suite(copy, limits=self.cfg.limits)
+      return suite.run_suite(copy, limits=self.cfg.limits)
     finally:
       shutil.rmtree(copy, ignore_errors=True)
 
@@ -124,7 +124,7 @@ class Generator:
     tops = {project.module_name(f).split(".")[0] for f in files}
     if not tops:
       raise ValueError(f"source {name} has no importable package or module")
-    clash = tops & set(runner.RUNTIME_MODULES)
+    clash = tops & set(suite.RUNTIME_MODULES)
     if clash:
       raise ValueError(f"source {name}: package {sorted(clash)} is part of the test runner")
     self.project = deletion.Project(self.orig)
@@ -161,7 +161,7 @@ class Generator:
     )
     always_failing = [t for t in failing if all(r.outcomes.get(t) != "passed" for r in runs)]
     if always_failing:
-      why = _failure_messages(runs, always_failing, k=2) or [runner.pytest_error(first.log_tail)]
+      why = _failure_messages(runs, always_failing, k=2) or [suite.pytest_error(first.log_tail)]
       raise ValueError(
         f"source {name}: {len(always_failing)} tests do not pass before any "
         f"deletion, e.g. {always_failing[:3]} ({'; '.join(why)[:300]}); only passing suites "
@@ -517,7 +517,7 @@ _SECTION = re.compile(r"^_{3,} (\S+) _{3,}$")
 _SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+) - (.+)$")
 
 
-def _failure_messages(runs: list[runner.SuiteRun], f2p: list[str], k: int = 5) -> list[str]:
+def _failure_messages(runs: list[suite.SuiteRun], f2p: list[str], k: int = 5) -> list[str]:
   """Up to k `test: message` lines: the first `E ` line of each failing test's report section.
 
   pytest heads a failure's section with `___ Cls.test_name[param] ___`; the output tail kept by

@@ -16,8 +16,8 @@ import coverage
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from composer_jax.codetasks import project, sandbox
-from composer_jax.codetasks.sandbox import runner
+from composer_jax.codetasks import project
+from composer_jax.codetasks.sandbox import bwrap, suite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +89,8 @@ class TestMap:
 
 
 def build(
-  root: Path, *, files: list[str] | None = None, limits=sandbox.DEFAULT_LIMITS
-) -> tuple[TestMap, runner.SuiteRun]:
+  root: Path, *, files: list[str] | None = None, limits=bwrap.DEFAULT_LIMITS
+) -> tuple[TestMap, suite.SuiteRun]:
   """Runs the suite once under per-test coverage contexts and maps tests <-> symbols.
 
   `files`: the project's source files (default: found in root; pass them when root also holds
@@ -102,8 +102,8 @@ def build(
   # outside `files` are ignored below. The data file is written in the sandbox's /tmp and comes
   # back through the harness's channel.
   inside = "/tmp/cj-coverage"
-  args = ["-p", "cj_covplugin", f"--cj-cov-data={inside}", f"--cj-cov-source={sandbox.WS}"]
-  run = runner.run_suite(root, limits=limits, extra_args=tuple(args), blob=inside)
+  args = ["-p", "cj_covplugin", f"--cj-cov-data={inside}", f"--cj-cov-source={bwrap.WS}"]
+  run = suite.run_suite(root, limits=limits, extra_args=tuple(args), blob=inside)
   by_line = {}
   with tempfile.TemporaryDirectory(prefix="cj-cov-") as tmp:
     if run.blob:
@@ -111,7 +111,7 @@ def build(
       data = coverage.CoverageData(basename=str(Path(tmp) / "data"))
       data.read()
       for measured in data.measured_files():
-        rel = Path(measured).relative_to(sandbox.WS).as_posix()
+        rel = Path(measured).relative_to(bwrap.WS).as_posix()
         by_line[rel] = data.contexts_by_lineno(measured)
   syms, tests_by_symbol, covered = {}, {}, {}
   for rel in files:

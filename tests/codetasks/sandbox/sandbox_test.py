@@ -8,8 +8,7 @@ import sysconfig
 
 import pytest
 
-from composer_jax.codetasks import sandbox
-from composer_jax.codetasks.sandbox import grade_patch, grader, guard, instrument, runner
+from composer_jax.codetasks.sandbox import bwrap, grade_patch, grader, guard, instrument, suite
 from tests.codetasks.mini_project import FAST, requires_sandbox, write_project
 
 
@@ -94,7 +93,7 @@ def test_environment_is_empty_and_pinned():
   assert not {{"XLA_FLAGS", "JAX_PLATFORMS", "VIRTUAL_ENV"}} & set(os.environ)
 """
   ws = write_project(tmp_path / "ws", {"test_probe.py": probe})
-  run = runner.run_suite(ws, limits=FAST)
+  run = suite.run_suite(ws, limits=FAST)
   with pytest.raises(BlockingIOError):
     listener.accept()  # nothing ever connected from the sandbox
   listener.close()
@@ -122,14 +121,14 @@ def test_fails():
   assert False
 """
   ws = write_project(tmp_path / "ws", {"test_forge.py": forge})
-  run = runner.run_suite(ws, limits=FAST)
+  run = suite.run_suite(ws, limits=FAST)
   assert run.outcomes.get("test_forge.py::test_fails") != "passed"
 
 
 def test_records_are_read_in_sequence_and_guard_records_apart():
   line = lambda rec: json.dumps(rec).encode() + b"\n"
   good = line({"seq": 1, "kind": "test"}) + line({"seq": 2, "kind": "done"})
-  recs, guard, why = runner.records(good)
+  recs, guard, why = suite.records(good)
   assert [r["kind"] for r in recs] == ["test", "done"] and guard == [] and why == ""
   stop = line({"seq": -1, "kind": "guard", "event": "gc.get_objects", "where": "x.py:1"})
   for bad in (
@@ -138,9 +137,9 @@ def test_records_are_read_in_sequence_and_guard_records_apart():
     good + line({"seq": 1, "kind": "done"}),  # a forged record after the end
     b"not json\n" + good,
   ):
-    assert runner.records(bad)[2], bad
+    assert suite.records(bad)[2], bad
   # The guard's own record counts even in a stream that is otherwise broken.
-  assert runner.records(b"junk\n" + stop)[1][0]["event"] == "gc.get_objects"
+  assert suite.records(b"junk\n" + stop)[1][0]["event"] == "gc.get_objects"
 
 
 @requires_sandbox
@@ -176,11 +175,11 @@ def test_bad_input_is_one_line(mini_gen, tmp_path, capsys, monkeypatch):
   assert out["reward"] == 0.0 and out["error"].startswith("patch does not apply")
   assert "\n" not in out["error"]
   # A machine without user namespaces: the probe's failure, injected.
-  monkeypatch.setattr(sandbox, "_probe_once", lambda: "setting up uid map: Permission denied")
+  monkeypatch.setattr(bwrap, "_probe_once", lambda: "setting up uid map: Permission denied")
   assert grade_patch.main(["--tasks", str(tasks), "--id", t.id, "--patch", "GOLD"]) == 1
   assert "sandbox unavailable" in _one_line(capsys)
-  with pytest.raises(sandbox.SandboxUnavailable):
-    sandbox.run(["/bin/true"])
+  with pytest.raises(bwrap.SandboxUnavailable):
+    bwrap.run(["/bin/true"])
 
 
 @requires_sandbox
@@ -198,7 +197,7 @@ def test_a_test_inherited_from_another_file_is_graded(tmp_path):
   assert plan.unprotected == {tid: "definition not found in the file"}
   for rel, data in plan.files.items():  # only the file's sentinel is added
     (ws / rel).write_bytes(data)
-  run = runner.run_suite(ws, [tid], plan=plan, limits=FAST)
+  run = suite.run_suite(ws, [tid], plan=plan, limits=FAST)
   assert run.ok and run.outcomes == {tid: "passed"}, run.log_tail
   assert list(run.decoys.values()) == ["failed"]
 
@@ -259,7 +258,7 @@ def test_guard_lets_trusted_code_look_at_frames_under_the_candidates(tmp_path):
   introspection called by changed code, or under a dataclass the change defined, is."""
   ws = write_project(tmp_path / "ws", GUARD_FILES)
   changed = frozenset({"pkg/core.py", "pkg/mine.py"})
-  run = lambda name: runner.run_suite(ws, [name], limits=FAST, untrusted=changed)
+  run = lambda name: suite.run_suite(ws, [name], limits=FAST, untrusted=changed)
   ok = run("tests/test_ok.py::test_trusted_introspection")
   assert ok.ok and ok.guard == [] and set(ok.outcomes.values()) == {"passed"}, ok.log_tail
   peek, mine = run("tests/test_peek.py::test_peek"), run("tests/test_mine.py::test_mine")
@@ -276,7 +275,7 @@ def test_guard_knows_allowed_callers_by_identity_and_makers_by_their_input(tmp_p
   candidate's text."""
   ws = write_project(tmp_path / "ws", GUARD_FILES)
   changed = frozenset({"pkg/peek2.py", "pkg/maker.py"})
-  run = lambda name: runner.run_suite(ws, [name], limits=FAST, untrusted=changed)
+  run = lambda name: suite.run_suite(ws, [name], limits=FAST, untrusted=changed)
   peek2 = run("tests/test_peek2.py::test_peek2")
   assert [(g["event"], g["where"]) for g in peek2.guard] == [
     ("sys._getframe", "/ws/pkg/peek2.py:5")

@@ -13,7 +13,7 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 
 from composer_jax.codetasks import project, task, workers
-from composer_jax.codetasks.sandbox import grader, runner
+from composer_jax.codetasks.sandbox import grader, suite
 from composer_jax.codetasks.synthesis import (
   difficulty,
   factory,
@@ -240,8 +240,8 @@ def test_grader_partial_counts_direct_tests_only(tmp_path, monkeypatch):
     F2P_direct=["t::a"],
   )
   outcomes = {"t::a": "passed", "t::b": "failed", "t::d": "passed"}
-  run = runner.SuiteRun(outcomes, [], [], 0, True, "", 0.0, {}, "")
-  monkeypatch.setattr(runner, "run_suite", lambda *a, **k: run)
+  run = suite.SuiteRun(outcomes, [], [], 0, True, "", 0.0, {}, "")
+  monkeypatch.setattr(suite, "run_suite", lambda *a, **k: run)
   # The ids name no test file, which the grader would refuse to grade (nothing protects them).
   monkeypatch.setattr(grader, "unprotected", lambda plan: "")
   g = grader.grade(t, "")

@@ -8,7 +8,7 @@ import pytest
 
 from composer_jax.codetasks import project
 from composer_jax.codetasks import task as task_lib
-from composer_jax.codetasks.sandbox import grade_patch, grader, runner, scrub
+from composer_jax.codetasks.sandbox import grade_patch, grader, scrub, suite
 from composer_jax.codetasks.synthesis import generator, make_tasks, sources
 from tests.codetasks.mini_project import FAST, MINI, requires_sandbox, write_project
 
@@ -186,7 +186,7 @@ def test_pytest_error_is_pytests_own_words():
     "E   SyntaxError: other\n"
     "=== short test summary info ===\n"
   )
-  assert runner.pytest_error(log) == (
+  assert suite.pytest_error(log) == (
     "ERROR: found no collectors for /ws/tests/test_base.py::test_x | importlib.metadata."
     "PackageNotFoundError: No package metadata was found for vpkg | ModuleNotFoundError: No "
     "module named 'pkg_resources'"

@@ -38,8 +38,8 @@ import numpy as np
 from absl import logging
 
 from composer_jax import chat
-from composer_jax.codetasks import sandbox
 from composer_jax.codetasks import workers as workers_lib
+from composer_jax.codetasks.sandbox import bwrap
 from composer_jax.codetasks.synthesis import curriculum as curriculum_lib
 from composer_jax.codetasks.task import Task
 from composer_jax.envs.coding.agent import episode as agent_episode
@@ -123,7 +123,7 @@ class CodingEnv:
     feedback_options: dict[str, dict] | None = None,
     workers: int = 1,
     backend: str = "local",
-    grade_limits: sandbox.Limits = sandbox.DEFAULT_LIMITS,
+    grade_limits: bwrap.Limits = bwrap.DEFAULT_LIMITS,
     system: str = SYSTEM,
     curriculum: dict | None = None,
     harder: Callable[[Task], list[Task]] | None = None,

@@ -16,9 +16,8 @@ import dataclasses
 import json
 import time
 
-from composer_jax.codetasks import sandbox
 from composer_jax.codetasks.monitor import deadline
-from composer_jax.codetasks.sandbox import grader
+from composer_jax.codetasks.sandbox import bwrap, grader
 from composer_jax.envs.coding.agent import tools as agent_tools
 
 
@@ -41,7 +40,7 @@ class Job:
   turn: int
   calls: list[Call]
   parse_error: str | None
-  grade_limits: sandbox.Limits = sandbox.DEFAULT_LIMITS
+  grade_limits: bwrap.Limits = bwrap.DEFAULT_LIMITS
 
 
 @dataclasses.dataclass
@@ -87,7 +86,7 @@ def act(job: Job) -> Outcome:
   return out
 
 
-def judge(out: Outcome, limits: sandbox.Limits) -> None:
+def judge(out: Outcome, limits: bwrap.Limits) -> None:
   """Monitor flags (event index -> trajectory turn) and the reward of a finished episode."""
   s, start = out.session, time.monotonic()
   flags = deadline.scan_trajectory(s.events, agent_tools.WORKSPACE)

@@ -6,7 +6,7 @@ and its single-commit .git) and applies tool calls given as (name, raw JSON argu
 form a parsed model turn carries. File tools work on that mapping, so paths are confined by
 construction: a path is normalized against the workspace root `/ws` (what the agent sees; the
 sandbox's cwd), and one outside it is an error observation. `search` and `run` execute in the
-bubblewrap sandbox (`sandbox.run`: no network, uid 1000, quotas, rlimits, a wall clock) on a
+bubblewrap sandbox (`bwrap.run`: no network, uid 1000, quotas, rlimits, a wall clock) on a
 throwaway copy of the workspace with pytest importable, so what a command writes is not kept;
 edits go through `edit` / `write_file`, which the monitor sees as file events.
 
@@ -16,7 +16,7 @@ valid Unicode, without NUL in paths, patterns and commands; bounded lengths; a p
 parent is a file, or a file the size of which passes MAX_FILE_BYTES, is refused), and an
 unexpected failure inside a tool becomes a `failed` observation (logged) rather than an
 exception that would stop a whole batch of episodes. Only a machine where the sandbox cannot
-run raises (`sandbox.SandboxUnavailable`). `Observation.error` names what went wrong (one of
+run raises (`bwrap.SandboxUnavailable`). `Observation.error` names what went wrong (one of
 `ERRORS`), which the feedback kinds and episode metrics read:
   unknown_tool  a tool the session does not offer (the text lists the offered ones)
   bad_arguments arguments that are not a JSON object of the tool's parameters, or values
@@ -44,11 +44,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from composer_jax.codetasks import project, sandbox
-from composer_jax.codetasks.sandbox import runner
+from composer_jax.codetasks import project
+from composer_jax.codetasks.sandbox import bwrap, suite
 from composer_jax.codetasks.task import Task, unified_diff
 
-WORKSPACE = sandbox.WS
+WORKSPACE = bwrap.WS
 # pytest's "in 0.02s" (summary lines): dropped, so the same workspace gives the same observation.
 _DURATION = re.compile(
   r"^(.*\b(?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?|no tests ran)\b"
@@ -83,7 +83,7 @@ class Budget:
   max_tokens: int = 32768
   wall_s: float = 600.0
   output_chars: int = 4000
-  command: sandbox.Limits = sandbox.Limits(cpu_s=30, wall_s=30.0, log_bytes=256 << 10)
+  command: bwrap.Limits = bwrap.Limits(cpu_s=30, wall_s=30.0, log_bytes=256 << 10)
 
   def __post_init__(self):
     if min(self.max_turns, self.max_tokens, self.output_chars) < 1 or self.wall_s <= 0:
@@ -182,7 +182,7 @@ class Session:
   ):
     self.check_tools(tools)
     self.task, self.budget, self.tools = task, budget, tuple(tools)
-    with sandbox.scratch("agent") as tmp:
+    with bwrap.scratch("agent") as tmp:
       names = project.unpack(task.workspace, Path(tmp))
       self.files = {n: (Path(tmp) / n).read_bytes() for n in names}
     self.base = dict(self.files)
@@ -236,7 +236,7 @@ class Session:
     args = {k: v for k, v in args.items() if v is not None}  # an optional null = absent
     try:
       return getattr(self, "_" + name)(turn, **args)
-    except sandbox.SandboxUnavailable:
+    except bwrap.SandboxUnavailable:
       raise  # the machine, not the model: no episode can go on
     except Exception as e:  # a tool bug must not stop the batch; it is logged and shown
       logging.warning("tool %s failed on %r: %s: %s", name, arguments[:200], type(e).__name__, e)
@@ -357,18 +357,18 @@ class Session:
 
   def _sandboxed(self, command: str) -> Observation:
     """`sh -c command` in the sandbox on a copy of the workspace, pytest importable."""
-    py = os.path.dirname(sandbox.real_python())
+    py = os.path.dirname(bwrap.real_python())
     env = [
       f"PATH={py}:/usr/bin:/bin",
-      "PYTHONPATH=" + ":".join([runner.SITE, *runner.import_paths()]),
+      "PYTHONPATH=" + ":".join([suite.SITE, *suite.import_paths()]),
     ]
     limits = self.budget.command
-    with sandbox.scratch("agentws") as tmp:
+    with bwrap.scratch("agentws") as tmp:
       write_tree(Path(tmp), self.files)
-      res = sandbox.run(
+      res = bwrap.run(
         ["/usr/bin/env", *env, "/bin/sh", "-c", command],
         workspace=Path(tmp),
-        ro=runner.runtime_binds(),
+        ro=suite.runtime_binds(),
         limits=limits,
       )
     if res.timed_out:

@@ -13,13 +13,13 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
-from composer_jax.codetasks import project, sandbox
-from composer_jax.codetasks.sandbox import grader
+from composer_jax.codetasks import project
+from composer_jax.codetasks.sandbox import bwrap, grader
 from composer_jax.codetasks.task import unified_diff
 
 # Attacks must score 0 whatever happens, so tight limits cannot make them flaky; runs that must
 # succeed (the control, gold after poisoning) use the mini project's FAST limits.
-RED = sandbox.Limits(
+RED = bwrap.Limits(
   cpu_s=2, wall_s=5.0, mem_bytes=1 << 30, nproc=32, quota_bytes=64 << 20, quota_inodes=4096
 )
 CORE = "minipkg/core.py"

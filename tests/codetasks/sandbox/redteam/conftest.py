@@ -26,15 +26,15 @@ import tempfile
 
 import pytest
 
-from composer_jax.codetasks import project, sandbox
-from composer_jax.codetasks.sandbox import runner
+from composer_jax.codetasks import project
+from composer_jax.codetasks.sandbox import bwrap, suite
 from tests.codetasks.sandbox.redteam.attacks import MARKERS
 
 
 @pytest.fixture(autouse=True)
 def nothing_written_outside(tmp_path, monkeypatch):
-  sandbox.require()  # the per-process /etc and pycache trees exist before the guard starts
-  runner.runtime_binds()
+  bwrap.require()  # the per-process /etc and pycache trees exist before the guard starts
+  suite.runtime_binds()
   for m in MARKERS:
     if os.path.exists(m):
       os.unlink(m)

@@ -7,7 +7,7 @@ configuration must stop them.
 
 import pytest
 
-from composer_jax.codetasks.sandbox import runner
+from composer_jax.codetasks.sandbox import suite
 from tests.codetasks.sandbox.redteam.attacks import grade, patch
 
 FORCE = (
@@ -29,7 +29,7 @@ CONFIG_TEXT = {
 
 
 def test_every_config_name_pytest_reads_is_covered():
-  assert set(CONFIG_TEXT) == set(runner.CONFIG_NAMES)
+  assert set(CONFIG_TEXT) == set(suite.CONFIG_NAMES)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIG_TEXT))

@@ -22,9 +22,8 @@ import time
 
 import pytest
 
-from composer_jax.codetasks import sandbox
 from composer_jax.codetasks.monitor import deadline
-from composer_jax.codetasks.sandbox import grader, root_leaks
+from composer_jax.codetasks.sandbox import bwrap, grader, root_leaks
 from tests.codetasks.mini_project import FAST
 from tests.codetasks.sandbox.redteam.attacks import CORE, RED, critical, grade, patch
 from tests.codetasks.sandbox.redteam.integrity_attacks import ATTACKS
@@ -250,7 +249,7 @@ def test_nothing_written_at_run_time_executes():
     "spec = importlib.util.spec_from_file_location('_bisect', src)\n"
     "print('RUNTIME', bool(importlib.util.module_from_spec(spec)))\n"
   )
-  res = sandbox.run([sandbox.real_python(), "-I", "-c", script], limits=FAST)
+  res = bwrap.run([bwrap.real_python(), "-I", "-c", script], limits=FAST)
   out = res.log.split()
   assert "LOADED" not in out and "RAN" not in out, res.log
   assert out.count("REFUSED") == 3 and out.count("NOEXEC") == 3, res.log
@@ -288,9 +287,9 @@ def test_sandbox_root_holds_no_copy_of_a_project():
     "      found.append(p)\n"
     "print('found', len(found), found[:5])\n"
   )
-  res = sandbox.run([sandbox.real_python(), "-I", "-c", script], limits=FAST)
+  res = bwrap.run([bwrap.real_python(), "-I", "-c", script], limits=FAST)
   assert "found 0 []" in res.log, res.log[-2000:]
-  listing = sandbox.run(["/bin/sh", "-c", "ls /usr /usr/lib /usr/share"], limits=FAST).log
+  listing = bwrap.run(["/bin/sh", "-c", "ls /usr /usr/lib /usr/share"], limits=FAST).log
   assert set(listing.split()) >= {"bin", "lib"} and "local" not in listing.split(), listing
 
 
@@ -328,7 +327,7 @@ def test_killed_grader_leaves_no_scratch(shapes, tmp_path):
     "import json, sys\nfrom composer_jax.codetasks import sandbox, task\nfrom composer_jax.codetasks.sandbox import grader\n"
     f"t = task.Task(**json.load(open({str(job)!r})))\n"
     f"grader.grade(t, open({str(tmp_path / 'patch.diff')!r}).read(), "
-    "limits=sandbox.Limits(cpu_s=60, wall_s=60.0))\n"
+    "limits=bwrap.Limits(cpu_s=60, wall_s=60.0))\n"
   )
   env = {**os.environ, "TMPDIR": tempfile.gettempdir()}
   proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
@@ -341,5 +340,5 @@ def test_killed_grader_leaves_no_scratch(shapes, tmp_path):
   os.killpg(proc.pid, signal.SIGKILL)
   proc.wait()
   assert any(n.startswith("cj-grade-") for n in mine())  # what a killed grader leaves
-  gone = sandbox.reap()
+  gone = bwrap.reap()
   assert mine() == [] and gone

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from composer_jax.codetasks import sandbox
+from composer_jax.codetasks.sandbox import bwrap
 from composer_jax.codetasks.task import Task
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
 from composer_jax.envs.coding.agent import env as agent_env
@@ -30,7 +30,7 @@ KINDS = (
   "tests_or_outside",
   "effort",
 )
-BUDGET = agent_tools.Budget(max_turns=6, max_tokens=12000, command=sandbox.Limits(wall_s=5.0))
+BUDGET = agent_tools.Budget(max_turns=6, max_tokens=12000, command=bwrap.Limits(wall_s=5.0))
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ def test_hints_and_teacher_targets(env, episodes, tok):
 
 def test_bad_input_is_an_observation(hypot_task):
   s = agent_tools.Session(
-    hypot_task, agent_tools.Budget(output_chars=200, command=sandbox.Limits(wall_s=1.0))
+    hypot_task, agent_tools.Budget(output_chars=200, command=bwrap.Limits(wall_s=1.0))
   )
   got = {
     "unknown": s.call("shell", "{}"),
@@ -383,7 +383,7 @@ MALFORMED = [
 
 
 def test_malformed_arguments_are_observations_and_the_batch_goes_on(hypot_task):
-  s = agent_tools.Session(hypot_task, agent_tools.Budget(command=sandbox.Limits(wall_s=5.0)))
+  s = agent_tools.Session(hypot_task, agent_tools.Budget(command=bwrap.Limits(wall_s=5.0)))
   calls = [agent_episode.Call(name, args) for name, args in MALFORMED]
   calls.append(agent_episode.Call("run", json.dumps({"command": "ls minipkg"})))
   out = agent_episode.act(agent_episode.Job(s, 0, calls, None))

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from _pytest.config import findpaths
 
-from composer_jax.codetasks import project, sandbox
-from composer_jax.codetasks.sandbox import dependencies, guard, instrument
+from composer_jax.codetasks import project
+from composer_jax.codetasks.sandbox import bwrap, dependencies, guard, instrument
 
 # Importable top-level names the sandboxed runner needs (pytest's own dependencies + coverage).
 RUNTIME_MODULES = (
@@ -104,7 +104,7 @@ def pycache(sources: tuple[tuple[str, str], ...]) -> str:
   reads or writes a .pyc next to a workspace file, so none planted there at run time loads.
   Hard links (copies across filesystems) of the installation's own __pycache__ files; built
   once per process, removed at exit."""
-  root = sandbox.tempdir("pyc")
+  root = bwrap.tempdir("pyc")
   atexit.register(shutil.rmtree, root, ignore_errors=True)
   for inside, host in sources:
     if os.path.isfile(host):
@@ -152,14 +152,14 @@ def config_file(ws: Path) -> Path | None:
 
 
 def import_paths() -> list[str]:
-  return [f"{sandbox.WS}/src", sandbox.WS]
+  return [f"{bwrap.WS}/src", bwrap.WS]
 
 
 def run_suite(
   ws: Path,
   test_ids: list[str] | None = None,
   *,
-  limits=sandbox.DEFAULT_LIMITS,
+  limits=bwrap.DEFAULT_LIMITS,
   extra_args: tuple[str, ...] = (),
   blob: str | None = None,
   plan: instrument.Plan | None = None,
@@ -173,7 +173,7 @@ def run_suite(
   (the guard treats their code as the candidate's; every other .py of `ws` is trusted).
   """
   ws = Path(ws).resolve()
-  with sandbox.scratch("cfg") as tmp:
+  with bwrap.scratch("cfg") as tmp:
     src = config_file(ws)
     ini = Path(tmp) / (src.name if src else "pytest.ini")
     if src:
@@ -187,8 +187,8 @@ def run_suite(
       "no:cacheprovider",
       "-c",
       f"/cj/cfg/{ini.name}",
-      f"--rootdir={sandbox.WS}",
-      f"--confcutdir={sandbox.WS}",
+      f"--rootdir={bwrap.WS}",
+      f"--confcutdir={bwrap.WS}",
       *(() if test_ids else ("--continue-on-collection-errors",)),
       *extra_args,
       *(run_ids or []),
@@ -200,9 +200,9 @@ def run_suite(
     # the site-packages of the processes a test starts (`python -m pkg`, `python -c` under its
     # own PYTHONPATH), as if installed.
     deps = ws / dependencies.RUNTIME_DIR
-    site = {sandbox.base_site(): str(deps)} if deps.is_dir() else {}
-    paths = import_paths() + ([f"{sandbox.WS}/{dependencies.RUNTIME_DIR}"] if site else [])
-    inside = lambda rels: sorted(f"{sandbox.WS}/{r}" for r in rels)
+    site = {bwrap.base_site(): str(deps)} if deps.is_dir() else {}
+    paths = import_paths() + ([f"{bwrap.WS}/{dependencies.RUNTIME_DIR}"] if site else [])
+    inside = lambda rels: sorted(f"{bwrap.WS}/{r}" for r in rels)
     cfg = {
       "args": args,
       "site": SITE,
@@ -217,8 +217,8 @@ def run_suite(
         and (r.endswith(".py") or r.rsplit("/", 1)[-1] in CONFIG_NAMES)
       ),
     }
-    res = sandbox.run(
-      [sandbox.real_python(), "-I", "-S", "-B", "-X", f"pycache_prefix={_PYC}", _HARNESS],
+    res = bwrap.run(
+      [bwrap.real_python(), "-I", "-S", "-B", "-X", f"pycache_prefix={_PYC}", _HARNESS],
       workspace=ws,
       ro={**runtime_binds(), **site, f"/cj/cfg/{ini.name}": str(ini)},
       ro_inside=[r for r in frozen if r.endswith(".py")],
@@ -264,7 +264,7 @@ def records(blob: bytes) -> tuple[list[dict], list[dict], str]:
   return out, guard, why
 
 
-def check(res: sandbox.Result, expected: list[str] | None, plan=None) -> SuiteRun:
+def check(res: bwrap.Result, expected: list[str] | None, plan=None) -> SuiteRun:
   """Fail-closed reading of a finished run (see the module docstring)."""
   run = SuiteRun({}, [], [], res.returncode, False, "", res.wall_s, res.isolation, res.log[-4000:])
   recs, run.guard, why = records(res.channel)
