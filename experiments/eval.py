@@ -3,7 +3,7 @@
   python -m experiments.eval --tasks F.jsonl --checkpoint DIR --k K [--out DIR] \
       [--config.rl.temperature=0.7 --config.env.max_turns=10 ...]
 
-`--checkpoint`: an imported checkpoint (`composer_jax.tools.import_hf`), a Hugging Face
+`--checkpoint`: an imported checkpoint (`composer_jax.convert.import_hf`), a Hugging Face
 directory, or a training / RL workdir (newest checkpoint) — `train.load_checkpoint`.
 `--tokenizer`: a tiktoken file with Kimi's special tokens (or a directory holding
 `tiktoken.model`); default: the checkpoint's own `tiktoken.model` (an RL workdir keeps its
@@ -32,7 +32,7 @@ task file that is not JSONL or has a malformed record (a field of the wrong type
 workspace that does not unpack; the message names the line), no tasks, bad settings, a
 missing tokenizer, an unreadable checkpoint, an `--out` that is a file, is or holds an
 input, or holds files other than an earlier evaluation's. The results are written beside
-`--out` and renamed into place when complete (`tools.outputs`); if they cannot be written
+`--out` and renamed into place when complete (`convert.outputs`); if they cannot be written
 after all (disk full), the whole report is printed to stdout instead of being lost.
 """
 
@@ -48,10 +48,10 @@ import ml_collections
 from composer_jax.codetasks import task as task_lib
 from composer_jax.codetasks.sandbox import bwrap
 from composer_jax.codetasks.synthesis import split
+from composer_jax.convert import outputs
 from composer_jax.data import tokenizer as tok_lib
 from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.envs.coding.evaluation import evaluate
-from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
 
 matplotlib.use("Agg")  # Files only: no display on a cluster or in CI.

@@ -22,7 +22,10 @@ LAYERS = (
   ("model", "chat"),
   ("optim", "hf"),
   ("train",),
-  ("rl", "tools"),  # tools: the import/export CLIs read any checkpoint (train.load_checkpoint)
+  (
+    "rl",
+    "convert",
+  ),  # convert: the HF import/export CLIs read any checkpoint (train.load_checkpoint)
   ("envs",),
   ("experiments",),
 )
@@ -205,11 +208,11 @@ def test_modules_have_no_import_cycles():
 
 
 def test_the_check_sees_a_violation(tmp_path):
-  # The parser resolves relative imports: `from ..envs import tools` inside composer_jax/rl.
+  # The parser resolves relative imports: `from ..envs import toolcall` inside composer_jax/rl.
   path = tmp_path / "x.py"
-  path.write_text("from ..envs import tools\nimport composer_jax.experiments_not\n")
-  assert "composer_jax.envs.tools" in _imports("composer_jax.rl.x", str(path))
-  assert not _allowed("rl", _layer("composer_jax.envs.tools"))
+  path.write_text("from ..envs import toolcall\nimport composer_jax.experiments_not\n")
+  assert "composer_jax.envs.toolcall" in _imports("composer_jax.rl.x", str(path))
+  assert not _allowed("rl", _layer("composer_jax.envs.toolcall"))
   # The rules the README states: parallel below model, model below optim, nothing imports
   # experiments, and siblings of one layer (optim, hf) do not import each other.
   assert _allowed("model", "parallel") and not _allowed("parallel", "model")
@@ -220,8 +223,8 @@ def test_the_check_sees_a_violation(tmp_path):
   names = _imports("composer_jax.codetasks.sandbox.suite", str(path))
   assert "composer_jax.codetasks.synthesis.sources" in names
   assert CODETASKS_RANK["synthesis"] > CODETASKS_RANK["sandbox"] > CODETASKS_RANK["task"]
-  # Environments side by side: coding may not import tools.
-  path.write_text("from composer_jax.envs.tools import feedback\n")
+  # Environments side by side: coding may not import toolcall.
+  path.write_text("from composer_jax.envs.toolcall import feedback\n")
   names = _imports("composer_jax.envs.coding.agent.env", str(path))
-  assert _env("composer_jax.envs.tools.feedback") in {_env(n) for n in names} - {None}
-  assert _env("composer_jax.envs.tools.feedback") != _env("composer_jax.envs.coding.agent.env")
+  assert _env("composer_jax.envs.toolcall.feedback") in {_env(n) for n in names} - {None}
+  assert _env("composer_jax.envs.toolcall.feedback") != _env("composer_jax.envs.coding.agent.env")

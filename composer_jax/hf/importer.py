@@ -140,7 +140,7 @@ def import_to_checkpoint(
   hf_dir: str, out_dir: str, dtype: str | None = None, **overrides
 ) -> ModelConfig:
   """Streaming import to our checkpoint format (see `checkpoint`) into `out_dir`, which must
-  be new or empty (`tools.outputs.staged` gives a fresh directory that replaces an old one).
+  be new or empty (`convert.outputs.staged` gives a fresh directory that replaces an old one).
 
   Each destination array is a memory-mapped file in `out_dir/staging` (page cache, not
   resident memory), filled one HF tensor at a time, then written by orbax and deleted.

@@ -64,11 +64,11 @@ def export_hf(
 ) -> None:
   """Writes the HF checkpoint of the variables that `get(path) -> array` returns into
   `out_dir`, which must be new or empty (shards of another export would mix with these;
-  `tools.outputs.staged` gives a fresh directory that replaces an old one when done).
+  `convert.outputs.staged` gives a fresh directory that replaces an old one when done).
 
   Raises:
     ValueError: `out_dir` is not empty, `cfg` does not export (GQA attention), or a tensor
-      holds NaN/inf (the shards written before it stay: write into `tools.outputs.staged`).
+      holds NaN/inf (the shards written before it stay: write into `convert.outputs.staged`).
   """
   hf_cfg = config_map.to_hf(
     cfg, quantization_config=FP8_QUANTIZATION_CONFIG if fp8 else None, torch_dtype=dtype

@@ -1,7 +1,7 @@
 """The environment protocol of RL programs: token-in, token-out episodes with text feedback.
 
 An RL program (`rl.steps`) needs from an environment only what is below; environments are
-plug-ins (e.g. `composer_jax.envs.tools.ToolEnv`) that implement `Env` and are chosen by the
+plug-ins (e.g. `composer_jax.envs.toolcall.ToolEnv`) that implement `Env` and are chosen by the
 experiment program, never imported by `rl/`. Messages are token ids in both directions, exactly
 as sampled or sent, never re-tokenized (`rl.trajectory`).
 

@@ -14,7 +14,7 @@ one supervised loop (`train.loop.train(config, workdir, data=scripted.data(...))
         an RL config's `warmup` section as a supervised run config of its own.
 
 Any environment plugs in through `episode`: the tool environment's scripted agent
-(`envs.tools.warmup`), or scripted coding episodes rendered to tokens.
+(`envs.toolcall.warmup`), or scripted coding episodes rendered to tokens.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Two kinds of directory are accepted:
 
-* our imported checkpoint (`python -m composer_jax.tools.import_hf`, see
+* our imported checkpoint (`python -m composer_jax.convert.import_hf`, see
   `composer_jax.hf.checkpoint`): `config.json` + `variables/` (orbax). Each device reads
   only its own shards, straight into the run's target shardings and param dtype;
 * a Hugging Face checkpoint directory (`config.json` + `*.safetensors`): read whole into

@@ -3,7 +3,7 @@
   load(path) -> (ModelConfig, {'params', 'router'})  numpy leaves, host memory
 
 The directory's layout says what it is:
-  imported  `config.json` + `variables/` (`python -m composer_jax.tools.import_hf`)
+  imported  `config.json` + `variables/` (`python -m composer_jax.convert.import_hf`)
   hf        `config.json` + `*.safetensors`, a Hugging Face DeepSeek-V3 / Kimi-K2 checkpoint
             (read whole: for small models; import big ones first)
   workdir   `checkpoints/<step>/{state, config}` of a training run (`train.checkpointing`) or

@@ -7,7 +7,7 @@ Memory plan (no allocation, runs on a laptop):
 
 Real run, from weights imported once:
 
-    python -m composer_jax.tools.import_hf --hf_dir=/ckpt/Kimi-K2.5 --out=/ckpt/kimi_k2_imported
+    python -m composer_jax.convert.import_hf --hf_dir=/ckpt/Kimi-K2.5 --out=/ckpt/kimi_k2_imported
     python -m experiments.run --config=experiments/configs/kimi_k2_continued.py \
         --config.train.init_from=/ckpt/kimi_k2_imported \
         --config.data.tokenizer=/ckpt/Kimi-K2.5/tiktoken.model \

@@ -21,7 +21,7 @@ leave them at 0 or set what the line asks for.
 
 'pod': the imported Kimi K2 checkpoint and its tokenizer, given by path:
 
-    python -m composer_jax.tools.import_hf --hf_dir=/ckpt/Kimi-K2.5 --out=/ckpt/kimi_k2_imported
+    python -m composer_jax.convert.import_hf --hf_dir=/ckpt/Kimi-K2.5 --out=/ckpt/kimi_k2_imported
     python -m experiments.run --config=experiments/configs/rl_coding.py:pod \
         --config.env.tasks=tasks.jsonl --config.train.init_from=/ckpt/kimi_k2_imported
 

@@ -91,7 +91,7 @@ def get_config(arg=None):
       calls_per_task=8 if long else 0,
     )
   )
-  # The scripted agent ignores the tool list unless a hint shows it (envs/tools/warmup.py):
+  # The scripted agent ignores the tool list unless a hint shows it (envs/toolcall/warmup.py):
   # for 'tools' the full-list reminder, for 'verbose' the short-message one (and no tool hint
   # change: targeted, as before).
   c.warmup = ml_collections.ConfigDict(

@@ -1,10 +1,10 @@
 """The tool-calling program: environment glue, supervised warm-up, then RL (`rl.run`).
 
-make_env(config)        `envs.tools.ToolEnv` (the `rl.env.Env` plug-in) from `config.env`
+make_env(config)        `envs.toolcall.ToolEnv` (the `rl.env.Env` plug-in) from `config.env`
                         and the feedback kinds of `config.rl`.
 warmed_up(config, workdir)
                         {'params', 'router'} after the warm-up on scripted episodes
-                        (`envs.tools.warmup`: the tool-call format, and reading the
+                        (`envs.toolcall.warmup`: the tool-call format, and reading the
                         reminder hint when it is there): the one supervised loop
                         (`train.loop.trained_variables`, `rl.scripted.warmup_config`) in
                         `<workdir>/warmup`, with its metrics, checkpoints and resume; read
@@ -18,9 +18,9 @@ import os
 
 import numpy as np
 
-from composer_jax.envs.tools.env import ToolEnv
-from composer_jax.envs.tools.vocab import Vocab
-from composer_jax.envs.tools.warmup import warmup_batches
+from composer_jax.envs.toolcall.env import ToolEnv
+from composer_jax.envs.toolcall.vocab import Vocab
+from composer_jax.envs.toolcall.warmup import warmup_batches
 from composer_jax.model.config import model_config
 from composer_jax.rl import run as rl_run
 from composer_jax.rl import scripted

@@ -213,7 +213,7 @@ def test_streaming_cli_import(exported, tmp_path):
     [
       sys.executable,
       "-m",
-      "composer_jax.tools.import_hf",
+      "composer_jax.convert.import_hf",
       "--hf-dir",
       exported[1],
       f"--out={out}",

@@ -4,8 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from composer_jax.envs.tools.env import ToolEnv, ToolTask
-from composer_jax.envs.tools.vocab import TOOLS, Vocab
+from composer_jax.envs.toolcall.env import ToolEnv, ToolTask
+from composer_jax.envs.toolcall.vocab import TOOLS, Vocab
 from composer_jax.rl.episodes import run_episodes
 from tests.rl import episode_checks
 

@@ -6,7 +6,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from composer_jax.envs.tools.env import EpisodeState, ToolTask
+from composer_jax.envs.toolcall.env import EpisodeState, ToolTask
 from composer_jax.model import transformer
 from composer_jax.model.config import model_config
 from composer_jax.rl import losses, rollout

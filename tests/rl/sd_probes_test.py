@@ -10,7 +10,7 @@ import optax
 import pytest
 from scipy import special
 
-from composer_jax.envs.tools import probe_contexts
+from composer_jax.envs.toolcall import probe_contexts
 from composer_jax.model import transformer
 from composer_jax.model.config import model_config
 from composer_jax.rl import sd_probes

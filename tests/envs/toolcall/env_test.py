@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from composer_jax.envs.tools.env import ToolEnv, ToolTask
-from composer_jax.envs.tools.vocab import CAPABILITIES, Vocab
+from composer_jax.envs.toolcall.env import ToolEnv, ToolTask
+from composer_jax.envs.toolcall.vocab import CAPABILITIES, Vocab
 
 VOCAB = Vocab()
 TASK = ToolTask(available=("forecast", "stocks", "mail"), required=("temperature", "message"))

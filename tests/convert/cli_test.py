@@ -19,14 +19,14 @@ from tests.hf import helpers
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-# Runs composer_jax.tools.<argv[1]>'s main once per case of argv[2] (JSON: [[argv, fail]]),
+# Runs composer_jax.convert.<argv[1]>'s main once per case of argv[2] (JSON: [[argv, fail]]),
 # printing one JSON list: None for a run that finished, else its exit message. `fail`
 # makes the weights write fail like a full disk, after part of the output was written.
 _DRIVER = r"""
 import errno, importlib, json, sys
 from absl import flags
 from composer_jax.hf import checkpoint, writer
-tool = importlib.import_module("composer_jax.tools." + sys.argv[1])
+tool = importlib.import_module("composer_jax.convert." + sys.argv[1])
 save_file, save = writer.save_file, checkpoint.save
 def full(*a, **k):
   raise OSError(errno.ENOSPC, "No space left on device")

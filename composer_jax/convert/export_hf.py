@@ -1,6 +1,6 @@
 """Exports a checkpoint to a Hugging Face `deepseek_v3` checkpoint for serving.
 
-  python -m composer_jax.tools.export_hf --ckpt DIR --out DIR [--dtype bfloat16] [--fp8] [--overwrite]
+  python -m composer_jax.convert.export_hf --ckpt DIR --out DIR [--dtype bfloat16] [--fp8] [--overwrite]
 
 `--ckpt` is any checkpoint `train.load_checkpoint` reads: a directory written by `import_hf`
 (config.json + orbax `variables`), whose HF tensors are read one at a time from the stored
@@ -11,7 +11,7 @@ re-quantizes decoder Linear weights to DeepSeek-V3 128x128 block fp8.
 `--out` is never the checkpoint, inside it or around it, and must be new or empty, or with
 `--overwrite` an earlier export (an HF directory), which is then replaced as a whole; no other
 directory is ever replaced. The export is written to a temporary
-directory beside `--out` that takes its place only when complete (`tools.outputs`), so a
+directory beside `--out` that takes its place only when complete (`convert.outputs`), so a
 failed or interrupted export (disk full, Ctrl-C) leaves `--out` as it was. Bad input exits
 with one line.
 """
@@ -21,9 +21,9 @@ import sys
 
 from absl import app, flags, logging
 
+from composer_jax.convert import outputs
 from composer_jax.hf import checkpoint, writer
 from composer_jax.model.config import DTYPES
-from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
 
 _CKPT = flags.DEFINE_string("ckpt", None, "Checkpoint directory (module docstring).", required=True)

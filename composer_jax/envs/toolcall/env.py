@@ -39,9 +39,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from composer_jax.envs.tools import feedback as feedback_lib
-from composer_jax.envs.tools import probe_contexts
-from composer_jax.envs.tools import vocab as vocab_lib
+from composer_jax.envs.toolcall import feedback as feedback_lib
+from composer_jax.envs.toolcall import probe_contexts
+from composer_jax.envs.toolcall import vocab as vocab_lib
 from composer_jax.rl import feedback as rl_feedback
 
 TOOL_CAPABILITY = {t: c for c, pair in vocab_lib.CAPABILITIES.items() for t in pair}
@@ -194,7 +194,7 @@ class ToolEnv:
   def probe_set(
     self, rng: np.random.Generator, count: int, *, seq_len: int, teacher_seq_len: int, turn_len: int
   ) -> dict:
-    """Held-out probe contexts (`envs.tools.probe_contexts`) of this env's first feedback kind, with the
+    """Held-out probe contexts (`envs.toolcall.probe_contexts`) of this env's first feedback kind, with the
     hint that kind gives (the full tool list when its option `all_tools` is set)."""
     kind = self._feedback_kinds[0]
     all_tools = bool(self._feedback_options.get(kind, {}).get("all_tools", False))

@@ -1,10 +1,10 @@
-"""tools.outputs: an output directory is checked before any work and appears whole or not at all."""
+"""convert.outputs: an output directory is checked before any work and appears whole or not at all."""
 
 import os
 
 import pytest
 
-from composer_jax.tools import outputs
+from composer_jax.convert import outputs
 
 
 @pytest.fixture

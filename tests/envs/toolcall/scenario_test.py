@@ -4,11 +4,11 @@ the full-list hint in the warm-up, and the held-out probe contexts of both behav
 import numpy as np
 import pytest
 
-from composer_jax.envs.tools import probe_contexts
-from composer_jax.envs.tools.env import TOOL_CAPABILITY, ToolEnv, ToolTask
-from composer_jax.envs.tools.feedback import FEEDBACK_KINDS, SHORT_HINT
-from composer_jax.envs.tools.vocab import Vocab
-from composer_jax.envs.tools.warmup import scripted_turns
+from composer_jax.envs.toolcall import probe_contexts
+from composer_jax.envs.toolcall.env import TOOL_CAPABILITY, ToolEnv, ToolTask
+from composer_jax.envs.toolcall.feedback import FEEDBACK_KINDS, SHORT_HINT
+from composer_jax.envs.toolcall.vocab import Vocab
+from composer_jax.envs.toolcall.warmup import scripted_turns
 from composer_jax.rl.feedback import make_feedback
 from composer_jax.rl.trajectory import Trajectory, Turn
 

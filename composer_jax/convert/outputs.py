@@ -1,12 +1,12 @@
-"""Output directories of the command-line tools: checked before any work, written whole or not
-at all.
+"""Output directories of the conversion CLIs (and experiments/eval.py): checked before any work,
+written whole or not at all.
 
 `check(out, inputs=...)` refuses, in one line and before any work, an `out` that
   * is a file;
-  * is, holds or (unless `inside_inputs`) lies inside one of the `inputs` (a tool never writes
+  * is, holds or (unless `inside_inputs`) lies inside one of the `inputs` (a CLI never writes
     into what it reads: an export into its own checkpoint overwrote the checkpoint's config);
-  * is a non-empty directory, unless everything in it is in `replaceable` (the tool's own
-    earlier output) or `overwrite` is given and `is_own(out)` says it holds what this tool
+  * is a non-empty directory, unless everything in it is in `replaceable` (the CLI's own
+    earlier output) or `overwrite` is given and `is_own(out)` says it holds what this CLI
     writes (an earlier export, say; `--overwrite` never replaces an arbitrary directory): new
     files would otherwise mix with old ones, e.g. another model's safetensors shards beside
     this one's.

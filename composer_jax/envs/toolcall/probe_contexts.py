@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from composer_jax.envs.tools import feedback as feedback_lib
-from composer_jax.envs.tools import vocab as vocab_lib
+from composer_jax.envs.toolcall import feedback as feedback_lib
+from composer_jax.envs.toolcall import vocab as vocab_lib
 from composer_jax.rl import sd_probes
 from composer_jax.rl.teacher import DistillTarget
 from composer_jax.rl.trajectory import Trajectory, Turn
@@ -36,7 +36,7 @@ def probe_set(
   all_tools: bool = False,
 ) -> dict:
   """`rl.sd_probes.build_probe_set` of `count` probes of `behaviour` drawn with `rng` on `env`
-  (an `envs.tools.ToolEnv`)."""
+  (an `envs.toolcall.ToolEnv`)."""
   if count < 1:
     raise ValueError(f"probe count={count} must be >= 1")
   if behaviour not in BEHAVIOURS:

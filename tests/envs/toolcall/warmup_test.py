@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from composer_jax.envs.tools.env import ToolEnv
-from composer_jax.envs.tools.vocab import TOOLS, Vocab
-from composer_jax.envs.tools.warmup import scripted_turns, warmup_batches
+from composer_jax.envs.toolcall.env import ToolEnv
+from composer_jax.envs.toolcall.vocab import TOOLS, Vocab
+from composer_jax.envs.toolcall.warmup import scripted_turns, warmup_batches
 
 VOCAB = Vocab()
 ENV = ToolEnv(VOCAB)

@@ -1,6 +1,6 @@
 """Imports a Hugging Face DeepSeek-V3 / Kimi-K2 checkpoint into our checkpoint format.
 
-  python -m composer_jax.tools.import_hf --hf-dir DIR --out DIR [--dtype bfloat16] [--overwrite]
+  python -m composer_jax.convert.import_hf --hf-dir DIR --out DIR [--dtype bfloat16] [--overwrite]
 
 Streams one tensor at a time (fp8 / int4 weights dequantized on the fly) and writes
 `OUT/config.json` (our ModelConfig) + `OUT/variables` (orbax); see composer_jax.hf.
@@ -9,7 +9,7 @@ a value of the wrong type, an index naming a shard outside the directory, an uns
 model_type, tensors that do not match the config) exits with one line naming the file.
 `--out` is never the HF directory, inside it or around it, and must be new or empty, or with
 `--overwrite` an earlier import (config.json + variables/); the import is written beside it and takes its place only when complete
-(`tools.outputs`), so a failed import (disk full, a bad tensor) leaves `--out` as it was.
+(`convert.outputs`), so a failed import (disk full, a bad tensor) leaves `--out` as it was.
 """
 
 import functools
@@ -17,9 +17,9 @@ import sys
 
 from absl import app, flags, logging
 
+from composer_jax.convert import outputs
 from composer_jax.hf import importer
 from composer_jax.model.config import DTYPES
-from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
 
 _HF_DIR = flags.DEFINE_string(

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from composer_jax.envs.tools import feedback as feedback_lib
-from composer_jax.envs.tools import vocab as vocab_lib
-from composer_jax.envs.tools.env import ToolEnv, ToolTask
+from composer_jax.envs.toolcall import feedback as feedback_lib
+from composer_jax.envs.toolcall import vocab as vocab_lib
+from composer_jax.envs.toolcall.env import ToolEnv, ToolTask
 from composer_jax.rl import scripted
 from composer_jax.rl.trajectory import Trajectory, Turn
 

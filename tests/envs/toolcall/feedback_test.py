@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from composer_jax.envs.tools.env import ToolEnv, ToolTask
-from composer_jax.envs.tools.feedback import FEEDBACK_KINDS
-from composer_jax.envs.tools.vocab import Vocab
+from composer_jax.envs.toolcall.env import ToolEnv, ToolTask
+from composer_jax.envs.toolcall.feedback import FEEDBACK_KINDS
+from composer_jax.envs.toolcall.vocab import Vocab
 from composer_jax.rl import env as rl_env
 from composer_jax.rl.episodes import Episode
 from composer_jax.rl.feedback import make_feedback
