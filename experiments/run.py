@@ -6,9 +6,9 @@
 
 `--workdir` defaults to `workdir/<config file name>`; running again with the same workdir
 resumes from its newest checkpoint. Every config field can be overridden with
-`--config.<section>.<field>=<value>`. `config.program` picks what runs (`PROGRAMS`): 'lm'
-the supervised `train.loop`, 'rl' the RL program of the environment named by `config.env.name`
-(`RL_PROGRAMS`; e.g. `rl_tool_feedback.py`: warm-up, then RL through `composer_jax.rl.run`). Bad
+`--config.<section>.<field>=<value>`. `config.method` picks what runs (`METHODS`): 'lm'
+the supervised `train.loop`, 'rl' the RL experiment of the environment named by `config.env.name`
+(`RL_EXPERIMENTS`; e.g. `rl_tool_feedback.py`: warm-up, then RL through `composer_jax.rl.run`). Bad
 input (unknown, broken or non-run config file, unknown field, bad value, a workdir holding
 another model's checkpoint, a workdir that is a file or read-only, an empty data path) exits
 with a one-line error. A running job holds `<workdir>/.lock` (`train.workdir_lock`): a second
@@ -32,19 +32,22 @@ from ml_collections import config_flags
 from composer_jax.parallel import distributed
 from composer_jax.train import checkpointing, compile_cache, host_memory, loop, workdir_lock
 
-# RL experiment programs, by environment name (`config.env.name`): the module whose `run(config,
+# RL experiments, by environment name (`config.env.name`): the module whose `run(config,
 # workdir)` runs it, imported only when selected, so a supervised run loads no environment
 # (the coding one needs the `[coding]` extra).
-RL_PROGRAMS = {"tools": "experiments.tool_feedback.program", "coding": "experiments.coding.program"}
+RL_EXPERIMENTS = {
+  "tools": "experiments.tool_feedback.program",
+  "coding": "experiments.coding.program",
+}
 
 
 def _rl(config, workdir: str):
-  if config.env.name not in RL_PROGRAMS:
-    raise ValueError(f"env.name={config.env.name!r}; valid: {sorted(RL_PROGRAMS)}")
-  return importlib.import_module(RL_PROGRAMS[config.env.name]).run(config, workdir)
+  if config.env.name not in RL_EXPERIMENTS:
+    raise ValueError(f"env.name={config.env.name!r}; valid: {sorted(RL_EXPERIMENTS)}")
+  return importlib.import_module(RL_EXPERIMENTS[config.env.name]).run(config, workdir)
 
 
-PROGRAMS = {"lm": loop.train, "rl": _rl}
+METHODS = {"lm": loop.train, "rl": _rl}
 
 _CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
 _NOT_RUN_CONFIGS = ("__init__.py", "base.py", "layouts.py")  # Not runnable on their own.
@@ -115,10 +118,10 @@ def _load_config(argv):
     keys = config.keys()
   except Exception as e:  # As above: a lazily loaded config fails here.
     sys.exit(f"error: {_config_error(argv, e)}")
-  if "program" not in keys:
+  if "method" not in keys:
     sys.exit(
-      f"error: {_config_arg(argv)!r} is not a run config (it sets no `program`, one of "
-      f"{sorted(PROGRAMS)}); {_run_configs()}"
+      f"error: {_config_arg(argv)!r} is not a run config (it sets no `method`, one of "
+      f"{sorted(METHODS)}); {_run_configs()}"
     )
   return config
 
@@ -168,11 +171,11 @@ def main(argv):
     # One job per workdir; multi-process runs share it, so process 0 holds the lock.
     lock = workdir_lock.acquire(workdir) if jax.process_index() == 0 else None
     try:
-      if config.program not in PROGRAMS:
-        raise ValueError(f"program={config.program!r}; valid: {sorted(PROGRAMS)}")
-      # Before anything compiles, for every program (a program's own runs use the same one).
+      if config.method not in METHODS:
+        raise ValueError(f"method={config.method!r}; valid: {sorted(METHODS)}")
+      # Before anything compiles, for every method (an experiment's own runs use the same one).
       compile_cache.enable(compile_cache.cache_dir(config.train.compile_cache_dir, workdir))
-      PROGRAMS[config.program](config, workdir)
+      METHODS[config.method](config, workdir)
     finally:
       if lock:
         workdir_lock.release(lock)

@@ -1,8 +1,8 @@
-"""The environment protocol of RL programs: token-in, token-out episodes with text feedback.
+"""The environment protocol of RL runs: token-in, token-out episodes with text feedback.
 
-An RL program (`rl.steps`) needs from an environment only what is below; environments are
+An RL run (`rl.steps`) needs from an environment only what is below; environments are
 plug-ins (e.g. `composer_jax.envs.toolcall.ToolEnv`) that implement `Env` and are chosen by the
-experiment program, never imported by `rl/`. Messages are token ids in both directions, exactly
+experiment, never imported by `rl/`. Messages are token ids in both directions, exactly
 as sampled or sent, never re-tokenized (`rl.trajectory`).
 
     sample_task(rng) -> task                  a task drawn from a numpy Generator
@@ -39,7 +39,7 @@ from composer_jax.rl.teacher import DistillTarget
 
 @runtime_checkable
 class Env(Protocol):
-  """What an RL program needs of an environment (see the module docstring)."""
+  """What an RL run needs of an environment (see the module docstring)."""
 
   pad_id: int
   stop_ids: tuple[int, ...]

@@ -4,7 +4,7 @@ A feedback kind is a function `(env, episode) -> [(turn index, hint ids), ...]`.
 environment keeps a registry of its kinds (name -> a factory taking the kind's options, e.g.
 `envs.toolcall.feedback.FEEDBACK_KINDS`), so a new kind (a style rule, a banned phrase) plugs in by
 adding one entry. `make_feedback` builds the kinds a config names; `flag_turns` runs them over
-one episode (what `Env.feedback` returns to the RL program); when several kinds flag the same
+one episode (what `Env.feedback` returns to the RL run); when several kinds flag the same
 turn, their hints are concatenated in the order the kinds were given, so each turn gets one
 teacher row.
 """

@@ -1,7 +1,7 @@
 """An RL run in a workdir: `run(config, workdir, env, init)`, through the training driver.
 
 RL steps (`rl.steps.RLSteps`) on an environment (`rl.env.Env`) from initial variables, run by
-`train.loop.drive` like the supervised program: metrics to the console (every
+`train.loop.drive` like the supervised run: metrics to the console (every
 `train.log_every` steps), `metrics.jsonl` and TensorBoard; checkpoints through the same
 `train.checkpointing.Checkpointer` every `train.ckpt_every` steps, at the end and on SIGTERM;
 a stop on a NaN/inf loss; a run started again in the same workdir resumes bit-for-bit from its

@@ -1,4 +1,4 @@
-"""Supervised batches of scripted episodes: an RL program's warm-up data, trained on by the
+"""Supervised batches of scripted episodes: an RL experiment's warm-up data, trained on by the
 one supervised loop (`train.loop.train(config, workdir, data=scripted.data(...))`).
 
     EpisodeBatches(episode, rng, batch_size=B, seq_len=L, pad_id=p)

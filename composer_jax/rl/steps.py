@@ -1,4 +1,4 @@
-"""The RL program that the training driver runs (`train.loop.drive`, through `rl.run`).
+"""The RL steps that the training driver runs (`train.loop.drive`, through `rl.run`).
 
     RLSteps(config, env, init, state)
         one RL step per `step` call: a batch from the sampler (`rl.rollout`: colocated, or a
@@ -120,7 +120,7 @@ def epoch_updates(
 
 
 class RLSteps:
-  """The RL `train.loop.Program` on `env` (see the module docstring).
+  """The RL `train.loop.Steps` on `env` (see the module docstring).
 
   `init` (e.g. the warmed-up variables) gives the router bias, fixed during RL, and the
   weights of the 'frozen' teacher. Call `close()` when done (stops a sampler thread).

@@ -1,5 +1,5 @@
 """JAX's persistent compilation cache: one policy for every program of a run (the supervised
-steps, an RL program's warm-up, update and probes), with the checks a cache of native code needs.
+steps, an RL experiment's warm-up, update and probes), with the checks a cache of native code needs.
 
 A later run of the same config (a rerun, a resumed run, the next seed of a sweep) loads its
 compiled programs from the cache instead of compiling them (the `tiny` train step: tens of CPU

@@ -7,7 +7,7 @@ import ml_collections
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """Defaults of `config.train`: the supervised loop's (`train.loop`) and, for an RL program,
+  """Defaults of `config.train`: the supervised loop's (`train.loop`) and, for an RL run,
   the RL steps' (`rl.run`: steps, seed, logging, checkpoints, compile cache)."""
   return ml_collections.ConfigDict(
     {

@@ -12,7 +12,7 @@ Anything else is one clear ValueError naming the directory and the layouts accep
 
 An RL run keeps its initial router bias fixed and saves params only, so for an RL workdir the
 router bias is the one the run started from: its supervised warm-up's (`<workdir>/warmup`, a
-workdir of its own: the tool-feedback and coding programs), else its `train.init_from`
+workdir of its own: the tool-feedback and coding experiments), else its `train.init_from`
 checkpoint's, else a random init's, which is all zeros (`model.moe`: the bias starts at 0;
 only the supervised loop updates it).
 """

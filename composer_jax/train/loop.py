@@ -1,20 +1,19 @@
-"""The training driver: `drive(program, ...)`, and the supervised program `train(config, workdir,
-data)`.
+"""The training driver: `drive(steps, ...)`, and the supervised run `train(config, workdir, data)`.
 
-`drive` runs any `Program` (supervised here, RL in `composer_jax.rl.run`) step by step with
+`drive` runs any `Steps` (supervised here, RL in `composer_jax.rl.run`) step by step with
 the same guarantees: each step's metrics fetched only after the next step is dispatched;
 metrics to the console, `metrics.jsonl` and TensorBoard (`metrics`);
 checkpoints through one `checkpointing.Checkpointer` every `ckpt_every` steps, at the end and
 on SIGTERM (or a multi-host preemption notice), after which it exits; a stop, without
 checkpointing, when the loss or the update becomes NaN/inf. It first makes the C heap keep
 freed memory (`host_memory`). Side effects live here and in the
-program's own host code, nowhere else.
+run's own host code, nowhere else.
 
 `train` resumes from the newest checkpoint in `workdir` when there is one (bit-for-bit: params,
 optimizer state, router bias, step, PRNG key and data-iterator position are all restored),
 else starts from `train.init_from` (an HF or imported checkpoint) or a random init. Its `Data`
 is the text corpus of `config.data` by default, or any resumable batch iterator: an RL
-program's warm-up trains on scripted episodes (`rl.scripted`) and takes its result from
+experiment's warm-up trains on scripted episodes (`rl.scripted`) and takes its result from
 `trained_variables`. The config schema is assembled in `experiments/configs/base.py` (the
 `train` section: `train.config.default_config`).
 """
@@ -94,7 +93,7 @@ def validate(config) -> None:
 
 class Preempted(RuntimeError):
   """A preemption signal stopped a run that others build on (`trained_variables`) after its
-  checkpoint was saved: the program stops too, and a rerun resumes."""
+  checkpoint was saved: the run stops too, and a rerun resumes."""
 
 
 class StopFlag:
@@ -119,7 +118,7 @@ def _split_micro(batch: dict, grad_accum: int) -> dict:
 
 
 class Data(NamedTuple):
-  """What the supervised program trains on (default `corpus_data`: the text of `config.data`).
+  """What the supervised run trains on (default `corpus_data`: the text of `config.data`).
 
   Attributes:
     train: iterator of [B, L] numpy batches (tokens, targets, segment_ids, positions int32;
@@ -185,7 +184,7 @@ class _Evaluator:
 def restore_newest(model_cfg, ckpt, restore, workdir):
   """`restore(step)` of the newest checkpoint that restores completely, or None when there
   is none. Newer ones that do not restore are reported in one line each and renamed aside
-  (`Checkpointer.set_aside`); if none restores, all stay in place. Every program resumes
+  (`Checkpointer.set_aside`); if none restores, all stay in place. Every run resumes
   through this (supervised: state and data-iterator position; RL: `rl.run`).
 
   Raises:
@@ -231,8 +230,9 @@ def _initial_state(config, model_cfg, ckpt, progs, train_iter, workdir):
   return progs.init(jax.random.PRNGKey(config.train.seed), variables)
 
 
-class Program(Protocol):
-  """One training program, as `drive` runs it."""
+class Steps(Protocol):
+  """One training run's steps, as `drive` runs them (supervised: `_SupervisedSteps`; RL:
+  `rl.steps.RLSteps`)."""
 
   def step(self, state: Any, step: int) -> tuple[Any, dict]:
     """Dispatches optimizer step `step + 1` from `state` -> (new state, metrics: device
@@ -288,7 +288,7 @@ class _Pending:
 
 
 def drive(
-  program: Program,
+  steps: Steps,
   state: Any,
   step: int,
   ckpt: checkpointing.Checkpointer,
@@ -300,7 +300,7 @@ def drive(
   model_cfg: ModelConfig,
   run_config: dict,
 ) -> list[dict]:
-  """Runs `program` from `state` after `step` steps up to `total_steps`; returns the records
+  """Runs `steps` from `state` after `step` steps up to `total_steps`; returns the records
   written (every record goes to the files, every `console_every`-th step's to the console).
   Closes `ckpt`.
 
@@ -327,15 +327,15 @@ def drive(
 
   try:
     while step < total_steps:
-      state, metrics = program.step(state, step)
+      state, metrics = steps.step(state, step)
       if pending is not None:  # The previous step's, with this one already dispatched.
         write_pending()
       step += 1
-      pending = _Pending(step, metrics, program.record(step, metrics, state), ckpt)
+      pending = _Pending(step, metrics, steps.record(step, metrics, state), ckpt)
       preempted = stop.event.is_set() or ckpt.reached_preemption(step)
       if step % ckpt_every == 0 or step == total_steps or preempted:
         write_pending()  # Never checkpoint a non-finite state.
-        ckpt.save(step, *program.checkpoint(state), model_cfg, run_config)
+        ckpt.save(step, *steps.checkpoint(state), model_cfg, run_config)
       if preempted:
         ckpt.wait()
         logging.info("Preemption signal: saved checkpoint %s/%d; exiting", ckpt.directory, step)
@@ -348,8 +348,8 @@ def drive(
   return records
 
 
-class _Supervised:
-  """The supervised `Program`: next-token loss on `data`, periodic evaluation."""
+class _SupervisedSteps:
+  """The supervised `Steps`: next-token loss on `data`, periodic evaluation."""
 
   def __init__(self, config, progs: programs_lib.Programs, data: Data, start: float):
     self._t, self._progs, self._data = config.train, progs, data
@@ -432,7 +432,7 @@ def train(config, workdir: str, data: Data | None = None) -> list[dict]:
     return []
 
   return drive(
-    _Supervised(config, progs, data, start),
+    _SupervisedSteps(config, progs, data, start),
     state,
     step,
     ckpt,
@@ -447,7 +447,7 @@ def train(config, workdir: str, data: Data | None = None) -> list[dict]:
 
 def trained_variables(config, workdir: str, data: Data | None = None) -> dict:
   """{'params', 'router'} after `train.steps` supervised steps of `config` in `workdir`
-  (e.g. an RL program's warm-up on scripted episodes): trained by `train` (resuming what is
+  (e.g. an RL experiment's warm-up on scripted episodes): trained by `train` (resuming what is
   there), or read from the last checkpoint when that is at `train.steps` already (its data
   position is then not read: a run on another process count restores it too). Placed on the
   run's mesh.

@@ -89,7 +89,7 @@ def set_layout(config: ml_collections.ConfigDict, name: str) -> None:
 def get_base_config() -> ml_collections.ConfigDict:
   """Defaults for every field; experiment configs change what they need."""
   c = ml_collections.ConfigDict()
-  c.program = "lm"
+  c.method = "lm"  # what experiments.run runs: 'lm' (supervised) or 'rl'
   c.model = model_config.default_config()
   c.train = train_config.default_config()
   c.optim = optim.default_config()

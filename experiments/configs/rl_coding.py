@@ -72,7 +72,7 @@ def get_config(arg=None):
     )
   arg = setting
   c = base.get_base_config()
-  c.program = "rl"
+  c.method = "rl"
   c.env = ml_collections.ConfigDict(
     dict(
       name="coding",

@@ -75,7 +75,7 @@ def get_config(arg=None):
   if behaviour not in BEHAVIOURS:
     raise ValueError(f"behaviour={behaviour!r}; valid: {list(BEHAVIOURS)}")
   c = base.get_base_config()
-  c.program = "rl"
+  c.method = "rl"
   c.arm, c.behaviour = arm, behaviour
   # The tiny preset with the environment's word vocabulary (34 words, padded to 64).
   c.model.overrides = {"vocab_size": 64}

@@ -116,7 +116,7 @@ def test_bad_input_is_one_line_error(case, tmp_path):
     "not_a_run_config": (
       ["--config=experiments/configs/layouts.py"],
       "'experiments/configs/layouts.py' is not a run config (it sets no "
-      f"`program`, one of ['lm', 'rl']); {_CONFIGS}",
+      f"`method`, one of ['lm', 'rl']); {_CONFIGS}",
     ),
     "bad_config_arg": (
       ["--config=experiments/configs/rl_tool_feedback.py:bad"],

@@ -207,7 +207,7 @@ def test_half_written_save_is_no_step_and_is_removed(tmp_path):
 
 
 class _Diverging:
-  """A `loop.Program` whose state turns NaN in step 3 while every logged value stays finite
+  """A `loop.Steps` whose state turns NaN in step 3 while every logged value stays finite
   (as an RL run with a NaN loss coefficient: nothing in the record shows it)."""
 
   def step(self, state, step):

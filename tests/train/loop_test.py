@@ -155,8 +155,8 @@ def test_init_from_imported_checkpoint(full_run, tmp_path):
     loop.train(tiny_config(init_from=other), str(tmp_path / "run2"))
 
 
-class _CountingProgram:
-  """A Program whose step k's metrics are a device scalar; logs when each step is dispatched."""
+class _CountingSteps:
+  """A `loop.Steps` whose step k's metrics are a device scalar; logs when each step is dispatched."""
 
   def __init__(self, events):
     self.events = events
@@ -173,7 +173,7 @@ class _CountingProgram:
 
 
 def test_drive_fetches_each_steps_metrics_after_the_next_step_is_dispatched(tmp_path, monkeypatch):
-  """LM and RL programs alike: the host never waits for step k's metrics before step k + 1 is
+  """LM and RL runs alike: the host never waits for step k's metrics before step k + 1 is
   queued (except to save a checkpoint: a non-finite state is never saved)."""
   events = []
   get = jax.device_get
@@ -185,7 +185,7 @@ def test_drive_fetches_each_steps_metrics_after_the_next_step_is_dispatched(tmp_
   monkeypatch.setattr(jax, "device_get", device_get)
   ckpt = checkpointing.Checkpointer(str(tmp_path), keep=1)
   records = loop.drive(
-    _CountingProgram(events),
+    _CountingSteps(events),
     0,
     0,
     ckpt,

@@ -5,5 +5,5 @@
   feedback  feedback kinds (unavailable tool, over-long message): flagged turns and their hints
   warmup    scripted episodes for the supervised format warm-up
 `ToolEnv` implements `composer_jax.rl.env.Env`; the episode runner is `composer_jax.rl.episodes`,
-the experiment program `experiments/tool_feedback`.
+the experiment `experiments/tool_feedback`.
 """
