@@ -36,7 +36,7 @@ from composer_jax.train import checkpointing, compile_cache, host_memory, loop, 
 # workdir)` runs it, imported only when selected, so a supervised run loads no environment
 # (the coding one needs the `[coding]` extra).
 RL_EXPERIMENTS = {
-  "tools": "experiments.tool_feedback.program",
+  "toolcall": "experiments.tool_feedback.program",
   "coding": "experiments.coding.program",
 }
 

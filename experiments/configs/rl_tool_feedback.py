@@ -82,7 +82,7 @@ def get_config(arg=None):
   long = behaviour == "tools"
   c.env = ml_collections.ConfigDict(
     dict(
-      name="tools",
+      name="toolcall",  # experiments.run.RL_EXPERIMENTS
       min_tools=3,
       max_tools=6,
       max_required=3,
