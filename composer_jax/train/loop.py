@@ -34,6 +34,7 @@ import numpy as np
 from absl import logging
 
 from composer_jax import data as data_lib
+from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig, model_config
 from composer_jax.optim import make_schedule
 from composer_jax.optim.builder import OPTIMIZERS
@@ -44,6 +45,7 @@ from composer_jax.train import (
   init_from,
   memory_plan,
   placement,
+  summary,
 )
 from composer_jax.train import config as train_config
 from composer_jax.train import programs as programs_lib
@@ -302,7 +304,8 @@ def drive(
 ) -> list[dict]:
   """Runs `program` from `state` after `step` steps up to `total_steps`; returns the records
   written (every record goes to the files, every `console_every`-th step's to the console).
-  Closes `ckpt`.
+  Logs one line saying what will run first and a one-screen summary at the end
+  (`train.summary`). Closes `ckpt`.
 
   Raises:
     NonFiniteLossError: NaN/inf loss, gradient or update; checkpoints before it are intact.
@@ -313,6 +316,19 @@ def drive(
   host_memory.keep_freed_memory()  # else XLA:CPU faults its temporaries in every step
   # Metrics are global (every process computes the same values): process 0 writes them.
   writer = MetricsWriter(workdir, total_steps, step) if jax.process_index() == 0 else None
+  start_step, start_time, saved = step, time.perf_counter(), None
+  if writer:
+    n = placement.num_devices(run_config["mesh"])
+    logging.info(
+      summary.start_line(
+        run_config,
+        transformer.param_counts(model_cfg),
+        jax.devices()[:n],
+        step,
+        total_steps,
+        workdir,
+      )
+    )
   stop = StopFlag()
   records, pending = [], None
 
@@ -336,6 +352,7 @@ def drive(
       if step % ckpt_every == 0 or step == total_steps or preempted:
         write_pending()  # Never checkpoint a non-finite state.
         ckpt.save(step, *program.checkpoint(state), model_cfg, run_config)
+        saved = step
       if preempted:
         ckpt.wait()
         logging.info("Preemption signal: saved checkpoint %s/%d; exiting", ckpt.directory, step)
@@ -345,6 +362,18 @@ def drive(
     if writer:
       writer.close()
     ckpt.close()
+  if writer:
+    for line in summary.summary_lines(
+      records,
+      run_config,
+      start_step=start_step,
+      end_step=step,
+      total_steps=total_steps,
+      wall_s=time.perf_counter() - start_time,
+      workdir=workdir,
+      checkpoint=None if saved is None else f"{ckpt.directory}/{saved}",
+    ):
+      logging.info(line)
   return records
 
 

@@ -50,6 +50,7 @@ def test_metrics_files(full_run):
     "loss",
     "ce",
     "z_loss",
+    "logz_sq",
     "grad_norm",
     "update_norm",
     "lr",
