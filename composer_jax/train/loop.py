@@ -6,8 +6,9 @@ the same guarantees: each step's metrics fetched only after the next step is dis
 metrics to the console, `metrics.jsonl` and TensorBoard (`metrics`);
 checkpoints through one `checkpointing.Checkpointer` every `ckpt_every` steps, at the end and
 on SIGTERM (or a multi-host preemption notice), after which it exits; a stop, without
-checkpointing, when the loss or the update becomes NaN/inf. It first makes the C heap keep
-freed memory (`host_memory`). Side effects live here and in the
+checkpointing, when the loss or the update becomes NaN/inf; a one-screen summary at the end
+(`summary`). Every program first logs one line saying what will run (`announce`). It first
+makes the C heap keep freed memory (`host_memory`). Side effects live here and in the
 program's own host code, nowhere else.
 
 `train` resumes from the newest checkpoint in `workdir` when there is one (bit-for-bit: params,
@@ -216,13 +217,8 @@ def restore_newest(model_cfg, ckpt, restore, workdir):
   return None
 
 
-def _initial_state(config, model_cfg, ckpt, progs, train_iter, workdir):
-  """The newest checkpoint that restores, else `train.init_from`, else a random init."""
-  state = restore_newest(
-    model_cfg, ckpt, lambda step: ckpt.restore(step, progs.target, train_iter), workdir
-  )
-  if state is not None:
-    return state
+def _fresh_state(config, model_cfg, progs):
+  """`train.init_from`'s variables, else a random init, as a step-0 state."""
   variables = None
   if config.train.init_from:
     variables = init_from.load(
@@ -231,6 +227,22 @@ def _initial_state(config, model_cfg, ckpt, progs, train_iter, workdir):
       {"params": progs.target.params, "router": progs.target.router},
     )
   return progs.init(jax.random.PRNGKey(config.train.seed), variables)
+
+
+def announce(config, model_cfg: ModelConfig, start_step: int, workdir: str) -> None:
+  """Logs (process 0) the one line saying what will run (`summary.start_line`): called by
+  every program once it knows its start step, before its long work (init, compiling)."""
+  if jax.process_index() == 0:
+    n = placement.num_devices(config.mesh)
+    line = summary.start_line(
+      config.to_dict(),
+      transformer.param_counts(model_cfg),
+      jax.devices()[:n],
+      start_step,
+      config.train.steps,
+      workdir,
+    )
+    logging.info(line)
 
 
 class Program(Protocol):
@@ -301,11 +313,12 @@ def drive(
   console_every: int,
   model_cfg: ModelConfig,
   run_config: dict,
+  started: float | None = None,
 ) -> list[dict]:
   """Runs `program` from `state` after `step` steps up to `total_steps`; returns the records
   written (every record goes to the files, every `console_every`-th step's to the console).
-  Logs one line saying what will run first and a one-screen summary at the end
-  (`train.summary`). Closes `ckpt`.
+  Logs a one-screen summary at the end (`train.summary`; wall time since `started`, the
+  program's `time.perf_counter()` at its start, default this call's). Closes `ckpt`.
 
   Raises:
     NonFiniteLossError: NaN/inf loss, gradient or update; checkpoints before it are intact.
@@ -316,19 +329,8 @@ def drive(
   host_memory.keep_freed_memory()  # else XLA:CPU faults its temporaries in every step
   # Metrics are global (every process computes the same values): process 0 writes them.
   writer = MetricsWriter(workdir, total_steps, step) if jax.process_index() == 0 else None
-  start_step, start_time, saved = step, time.perf_counter(), None
-  if writer:
-    n = placement.num_devices(run_config["mesh"])
-    logging.info(
-      summary.start_line(
-        run_config,
-        transformer.param_counts(model_cfg),
-        jax.devices()[:n],
-        step,
-        total_steps,
-        workdir,
-      )
-    )
+  start_step, saved = step, None
+  started = time.perf_counter() if started is None else started
   stop = StopFlag()
   records, pending = [], None
 
@@ -369,7 +371,7 @@ def drive(
       start_step=start_step,
       end_step=step,
       total_steps=total_steps,
-      wall_s=time.perf_counter() - start_time,
+      wall_s=time.perf_counter() - started,
       workdir=workdir,
       checkpoint=None if saved is None else f"{ckpt.directory}/{saved}",
     ):
@@ -453,12 +455,17 @@ def train(config, workdir: str, data: Data | None = None) -> list[dict]:
   data = data or corpus_data(config)
   progs = programs_lib.programs(config, model_cfg)
   ckpt = checkpointing.Checkpointer(workdir, keep=t.keep)
-  state = _initial_state(config, model_cfg, ckpt, progs, data.train, workdir)
-  step = int(state.step)
+  state = restore_newest(
+    model_cfg, ckpt, lambda step: ckpt.restore(step, progs.target, data.train), workdir
+  )
+  step = 0 if state is None else int(state.step)
   if step >= t.steps:
     logging.info("Checkpoint step %d >= train.steps=%d: nothing to do", step, t.steps)
     ckpt.close()
     return []
+  announce(config, model_cfg, step, workdir)
+  if state is None:
+    state = _fresh_state(config, model_cfg, progs)
 
   return drive(
     _Supervised(config, progs, data, start),
@@ -471,6 +478,7 @@ def train(config, workdir: str, data: Data | None = None) -> list[dict]:
     console_every=1,
     model_cfg=model_cfg,
     run_config=config.to_dict(),
+    started=start,
   )
 
 

@@ -6,8 +6,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import chex
 import grain
@@ -16,8 +14,6 @@ import numpy as np
 from composer_jax.hf import checkpoint, importer, writer
 from composer_jax.train import checkpointing
 from tests.hf import helpers
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 # Runs composer_jax.tools.<argv[1]>'s main once per case of argv[2] (JSON: [[argv, fail]]),
 # printing one JSON list: None for a run that finished, else its exit message. `fail`
@@ -53,14 +49,7 @@ def _run(tool, cases):
   """Runs `cases` {name: (argv, fail, expected exit line or None for success)}; asserts
   each finished or exited with one line starting with what was expected."""
   argv = json.dumps([[a, fail] for a, fail, _ in cases.values()])
-  proc = subprocess.run(
-    [sys.executable, "-c", _DRIVER, tool, argv],
-    cwd=REPO,
-    env=helpers.CLI_ENV,
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
+  proc = helpers.run_python("-c", _DRIVER, tool, argv)
   assert proc.returncode == 0, proc.stderr
   assert "Traceback" not in proc.stderr, proc.stderr
   got = json.loads(proc.stdout.strip().splitlines()[-1])

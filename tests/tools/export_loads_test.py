@@ -5,8 +5,6 @@ tokenizers and our model."""
 import base64
 import json
 import os
-import subprocess
-import sys
 
 import grain
 import jax.numpy as jnp
@@ -22,7 +20,6 @@ from tests.hf import helpers
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TEXT = "def main():\n    return x's 12345 + ÿé中文 [EOS] <|eos|>\n"
 
 
@@ -36,20 +33,8 @@ def test_exported_workdir_loads_and_generates_in_transformers(tmp_path):
   )
   ckpt.close()
   out = str(tmp_path / "hf")
-  proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "composer_jax.tools.export_hf",
-      f"--ckpt={workdir}",
-      f"--out={out}",
-      "--dtype=float32",
-    ],  # fmt: skip
-    cwd=REPO,
-    env=helpers.CLI_ENV,
-    capture_output=True,
-    text=True,
-    timeout=300,
+  proc = helpers.run_python(
+    "-m", "composer_jax.tools.export_hf", f"--ckpt={workdir}", f"--out={out}", "--dtype=float32"
   )
   assert proc.returncode == 0, proc.stderr
   assert set(tokenizer_files.FILES) <= set(os.listdir(out))
