@@ -130,7 +130,7 @@ def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
       logging.info("Checkpoint step %d >= train.steps=%d: nothing to do", state.step, t.steps)
       ckpt.close()
       return []
-    loop.announce(config, model_cfg, 0 if state is None else state.step, workdir)
+    loop.announce("rl", config, model_cfg, 0 if state is None else state.step, workdir)
     state = state or initial_state(config, init)
     steps = RLSteps(config, env, init, state)
   except BaseException:

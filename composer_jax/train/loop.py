@@ -229,18 +229,15 @@ def _fresh_state(config, model_cfg, progs):
   return progs.init(jax.random.PRNGKey(config.train.seed), variables)
 
 
-def announce(config, model_cfg: ModelConfig, start_step: int, workdir: str) -> None:
-  """Logs (process 0) the one line saying what will run (`summary.start_line`): called by
-  every program once it knows its start step, before its long work (init, compiling)."""
+def announce(program: str, config, model_cfg: ModelConfig, start_step: int, workdir: str) -> None:
+  """Logs (process 0) the one line saying what will run (`summary.start_line`; `program`
+  'supervised' or 'rl'): called by both programs once they know their start step, before
+  their long work (init, compiling)."""
   if jax.process_index() == 0:
     n = placement.num_devices(config.mesh)
+    counts = transformer.param_counts(model_cfg)
     line = summary.start_line(
-      config.to_dict(),
-      transformer.param_counts(model_cfg),
-      jax.devices()[:n],
-      start_step,
-      config.train.steps,
-      workdir,
+      program, config.to_dict(), counts, jax.devices()[:n], start_step, workdir
     )
     logging.info(line)
 
@@ -463,7 +460,7 @@ def train(config, workdir: str, data: Data | None = None) -> list[dict]:
     logging.info("Checkpoint step %d >= train.steps=%d: nothing to do", step, t.steps)
     ckpt.close()
     return []
-  announce(config, model_cfg, step, workdir)
+  announce("supervised", config, model_cfg, step, workdir)
   if state is None:
     state = _fresh_state(config, model_cfg, progs)
 

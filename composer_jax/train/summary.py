@@ -27,39 +27,39 @@ def _count(n: int) -> str:
 
 
 def start_line(
+  program: str,
   run_config: dict,
   param_counts: tuple[int, int],
   devices: list,
   start_step: int,
-  total_steps: int,
   workdir: str,
 ) -> str:
   """One line: program (and environment), model preset, parameter counts, layout, devices,
   the steps that will run and the workdir.
 
   Args:
+    program: 'supervised' (`train.loop.train`, also an RL program's warm-up) or 'rl'
+      (`rl.run`).
     run_config: the run config as a dict (`config.to_dict()`).
     param_counts: (total, active) of `model.transformer.param_counts`.
     devices: the JAX devices the run's mesh uses.
     start_step: steps already done (a resumed run's checkpoint step).
   """
-  program = run_config.get("program", "lm")
   env = run_config.get("env", {}).get("name")
-  what = f"{program} ({env})" if program == "rl" and env else program
-  total, active = param_counts
-  kinds = sorted({d.platform for d in devices})
   t = run_config["train"]
   if program == "rl":
     r = run_config["rl"]
-    batch = f"{r['groups'] * r['group_size']} episodes/step"
+    what, batch = f"rl ({env})", f"{r['groups'] * r['group_size']} episodes/step"
   else:
-    batch = f"{t['batch_size']}x{t['seq_len']} tokens/step"
+    what, batch = program, f"{t['batch_size']}x{t['seq_len']} tokens/step"
+  total, active = param_counts
+  kinds = sorted({d.platform for d in devices})
   resumed = f", resumed at {start_step}" if start_step else ""
   return (
     f"Run {what} | model {run_config['model']['preset']}: {_count(total)} params "
     f"({_count(active)} active) | layout {run_config.get('layout', '?')} on {len(devices)} "
     f"{'/'.join(kinds)} device{'s' * (len(devices) != 1)} | steps {start_step + 1}-"
-    f"{total_steps}{resumed}, {batch} | workdir {workdir}"
+    f"{t['steps']}{resumed}, {batch} | workdir {workdir}"
   )
 
 

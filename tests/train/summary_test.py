@@ -46,13 +46,17 @@ def test_rl_summary_reports_reward_and_episodes_per_second():
 
 
 def test_start_line_names_program_model_layout_devices_and_steps():
-  config = base.get_base_config().to_dict()
-  line = summary.start_line(config, (1_234_567, 890_000), jax.devices()[:2], 3, 300, "/w")
-  assert line == (
-    "Run lm | model tiny: 1.23M params (890.00k active) | layout single on 2 cpu devices | "
-    "steps 4-300, resumed at 3, 16x128 tokens/step | workdir /w"
-  ), line
-  rl = summary.start_line(
-    rl_tool_feedback.get_config().to_dict(), (10, 10), jax.devices()[:1], 0, 5, "/w"
+  config = base.get_base_config()
+  config.train.steps = 300
+  line = summary.start_line(
+    "supervised", config.to_dict(), (1_234_567, 890_000), jax.devices()[:2], 3, "/w"
   )
-  assert rl.startswith("Run rl (tools) |") and "episodes/step" in rl and "1 cpu device |" in rl
+  assert line == (
+    "Run supervised | model tiny: 1.23M params (890.00k active) | layout single on 2 cpu "
+    "devices | steps 4-300, resumed at 3, 16x128 tokens/step | workdir /w"
+  ), line
+  rl = rl_tool_feedback.get_config().to_dict()
+  line = summary.start_line("rl", rl, (10, 10), jax.devices()[:1], 0, "/w")
+  episodes = rl["rl"]["groups"] * rl["rl"]["group_size"]
+  assert line.startswith("Run rl (tools) | model tiny: 10 params (10 active) | ")
+  assert f"1 cpu device | steps 1-{rl['train']['steps']}, {episodes} episodes/step |" in line
