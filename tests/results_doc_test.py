@@ -26,7 +26,9 @@ def test_current_numbers_table_links_existing_entries():
     (link,) = re.findall(r"\]\(#([^)]+)\)", cells[5])
     assert link in anchors, row
   # The dated entries start with today's empty section, kept for the lead's entries.
-  assert text.index("## Current numbers") < text.index("## 2026-12-08") < text.index("## 2026-12-07")
+  assert (
+    text.index("## Current numbers") < text.index("## 2026-12-08") < text.index("## 2026-12-07")
+  )
 
 
 def test_superseded_entries_and_links_land_on_anchors():
