@@ -101,7 +101,7 @@ class TiktokenTokenizer:
 
   def __init__(self, path: str):
     self.path = path
-    ranks = _read_ranks(path)
+    self.ranks = ranks = _read_ranks(path)  # bytes -> rank (id), 0..base-1
     base = len(ranks)
     self.special_tokens = {
       KIMI_SPECIAL_TOKENS.get(i, f"<|reserved_token_{base + i}|>"): base + i

@@ -14,6 +14,8 @@ if it has one (`env.state_dict()`, e.g. a curriculum's pass rates; restored with
 
 from __future__ import annotations
 
+import time
+
 import jax
 import numpy as np
 from absl import logging
@@ -112,6 +114,7 @@ def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
     CheckpointSaveError: a checkpoint could not be written.
     train.loop.NonFiniteLossError: NaN/inf loss.
   """
+  started = time.perf_counter()
   validate(config)
   quiet_library_logs()
   t = config.train
@@ -127,6 +130,7 @@ def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
       logging.info("Checkpoint step %d >= train.steps=%d: nothing to do", state.step, t.steps)
       ckpt.close()
       return []
+    loop.announce("rl", config, model_cfg, 0 if state is None else state.step, workdir)
     state = state or initial_state(config, init)
     steps = RLSteps(config, env, init, state)
   except BaseException:
@@ -144,6 +148,7 @@ def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
       console_every=t.log_every,
       model_cfg=model_cfg,
       run_config=config.to_dict(),
+      started=started,
     )
   finally:
     steps.close()

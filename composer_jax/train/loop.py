@@ -5,8 +5,9 @@ the same guarantees: each step's metrics fetched only after the next step is dis
 metrics to the console, `metrics.jsonl` and TensorBoard (`metrics`);
 checkpoints through one `checkpointing.Checkpointer` every `ckpt_every` steps, at the end and
 on SIGTERM (or a multi-host preemption notice), after which it exits; a stop, without
-checkpointing, when the loss or the update becomes NaN/inf. It first makes the C heap keep
-freed memory (`host_memory`). Side effects live here and in the
+checkpointing, when the loss or the update becomes NaN/inf; a one-screen summary at the end
+(`summary`). Every run first logs one line saying what will run (`announce`). It first
+makes the C heap keep freed memory (`host_memory`). Side effects live here and in the
 run's own host code, nowhere else.
 
 `train` resumes from the newest checkpoint in `workdir` when there is one (bit-for-bit: params,
@@ -33,6 +34,7 @@ import numpy as np
 from absl import logging
 
 from composer_jax import data as data_lib
+from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig, model_config
 from composer_jax.optim import make_schedule
 from composer_jax.optim.builder import OPTIMIZERS
@@ -43,6 +45,7 @@ from composer_jax.train import (
   init_from,
   memory_plan,
   placement,
+  summary,
 )
 from composer_jax.train import config as train_config
 from composer_jax.train import programs as programs_lib
@@ -213,13 +216,8 @@ def restore_newest(model_cfg, ckpt, restore, workdir):
   return None
 
 
-def _initial_state(config, model_cfg, ckpt, progs, train_iter, workdir):
-  """The newest checkpoint that restores, else `train.init_from`, else a random init."""
-  state = restore_newest(
-    model_cfg, ckpt, lambda step: ckpt.restore(step, progs.target, train_iter), workdir
-  )
-  if state is not None:
-    return state
+def _fresh_state(config, model_cfg, progs):
+  """`train.init_from`'s variables, else a random init, as a step-0 state."""
   variables = None
   if config.train.init_from:
     variables = init_from.load(
@@ -228,6 +226,19 @@ def _initial_state(config, model_cfg, ckpt, progs, train_iter, workdir):
       {"params": progs.target.params, "router": progs.target.router},
     )
   return progs.init(jax.random.PRNGKey(config.train.seed), variables)
+
+
+def announce(driver: str, config, model_cfg: ModelConfig, start_step: int, workdir: str) -> None:
+  """Logs (process 0) the one line saying what will run (`summary.start_line`; `driver`
+  'supervised' or 'rl'): called by both drivers once they know their start step, before
+  their long work (init, compiling)."""
+  if jax.process_index() == 0:
+    n = placement.num_devices(config.mesh)
+    counts = transformer.param_counts(model_cfg)
+    line = summary.start_line(
+      driver, config.to_dict(), counts, jax.devices()[:n], start_step, workdir
+    )
+    logging.info(line)
 
 
 class Steps(Protocol):
@@ -299,10 +310,12 @@ def drive(
   console_every: int,
   model_cfg: ModelConfig,
   run_config: dict,
+  started: float | None = None,
 ) -> list[dict]:
   """Runs `steps` from `state` after `step` steps up to `total_steps`; returns the records
   written (every record goes to the files, every `console_every`-th step's to the console).
-  Closes `ckpt`.
+  Logs a one-screen summary at the end (`train.summary`; wall time since `started`, the
+  run's `time.perf_counter()` at its start, default this call's). Closes `ckpt`.
 
   Raises:
     NonFiniteLossError: NaN/inf loss, gradient or update; checkpoints before it are intact.
@@ -313,6 +326,8 @@ def drive(
   host_memory.keep_freed_memory()  # else XLA:CPU faults its temporaries in every step
   # Metrics are global (every process computes the same values): process 0 writes them.
   writer = MetricsWriter(workdir, total_steps, step) if jax.process_index() == 0 else None
+  start_step, saved = step, None
+  started = time.perf_counter() if started is None else started
   stop = StopFlag()
   records, pending = [], None
 
@@ -336,6 +351,7 @@ def drive(
       if step % ckpt_every == 0 or step == total_steps or preempted:
         write_pending()  # Never checkpoint a non-finite state.
         ckpt.save(step, *steps.checkpoint(state), model_cfg, run_config)
+        saved = step
       if preempted:
         ckpt.wait()
         logging.info("Preemption signal: saved checkpoint %s/%d; exiting", ckpt.directory, step)
@@ -345,6 +361,18 @@ def drive(
     if writer:
       writer.close()
     ckpt.close()
+  if writer:
+    for line in summary.summary_lines(
+      records,
+      run_config,
+      start_step=start_step,
+      end_step=step,
+      total_steps=total_steps,
+      wall_s=time.perf_counter() - started,
+      workdir=workdir,
+      checkpoint=None if saved is None else f"{ckpt.directory}/{saved}",
+    ):
+      logging.info(line)
   return records
 
 
@@ -424,12 +452,17 @@ def train(config, workdir: str, data: Data | None = None) -> list[dict]:
   data = data or corpus_data(config)
   progs = programs_lib.programs(config, model_cfg)
   ckpt = checkpointing.Checkpointer(workdir, keep=t.keep)
-  state = _initial_state(config, model_cfg, ckpt, progs, data.train, workdir)
-  step = int(state.step)
+  state = restore_newest(
+    model_cfg, ckpt, lambda step: ckpt.restore(step, progs.target, data.train), workdir
+  )
+  step = 0 if state is None else int(state.step)
   if step >= t.steps:
     logging.info("Checkpoint step %d >= train.steps=%d: nothing to do", step, t.steps)
     ckpt.close()
     return []
+  announce("supervised", config, model_cfg, step, workdir)
+  if state is None:
+    state = _fresh_state(config, model_cfg, progs)
 
   return drive(
     _SupervisedSteps(config, progs, data, start),
@@ -442,6 +475,7 @@ def train(config, workdir: str, data: Data | None = None) -> list[dict]:
     console_every=1,
     model_cfg=model_cfg,
     run_config=config.to_dict(),
+    started=start,
   )
 
 

@@ -151,7 +151,9 @@ def make_train_step(
     metrics = {
       "loss": loss_sum / n_tot,
       "ce": ce_sum / n_tot,
-      "z_loss": z_sum / n_tot,
+      # Logged at the scale it enters `loss` (coef x mean log(Z)^2); `logz_sq` is the raw mean.
+      "z_loss": z_loss * z_sum / n_tot,
+      "logz_sq": z_sum / n_tot,
       "balance_loss": aux["balance_loss"],
       "num_tokens": n_sum,
       "grad_norm": optax.tree.norm(grads),

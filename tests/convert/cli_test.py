@@ -6,8 +6,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import chex
 import grain
@@ -53,14 +51,7 @@ def _run(tool, cases):
   """Runs `cases` {name: (argv, fail, expected exit line or None for success)}; asserts
   each finished or exited with one line starting with what was expected."""
   argv = json.dumps([[a, fail] for a, fail, _ in cases.values()])
-  proc = subprocess.run(
-    [sys.executable, "-c", _DRIVER, tool, argv],
-    cwd=REPO,
-    env=helpers.CLI_ENV,
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
+  proc = helpers.run_python("-c", _DRIVER, tool, argv)
   assert proc.returncode == 0, proc.stderr
   assert "Traceback" not in proc.stderr, proc.stderr
   got = json.loads(proc.stdout.strip().splitlines()[-1])

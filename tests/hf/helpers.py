@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 from safetensors.numpy import save_file
@@ -12,6 +14,16 @@ from composer_jax.model.config import get_preset
 
 # The CLIs run in a subprocess on one CPU device (not the 8 fake devices of conftest).
 CLI_ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def run_python(*args) -> subprocess.CompletedProcess:
+  """`python ARGS` from the repository root with `CLI_ENV`, output captured as text."""
+  return subprocess.run(
+    [sys.executable, *args], cwd=REPO, env=CLI_ENV, capture_output=True, text=True, timeout=300
+  )
+
+
 CFG = get_preset("tiny", num_layers=3, n_routed_experts=4, n_group=2, topk_group=1)
 
 

@@ -360,7 +360,17 @@ def test_kill_during_save_sigterm_and_torn_metrics_resume_bit_exact(full_run, tm
   assert "Moved 1 torn or unreadable lines" in stderr and "records after step 2" in stderr
   assert "Preemption signal: saved checkpoint" in stderr
   assert "5" in os.listdir(ckpt_dir)  # the SIGTERM save (no periodic save was due)
-  _finish(_cli(workdir))  # resumes from 5
+  stderr = _finish(_cli(workdir))  # resumes from 5
+  # What runs, in one line at the start, and the run's summary at the end.
+  assert "Run supervised | model tiny: " in stderr and "steps 6-6, resumed at 5" in stderr
+  for line in (
+    "Run summary: steps 6-6 done",
+    "validation loss  final",
+    f"checkpoint       {ckpt_dir}/6",
+    f"metrics          {workdir}/metrics.jsonl",
+    "tokens/s (median of 1 records)",
+  ):
+    assert line in stderr, (line, stderr[-3000:])
 
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     records = [json.loads(line) for line in f]

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import struct
 
 import chex
 import jax
@@ -15,6 +16,7 @@ from composer_jax.model import transformer
 from composer_jax.model.config import model_config
 from composer_jax.train import checkpointing, loop, programs
 from experiments.configs import base
+from tests.experiments.plot_test import plot_cli, write_rl_workdir
 from tests.train.conftest import TOTAL_STEPS, tiny_config
 
 
@@ -50,6 +52,7 @@ def test_metrics_files(full_run):
     "loss",
     "ce",
     "z_loss",
+    "logz_sq",
     "grad_norm",
     "update_norm",
     "lr",
@@ -66,6 +69,31 @@ def test_metrics_files(full_run):
   assert lines == json.loads(json.dumps(records))
   events = os.listdir(os.path.join(workdir, "tensorboard"))
   assert any(e.startswith("events.out.tfevents") for e in events)
+
+
+def test_plot_command_renders_the_run(full_run, tmp_path):
+  """`experiments.plot` on this run and an RL workdir: one PNG, a panel per logged metric."""
+  workdir, _ = full_run
+  rl = write_rl_workdir(tmp_path / "rl")
+  out = str(tmp_path / "fig" / "runs.png")
+  proc = plot_cli(workdir, rl, f"--out={out}")
+  assert proc.returncode == 0, proc.stderr
+  titles = "training loss, validation loss, learning rate, gradient norm, reward, flagged turns"
+  rates = "unavailable rate, verbose rate"
+  assert proc.stdout.strip() == f"Wrote {out}: {titles}, {rates} of 2 run(s)"
+  with open(out, "rb") as f:
+    png = f.read()
+  assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+  # 8 panels: 3 columns x 3 rows of 5 x 3.4 inches at 100 dpi; drawn curves, not a blank canvas.
+  assert struct.unpack(">II", png[16:24]) == (1500, 1020) and len(png) > 30_000
+  lm_only = str(tmp_path / "lm.png")
+  proc = plot_cli(workdir, f"--out={lm_only}", "--x=tokens", "--smooth=0.5")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.strip().endswith(
+    ": training loss, validation loss, learning rate, gradient norm of 1 run(s)"
+  )
+  with open(lm_only, "rb") as f:
+    assert struct.unpack(">II", f.read(24)[16:24]) == (1000, 680)  # 4 panels: 2 x 2
 
 
 def test_checkpoints_hold_full_state(full_run):

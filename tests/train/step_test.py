@@ -15,6 +15,7 @@ from composer_jax.train import step as step_lib
 from composer_jax.train.state import init_state
 
 B, L, G, RATE = 4, 32, 2, 1e-3
+_INPUTS = ("tokens", "segment_ids", "positions")
 
 
 def _batch(cfg):
@@ -80,6 +81,15 @@ def test_accumulated_step_equals_full_batch_sgd_step(dense_layers):
   new_state, metrics = train_step(state, micro)
 
   np.testing.assert_allclose(metrics["loss"], ref_loss, rtol=1e-5)
+  # z-loss by hand: mean over counted tokens of logsumexp(logits)^2, logged times its coef.
+  hidden, _ = transformer.forward(
+    cfg, {"params": state.params, "router": state.router}, *(batch[k] for k in _INPUTS)
+  )
+  logits = np.asarray(hidden @ transformer.output_head(cfg, state.params), np.float64)
+  lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+  logz_sq = (lse**2 * batch["loss_mask"]).sum() / batch["loss_mask"].sum()
+  np.testing.assert_allclose(metrics["logz_sq"], logz_sq, rtol=1e-4)
+  np.testing.assert_allclose(metrics["z_loss"], 1e-4 * logz_sq, rtol=1e-4)
   np.testing.assert_allclose(metrics["num_tokens"], batch["loss_mask"].sum())
   np.testing.assert_allclose(metrics["grad_norm"], optax.tree.norm(ref_grads), rtol=1e-4)
   chex.assert_trees_all_close(new_state.params, ref_params, atol=1e-6, rtol=1e-4)
