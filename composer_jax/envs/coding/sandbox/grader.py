@@ -86,14 +86,12 @@ import base64
 import dataclasses
 import io
 import os
-import shutil
-import stat
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
-from composer_jax.envs.coding import project, sandbox
+from composer_jax.envs.coding import project, sandbox, trees
 from composer_jax.envs.coding.monitor import deadline
 from composer_jax.envs.coding.sandbox import instrument, root_leaks, runner, site_values
 from composer_jax.envs.coding.task import Task, direct_partial
@@ -152,18 +150,10 @@ def _members(blob: str) -> dict[str, bytes]:
 
 
 def _tree(ws: Path) -> tuple[dict[str, bytes], list[str]]:
-  """Regular files under ws (path -> bytes) and every entry of another type."""
-  files, odd = {}, []
-  for dirpath, dirnames, filenames in os.walk(ws):
-    for name in dirnames + filenames:
-      p = Path(dirpath) / name
-      st = os.lstat(p)
-      rel = p.relative_to(ws).as_posix()
-      if stat.S_ISREG(st.st_mode):
-        files[rel] = p.read_bytes()
-      elif not stat.S_ISDIR(st.st_mode):
-        odd.append(rel)
-  return files, odd
+  """Regular files under ws (path -> bytes) and every entry of another type; trees.TreeError
+  (one line) for a tree outside the bounds (depth, entries, sizes, names)."""
+  listing = trees.scan(ws)
+  return {rel: Path(path).read_bytes() for rel, path in listing.files.items()}, listing.odd
 
 
 def _shadowing(rel: str, ws: Path) -> str | None:
@@ -188,7 +178,8 @@ def _put(ws: Path, rel: str, data: bytes) -> None:
     if p != ws and (p.is_symlink() or (p.exists() and not p.is_dir())):
       p.unlink()
   if target.is_dir() and not target.is_symlink():
-    shutil.rmtree(target)
+    if why := trees.remove(target):
+      raise trees.TreeError(why)
   target.parent.mkdir(parents=True, exist_ok=True)
   target.write_bytes(data)
 
@@ -206,7 +197,10 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict], frozense
   project.unpack(task.workspace, ws)
   if err := apply_patch(ws, patch):
     return f"patch does not apply: {err}", [], none
-  after, odd = _tree(ws)
+  try:
+    after, odd = _tree(ws)
+  except trees.TreeError as e:
+    return f"the patched tree is not graded: {e}", [], none
   if odd:
     return f"patch creates non-regular files (symlink, FIFO, device): {sorted(odd)[:5]}", [], none
   changed = sorted(r for r in set(visible) | set(after) if visible.get(r) != after.get(r))
@@ -219,7 +213,7 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict], frozense
     if rel not in visible and rel in after and not runner.controlled(rel):
       if name := _shadowing(rel, ws):
         return f"patch adds {rel}, which shadows module {name!r}", flags, none
-  shutil.rmtree(ws / ".git", ignore_errors=True)
+  trees.remove(ws / ".git")
   scrub.scrub(ws)
   for rel in project.walk(ws, skip=frozenset()):
     if runner.controlled(rel) and rel not in originals:
@@ -236,8 +230,8 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict], frozense
 def grade(task: Task, patch: str, *, limits: sandbox.Limits = sandbox.DEFAULT_LIMITS) -> Grade:
   """Reward for `patch` on `task` (module docstring). Raises SandboxUnavailable only."""
   sandbox.require()
-  sandbox.reap()
   try:
+    sandbox.reap()  # never raises; inside all the same: no grade's leftovers reach another
     return _grade(task, patch, limits)
   except Exception as e:  # fail closed: never a traceback instead of a grade
     return _zero(f"grader error: {type(e).__name__}: {e}")

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from composer_jax.envs.coding import project, sandbox
+from composer_jax.envs.coding import project, sandbox, trees
 from composer_jax.envs.coding.sandbox import grader, runner
 from composer_jax.envs.coding.task import Task, unified_diff
 from composer_jax.envs.coding.tasks import (
@@ -106,12 +106,12 @@ class Generator:
   def _run(self, tree: Path, tag: str) -> runner.SuiteRun:
     """Runs the whole suite on a throwaway copy (tests may write into their tree)."""
     copy = self.work / f"run-{tag}"
-    shutil.copytree(tree, copy)
+    trees.copy(tree, copy)
     try:
       sources.install_runtime(self.source.runtime, copy)
       return runner.run_suite(copy, limits=self.cfg.limits)
     finally:
-      shutil.rmtree(copy, ignore_errors=True)
+      trees.remove(copy)
 
   def _cache_key(self) -> str:
     blob = (self.source.as_dict(), VERSION, self.cfg.baseline_runs, self.cfg.limits.as_dict())
@@ -147,10 +147,10 @@ class Generator:
   def _baseline(self, name: str, files: list[str]) -> None:
     self._report(f"baseline: a coverage run and {self.cfg.baseline_runs} more runs of the suite")
     copy = self.work / "run-map"
-    shutil.copytree(self.orig, copy)
+    trees.copy(self.orig, copy)
     sources.install_runtime(self.source.runtime, copy)
     self.map, first = testmap.build(copy, files=files, limits=self.cfg.limits)
-    shutil.rmtree(copy, ignore_errors=True)
+    trees.remove(copy)
     if first.returncode == 5 or (first.ok and not first.outcomes):
       raise ValueError(f"source {name} has no tests: pytest collected nothing")
     runs = [first] + [self._run(self.orig, f"base{i}") for i in range(self.cfg.baseline_runs)]
@@ -361,11 +361,11 @@ class Generator:
     tag = hashlib.sha256(repr((self.cfg.seed, change.key())).encode()).hexdigest()[:10]
     tdir = self.work / f"task-{tag}"
     broken = tdir / "broken"
-    shutil.copytree(self.orig, broken)
+    trees.copy(self.orig, broken)
     try:
       return self._check(change, tag, tdir, broken, statement)
     finally:
-      shutil.rmtree(tdir, ignore_errors=True)
+      trees.remove(tdir)
 
   def _check(self, change, tag, tdir, broken, statement):
     for rel, text in change.tests.items():
@@ -410,7 +410,7 @@ class Generator:
     if unexplained and change.method == "deletion":
       return None, f"unrelated breakage: {unexplained[:3]}"
     visible = tdir / "visible"
-    shutil.copytree(broken, visible)
+    trees.copy(broken, visible)
     hiding.hide_tests(visible, f2p, self.passing)
     hiding.drop_unused_guards(visible, change.tests)
     # Lines that other kept code also contains are not leaks; the problem statement's stubs
