@@ -66,8 +66,9 @@ of #22 and of the red-team suite, tests/envs/coding/sandbox/redteam/):
     those ids when no other file names it (else kept). A kept name is judged by hidden sites.
   hidden sites (instrument/rewrite.py, hidden_tables.py + site_values.py)
     for `assert x == <literal>`-shaped checks the expected value never enters the sandbox;
-    the actual value comes back as plain data (builtins read through their C slots, other
-    objects through conversions they themselves claim equality with) and is compared here:
+    the actual value comes back as its one canonical reading (site_values.py: exact builtin
+    types only, read through their C-level accessors; a subclass of a builtin or any other
+    object has none and fails) and is compared here with the expected value's type known:
     forced outcomes (1, 2), lying values (3: also flagged when a value equals a fresh
     sentinel, `lying_value`) and answers read at run time (4) all fail it.
   decoys (instrument/decoys.py)
@@ -346,7 +347,7 @@ def _site_check(plan: instrument.Plan, test: str, records: list) -> str:
       if entry is None or test not in entry[0]:
         return f"{site.where}: a record with the token of another row"
       expected = entry[1]
-    if not instrument.matches(site, expected, rec.get("views"), site_values.decode):
+    if not instrument.matches(site, expected, rec.get("value"), site_values.decode):
       return f"{site.where}: the value differs from the expected one"
     reached.add(rec["site"])
   if required - reached:

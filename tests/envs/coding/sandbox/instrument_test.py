@@ -1,6 +1,6 @@
 """The grade-time rewriting of hidden tests (instrument.py) and the site values' plain-data
 encoding (site_values.py), without a sandbox: renames, hidden sites and tables, decoys, the
-mapping of ids, perturbations, views and the lying-value probe."""
+mapping of ids, perturbations, canonical readings and the lying-value probe."""
 
 import ast
 import collections
@@ -191,7 +191,8 @@ def test_perturbed_values_differ():
 
 
 class Int:
-  """A project integer type that equals the int it holds (pyasn1's univ.Integer does)."""
+  """A project integer type that equals the int it holds (pyasn1's univ.Integer does): its
+  readings are its own methods, which the candidate can replace at run time, so it has none."""
 
   def __init__(self, v):
     self.v = v
@@ -210,27 +211,113 @@ class Any:
     return True
 
 
+class Hedge:
+  """A value with a different answer for every reading, equal to each of them (and to
+  nothing else, so no sentinel catches it): several guesses at once."""
+
+  GUESSES = (-1, 0.0, 1, "1", (1,), b"1", True)
+
+  def __int__(self):
+    return -1
+
+  def __index__(self):
+    return 1
+
+  def __float__(self):
+    return 0.0
+
+  def __complex__(self):
+    return 1j
+
+  def __str__(self):
+    return "1"
+
+  __repr__ = __str__
+
+  def __bytes__(self):
+    return b"1"
+
+  def __bool__(self):
+    return True
+
+  def __len__(self):
+    return 1
+
+  def __iter__(self):
+    return iter((1,))
+
+  def __eq__(self, other):
+    return any(type(other) is type(g) and other == g for g in self.GUESSES)
+
+  def __hash__(self):
+    return 1
+
+
+def _subclass(base, value, **methods):
+  return type(f"My{base.__name__}", (base,), methods)(value)
+
+
+NUMPY_LIKE = type(
+  "float64",
+  (),
+  {
+    "__float__": lambda s: 10.0,
+    "__index__": lambda s: 10,
+    "item": lambda s: 10.0,
+    "__array__": lambda s, *a: [10.0],
+    "__eq__": lambda s, o: o in (10.0, 10),
+    "__hash__": lambda s: 10,
+  },
+)()
+
+
 @pytest.mark.parametrize(
   "value,expected,equal",
   [
     (1.0, 1, True),
     (True, 1, True),
     ("abc", "abc", True),
-    (collections.OrderedDict(a=[1, (2, 3)]), {"a": [1, (2, 3)]}, True),
+    ({"a": [1, (2, 3)]}, {"a": [1, (2, 3)]}, True),
     (decimal.Decimal("0.5"), 0.5, True),
+    (fractions.Fraction(1, 2), 0.5, True),
     (fractions.Fraction(1, 3), 1 / 3, False),
-    (Int(12), 12, True),
-    (Int(12), 13, False),
     ({1, 2}, {2, 1}, True),
     ([1, 2], (1, 2), False),
     (object(), None, False),
-  ],
+    # No canonical reading: subclasses of builtins and objects that answer for themselves.
+    (collections.OrderedDict(a=[1, (2, 3)]), {"a": [1, (2, 3)]}, False),
+    (Int(12), 12, False),
+    (NUMPY_LIKE, 10.0, False),
+    (_subclass(int, 3, __float__=lambda s: 4.0, __eq__=lambda s, o: o in (3, 4)), 4.0, False),
+    (_subclass(int, 3), 3, False),
+    (_subclass(float, 2.5), 2.5, False),
+    (_subclass(str, "hello ada", __str__=lambda s: "hi ada"), "hi ada", False),
+    (_subclass(str, "hello ada", __str__=lambda s: "hi ada"), "hello ada", False),
+    (_subclass(tuple, (1, 2), __iter__=lambda s: iter((3, 4))), (3, 4), False),
+    (_subclass(tuple, (1, 2), __iter__=lambda s: iter((3, 4))), (1, 2), False),
+    (_subclass(list, [1], __len__=lambda s: 2), [1], False),
+    (_subclass(dict, {"k": 1}, items=lambda s: [("k", 2)]), {"k": 2}, False),
+    (_subclass(int, 1, __bool__=lambda s: False), 1, False),
+    ([1, _subclass(int, 2)], [1, 2], False),  # inside a container too
+    ({"k": Int(1)}, {"k": 1}, False),
+  ]
+  + [(Hedge(), g, False) for g in Hedge.GUESSES],
 )
-def test_site_values_compare_as_python_would(value, expected, equal):
+def test_site_values_have_one_canonical_reading(value, expected, equal):
+  """Only exact builtins are read (through the builtins' own accessors, never the value's
+  methods); the host compares that one reading with the expected value as Python would."""
   rec = site_values.encode_site_value(value)
   site = instrument.Site(expected, None, "x")
   assert not rec["liar"]
-  assert instrument.matches(site, expected, rec["views"], site_values.decode) is equal
+  assert instrument.matches(site, expected, rec["value"], site_values.decode) is equal
+  assert (rec["value"] is None) is (not site_values.plain(value) and type(value) not in (
+    decimal.Decimal, fractions.Fraction))  # fmt: skip
+
+
+def test_a_fraction_is_read_through_its_slots_not_its_properties(monkeypatch):
+  monkeypatch.setattr(fractions.Fraction, "numerator", property(lambda s: 7))
+  rec = site_values.encode_site_value(fractions.Fraction(1, 2))
+  assert rec["value"] == ["Q", "1", "2"]
 
 
 def test_lying_values_are_caught():
@@ -242,7 +329,7 @@ def test_lying_values_are_caught():
   assert site_values.encode_site_value(approx)["liar"]
   site = instrument.Site(0.3, (("rel", 1e-3),), "x")
   assert instrument.matches(
-    site, 0.3, site_values.encode_site_value(0.30001)["views"], site_values.decode
+    site, 0.3, site_values.encode_site_value(0.30001)["value"], site_values.decode
   )
 
 

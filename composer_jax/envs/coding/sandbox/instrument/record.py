@@ -62,25 +62,28 @@ def split_id(nodeid: str) -> tuple[str, str, str]:
   return file + sep + (chain + "::" if chain else ""), func, params
 
 
-def matches(site: Site, expected, views, decode) -> bool:
-  """Whether one of `views` (encodings of the actual value, decoded by `decode`) equals
-  `expected`: == on plain data, or pytest.approx with the site's arguments."""
-  if not isinstance(views, list):
+def matches(site: Site, expected, value, decode) -> bool:
+  """Whether `value` (the canonical encoding of the actual value, decoded by `decode`; None:
+  it had none) equals `expected`: == on plain data, or pytest.approx with the site's
+  arguments. Both sides are plain data here, so the comparison is Python's own."""
+  if value is None:
     return False
-  for view in views:
-    try:
-      value = decode(view)
-    except (ValueError, TypeError, ArithmeticError, RecursionError):
-      continue
-    if site.approx is None:
-      if value == expected:
-        return True
-      continue
-    import pytest
+  try:
+    actual = decode(value)
+  except (ValueError, TypeError, ArithmeticError, RecursionError):
+    return False
+  if site.approx is None:
+    return _same(actual, expected)
+  import pytest
 
-    try:
-      if pytest.approx(expected, **dict(site.approx)) == value:
-        return True
-    except (TypeError, ValueError):
-      continue
-  return False
+  try:
+    return bool(pytest.approx(expected, **dict(site.approx)) == actual)
+  except (TypeError, ValueError):
+    return False
+
+
+def _same(actual, expected) -> bool:
+  try:
+    return bool(actual == expected)
+  except (TypeError, ValueError, ArithmeticError, RecursionError):
+    return False
