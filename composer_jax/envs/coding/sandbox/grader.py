@@ -347,7 +347,9 @@ def _site_check(plan: instrument.Plan, test: str, records: list) -> str:
       if entry is None or test not in entry[0]:
         return f"{site.where}: a record with the token of another row"
       expected = entry[1]
-    if not instrument.matches(site, expected, rec.get("value"), site_values.decode):
+    if not instrument.matches(
+      site, expected, rec.get("value"), site_values.decode, rec.get("truth")
+    ):
       return f"{site.where}: the value differs from the expected one"
     reached.add(rec["site"])
   if required - reached:

@@ -27,6 +27,8 @@ _MAX_NODES = 100_000
 # through the slot descriptors it had when this module was imported.
 _NUMERATOR = fractions.Fraction.__dict__["_numerator"].__get__
 _DENOMINATOR = fractions.Fraction.__dict__["_denominator"].__get__
+_MRO = type.__dict__["__mro__"].__get__
+_TYPE_DICT = type.__dict__["__dict__"].__get__
 _CONTAINERS = {list: "l", tuple: "u", set: "S", frozenset: "F"}
 _ITER = {
   list: list.__iter__,
@@ -98,15 +100,25 @@ def _liar(v) -> bool:
   return False
 
 
+def _default_truth(v) -> bool:
+  """Whether `v` is true by default: no class of its type's MRO defines __bool__ or __len__
+  (read through type's own slots, so no metaclass answers), so the interpreter's truth test
+  calls none of its methods and is True."""
+  return not any("__bool__" in _TYPE_DICT(c) or "__len__" in _TYPE_DICT(c) for c in _MRO(type(v)))
+
+
 def encode_site_value(v) -> dict:
-  """{'value': the canonical reading or None, 'liar': bool} for a site's actual value."""
+  """{'value': the canonical reading or None, 'liar': bool, 'truth': True for a value with
+  no reading that is true by default, else absent} for a site's actual value."""
   try:
     value = _enc(v, _Budget())
   except (OverflowError, RecursionError, ValueError):  # ValueError: int over str's digit cap
     return {"value": None, "liar": False, "too_large": True}
+  if value is not None:
+    return {"value": value, "liar": False}
   # Only what has no reading is probed (the probe calls the value's own __eq__; a reading,
   # when there is one, never does).
-  return {"value": value, "liar": value is None and _liar(v)}
+  return {"value": None, "liar": _liar(v), **({"truth": True} if _default_truth(v) else {})}
 
 
 def decode(e):

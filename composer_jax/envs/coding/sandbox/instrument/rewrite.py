@@ -30,7 +30,7 @@ def plan(
   (instrument/__init__.py). `ids`: every test id the grade runs (FAIL_TO_PASS and
   PASS_TO_PASS), renamed where their function is."""
   rng = rng or random.Random(secrets.randbits(64))
-  p = record.Plan({}, {}, {}, {}, {}, {}, splices.ident(rng), {})
+  p = record.Plan({}, {}, {}, {}, {}, splices.ident(rng), {}, order_key=rng.getrandbits(64))
   by_file: dict[str, dict[tuple, list]] = {}
   for tid in f2p:
     file, chain, func = parts(tid)
@@ -215,11 +215,15 @@ def _rewrite(
     for stmt, _, sure in shape.statements(fn.body):
       cmp = shape.comparison(stmt)
       exp = shape.expected(*cmp) if cmp else None
-      if exp is None:
+      if exp is not None:
+        actual, (value, approx) = exp
+        op, flipped = "==", False
+      elif found := shape.check(stmt):  # truth, identity, order: judged like ==
+        actual, (value, approx, op, flipped) = found
+      else:
         continue
-      actual, (value, approx) = exp
       sid = len(p.sites) + 1
-      p.sites[sid] = record.Site(value, approx, f"{file}:{stmt.lineno}")
+      p.sites[sid] = record.Site(value, approx, f"{file}:{stmt.lineno}", op=op, flipped=flipped)
       if sure:
         required.append(sid)
       a0, b0 = sp.span(stmt)
@@ -260,7 +264,6 @@ def _rewrite(
         p.unprotected[key(file, chain, func)] = f"no decoy: {e}"
         break
       p.decoys[decoy.name] = new
-      p.before[decoy.name] = rng.random() < 0.5
       p.decoy_ids += [head + decoy.name for head in heads]
       tail_funcs.append((tuple(where), ast.unparse(decoy)))
     for i, (table, text, bound) in enumerate(tables):
@@ -280,7 +283,6 @@ def _rewrite(
     a = rng.randrange(1 << 40)
     tail_funcs.append(((), f"def {name}():\n    assert {a} == {a + rng.randrange(1, 1 << 20)}"))
     p.decoys[name] = twin
-    p.before[name] = rng.random() < 0.5
     p.decoy_ids.append(f"{file}::{name}")
   for tid in ids:  # every id whose function was rewritten (inherited methods too)
     _, chain, func = parts(tid)
