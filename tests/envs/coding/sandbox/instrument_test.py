@@ -352,7 +352,7 @@ def test_a_function_also_run_in_another_file_is_renamed_with_its_ids_or_kept():
   the other file defines itself does not stop a rename."""
   base = (
     b"import pytest\n\n\nclass TestBase:\n  def test_x(self):\n    assert f() == 1\n\n"
-    b"  def test_z(self):\n    want = 2\n    assert f() == want\n\n\n"
+    b"  def test_z(self, want):\n    assert f() == want\n\n\n"
     b"def test_y():\n  assert f() == 2\n"
   )
   sub = b"from tests.test_base import TestBase\n\n\nclass TestSub(TestBase):\n  pass\n\n\ndef test_y():\n  pass\n"
@@ -397,7 +397,7 @@ def test_a_test_defined_in_another_file_gets_its_sites_there():
   helper = (
     b"import pytest\nfrom pkg import f\n\n\ndef test_imp():\n  assert f() == 3\n\n\n"
     b"class TestBase:\n  def test_m(self):\n    assert f() == 4\n\n"
-    b"  def test_raises(self):\n    want = 2\n    assert f() == want\n"
+    b"  def test_raises(self, want):\n    assert f() == want\n"
   )
   test = (
     b"from checks import TestBase, test_imp  # noqa: F401\n\n\nclass TestSub(TestBase):\n  pass\n"
@@ -422,12 +422,12 @@ def test_a_test_defined_in_another_file_gets_its_sites_there():
   assert "== 3" not in new and "== 4" not in new and "def test_imp" in new
   # test_raises has no hidden value: renamed with its id, a decoy beside it.
   (renamed,) = p.names
-  assert p.names[renamed] == "test_raises" and f"def {renamed}(self)" in new
+  assert p.names[renamed] == "test_raises" and f"def {renamed}(self, want)" in new
   assert p.ids[f2p[3]] == f"tests/test_x.py::TestSub::{renamed}"
   # The decoy and the sentinel go to the file that runs them (the helper is not collected).
   assert [i.split("::")[0] for i in p.decoy_ids] == ["tests/test_x.py"] * 2
   # A function imported by name cannot be renamed (the import would fail): unprotected.
-  flag = b"\n\ndef test_flag():\n  want = 2\n  assert f() == want\n"
+  flag = b"\n\ndef test_flag(want):\n  assert f() == want\n"
   importing = test.replace(b"test_imp ", b"test_imp, test_flag ")
   both = {"tests/checks.py": helper + flag, "tests/test_x.py": importing}
   assert instrument.plan(both, ["tests/test_x.py::test_flag"], f2p).unprotected == {
@@ -489,9 +489,9 @@ def test_an_inherited_test_is_found_along_the_method_resolution_order():
 # HasPropertyTest / HasPropertiesTest (two unrelated classes of one file), itsdangerous'
 # TestTimestampSigner / TestTimedSerializer.test_max_age (the same, one of them inherited by a
 # class of another file), and overrides along the class hierarchy.
-RAISES = "    want = 2\n    assert f() == want\n"
+RAISES = "    assert f() == want\n"
 BASE = (
-  "import pytest\n\n\nclass Checks:\n  def test_x(self):\n" + RAISES + "\n\n"
+  "import pytest\n\n\nclass Checks:\n  def test_x(self, want):\n" + RAISES + "\n\n"
   "class TestOther:\n  def test_x(self):\n    g()\n\n\n"
   "class TestChecks(Checks):\n  pass\n\n\n"
   "class TestOverride(Checks):\n  def test_x(self):\n    h()\n\n\n"
@@ -540,7 +540,7 @@ def test_same_named_methods_of_other_classes_do_not_stop_a_rename(other_file):
   assert p.run_ids(ids)[1:4] + p.run_ids(ids)[5:8] == [*ids[1:4], *ids[5:8]]
   # Only Checks' definition is renamed; the decoy runs in the two classes that run it.
   new_src = b"".join({**files, **p.files}.values()).decode()
-  assert new_src.count(f"def {new}(self)") == 1 and new_src.count("def test_x(self)") == 4
+  assert new_src.count(f"def {new}(self, want)") == 1 and new_src.count("def test_x(self)") == 4
   (decoy,) = [d for d, twin in p.decoys.items() if twin == new]
   assert sorted(i for i in p.decoy_ids if decoy in i) == sorted(
     [HIDDEN.replace("test_x", decoy), more.replace("test_x", decoy)]
@@ -715,3 +715,21 @@ def test_the_run_order_is_the_hosts_and_the_harness_learns_no_decoy(plan):
     p = instrument.plan({"tests/test_m.py": SRC.encode()}, F2P, IDS, rng=random.Random(seed))
     kinds.add(tuple(p.split(i)[0] for i in p.run_order(IDS)))
   assert len(kinds) > 1  # real, decoy and other items in different orders
+
+
+def test_a_literal_bound_to_a_local_is_hidden_like_an_inline_one():
+  """`want = <literal>; assert x == want`: the local is only the expected side of `==`, so
+  its literal leaves the process (the local binds None) and the check is a required site; a
+  local that is also an input (`n` below) stays as it is."""
+  src = (
+    b"from pkg import f\n\n\ndef test_w():\n  want = {'k': [1, 2.5]}\n  n = 3\n"
+    b"  assert f(n) == want\n  assert n == f(n)\n"
+  )
+  f2p = ["tests/test_w.py::test_w"]
+  p = instrument.plan({"tests/test_w.py": src}, f2p, f2p, rng=random.Random(0))
+  new = p.files["tests/test_w.py"].decode()
+  assert p.unprotected == {} and not p.decoyed and len(p.required["tests/test_w.py::test_w"]) == 1
+  assert new.splitlines()[4] == "  want = None" and "'k'" not in new and "2.5" not in new
+  assert new.splitlines()[7] == "  assert n == f(n)" and "== want" not in new
+  (site,) = p.sites.values()
+  assert site.literal == {"k": [1, 2.5]} and site.op == "=="

@@ -40,6 +40,8 @@ class Plan:
   back: dict[str, str] = dataclasses.field(default_factory=dict)  # renamed table row -> id
   tokens: dict[str, tuple] = dataclasses.field(default_factory=dict)  # token -> (ids, value)
   owner: dict[str, str] = dataclasses.field(default_factory=dict)  # test id -> its function
+  # Functions guarded by decoys alone (no required site): function -> its number of decoys.
+  decoyed: dict[str, int] = dataclasses.field(default_factory=dict)
   # The run order's key: drawn host-side for each grade, never sent into the sandbox.
   order_key: int = dataclasses.field(default_factory=lambda: secrets.randbits(64))
 

@@ -212,12 +212,17 @@ def _rewrite(
         continue
     done[(tuple(where), func)] = new
     required = []
+    bound = shape.literal_locals(fn)  # `want = <literal>` used only in == checks
     for stmt, _, sure in shape.statements(fn.body):
       cmp = shape.comparison(stmt)
       exp = shape.expected(*cmp) if cmp else None
+      local = cmp and next((n for n in cmp if isinstance(n, ast.Name) and n.id in bound), None)
       if exp is not None:
         actual, (value, approx) = exp
         op, flipped = "==", False
+      elif local is not None:
+        actual = cmp[1] if cmp[0] is local else cmp[0]
+        (value, approx), op, flipped = (bound[local.id][1], None), "==", False
       elif found := shape.check(stmt):  # truth, identity, order: judged like ==
         actual, (value, approx, op, flipped) = found
       else:
@@ -230,6 +235,9 @@ def _rewrite(
       body = sp.text(actual)
       pad = b"\n" * (stmt.end_lineno - stmt.lineno - body.count(b"\n"))
       sp.replace(a0, b0, f"{S}({sid}, (".encode() + body + pad + b"))")
+    for assign, _ in bound.values():  # the literal leaves the process: the local binds None
+      a0, b0 = sp.span(assign.value)
+      sp.replace(a0, b0, b"None" + b"\n" * (assign.value.end_lineno - assign.value.lineno))
     if not required and func not in elsewhere:  # another file's ids would lose their rows
       required = hidden_tables.hide(p, fn, tree, sp, file, new, S, rng, owned)
     if required:
@@ -264,6 +272,7 @@ def _rewrite(
         p.unprotected[key(file, chain, func)] = f"no decoy: {e}"
         break
       p.decoys[decoy.name] = new
+      p.decoyed[fkey] = p.decoyed.get(fkey, 0) + 1
       p.decoy_ids += [head + decoy.name for head in heads]
       tail_funcs.append((tuple(where), ast.unparse(decoy)))
     for i, (table, text, bound) in enumerate(tables):

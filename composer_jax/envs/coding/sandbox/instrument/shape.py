@@ -298,3 +298,31 @@ def check(stmt):
     if ok and not literal(actual)[0] and approx(actual) is None:
       return actual, (value, None, name, flipped)
   return None
+
+
+def literal_locals(fn) -> dict:
+  """Locals of test function `fn` bound once, at its top level, to a literal of plain data
+  and used nowhere but as one side of `==` checks (`want = "x"; assert f() == want`): name ->
+  (its assignment, the literal). Such a check is an `== <literal>` check whose literal can be
+  hidden like an inline one (the assignment then binds None)."""
+  binds = {}
+  for stmt in fn.body:
+    if (
+      isinstance(stmt, ast.Assign)
+      and len(stmt.targets) == 1
+      and isinstance(stmt.targets[0], ast.Name)
+      and literal(stmt.value)[0]
+    ):
+      binds.setdefault(stmt.targets[0].id, []).append(stmt)
+  compared = {}
+  for stmt, _, _ in statements(fn.body):
+    cmp = comparison(stmt)
+    for side, other in (cmp, cmp[::-1]) if cmp else ():
+      if isinstance(side, ast.Name) and not literal(other)[0]:
+        compared[side.id] = compared.get(side.id, 0) + 1
+  names = [n.id for n in ast.walk(fn) if isinstance(n, ast.Name)]
+  return {
+    var: (stmts[0], literal(stmts[0].value)[1])
+    for var, stmts in binds.items()
+    if len(stmts) == 1 and var in compared and names.count(var) == compared[var] + 1
+  }

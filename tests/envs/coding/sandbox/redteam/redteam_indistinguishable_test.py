@@ -119,7 +119,9 @@ def test_a_test_with_nothing_to_compare_is_not_graded(shapes, tmp_path):
   src = test.read_text()
   start = src.index("  def test_greet(self, who):")
   end = src.index("  def test_farewell", start)
-  body = "  def test_greet(self, who):\n    with pytest.raises(TypeError):\n      core.Greeter()\n\n"
+  body = (
+    "  def test_greet(self, who):\n    with pytest.raises(TypeError):\n      core.Greeter()\n\n"
+  )
   test.write_text(src[:start] + body + src[end:])
   task = dataclasses.replace(greet, hidden_files=project.pack(tmp_path, names))
   g = grader.grade(task, task.gold_patch, limits=FAST)
