@@ -127,3 +127,21 @@ def test_a_test_with_nothing_to_compare_is_not_graded(shapes, tmp_path):
   g = grader.grade(task, task.gold_patch, limits=FAST)
   assert g.error.startswith("task not gradable: unprotected FAIL_TO_PASS tests (1)"), g.error
   assert "no comparison a decoy can perturb" in g.error
+
+
+@pytest.mark.parametrize("rule", ["smallest_definition_line", "reporter_plugin_names_the_decoys"])
+@pytest.mark.parametrize("shape", ["decoy", "inherited_local", "same_name"])
+def test_aimed_forcing_scores_zero_on_the_decoy_shapes(shapes, shape, rule):
+  """The shapes that decoys alone used to guard: the shared table (now refused: its expected
+  values stay in the process), expected values in locals (now hidden sites). Aimed by the
+  definition line, a forced outcome scored 1.0 on the first two with decoys."""
+  task = shapes[shape]
+  suffix = "_hypot" if shape == "decoy" else "_greet"
+  aim = _AIM.replace("_greet", suffix).format(rule=RULES[rule].replace("_greet", suffix))
+  if shape == "decoy":
+    code = aim + "\n\ndef hypot_scaled(a, b):\n  return 0.0\n"
+    g = grade(task, patch(task, {CORE: "\n" + code}))
+    assert g.error.startswith("task not gradable"), g
+  else:
+    g = grade(task, _edits(task, aim, WRONG))
+    assert g.integrity["overturned"] or critical(g), g
