@@ -66,6 +66,21 @@ class Config:
   limits: sandbox.Limits = sandbox.DEFAULT_LIMITS
 
 
+_MISSING = re.compile(r"No module named '([^']+)'")
+
+
+def _collection_error(run: runner.SuiteRun) -> str:
+  """Why no test of a suite could be collected, in one line: a module it imports that is not
+  there (a dependency the source's pins lack) by name, else pytest's own words."""
+  files = ", ".join(run.collection_errors[:3])
+  if m := _MISSING.search(run.log_tail):
+    return (
+      f"its tests cannot import module {m.group(1)!r} ({files}): a dependency missing from "
+      "the source's pinned deps"
+    )
+  return f"its tests cannot be collected ({files}): {runner.pytest_error(run.log_tail)}"
+
+
 class Generator:
   """Generates tasks from one source project (prepare() runs the baseline once)."""
 
@@ -151,6 +166,8 @@ class Generator:
     sources.install_runtime(self.source.runtime, copy)
     self.map, first = testmap.build(copy, files=files, limits=self.cfg.limits)
     trees.remove(copy)
+    if first.collection_errors and not first.outcomes:
+      raise ValueError(f"source {name}: {_collection_error(first)}")
     if first.returncode == 5 or (first.ok and not first.outcomes):
       raise ValueError(f"source {name} has no tests: pytest collected nothing")
     runs = [first] + [self._run(self.orig, f"base{i}") for i in range(self.cfg.baseline_runs)]

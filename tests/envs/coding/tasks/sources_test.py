@@ -6,11 +6,13 @@ is wrong with it; nothing outside the source is ever copied into the work tree."
 import io
 import os
 import tarfile
+import textwrap
 import zipfile
 
 import pytest
 
-from composer_jax.envs.coding.tasks import sources
+from composer_jax.envs.coding.tasks import generator, sources
+from tests.envs.coding.mini_project import FAST, MINI, requires_sandbox, write_project
 
 SECRET = "cj-host-secret-b4f1"
 
@@ -158,3 +160,17 @@ def test_a_good_sdist_still_resolves(tmp_path):
   src = sources.resolve(str(archive), tmp_path / "work")
   assert (src.name, src.version, src.path.name) == ("p", "1.0", "p-1.0")
   assert (src.path / "pkg/__init__.py").read_text() == "X = 1\n"
+
+
+@requires_sandbox
+def test_a_missing_dependency_is_named(tmp_path):
+  """A project whose modules import something neither it nor its pins provide: the baseline
+  collects nothing, and the message names the missing module (it said 'has no tests')."""
+  text = "import cj_missing_dependency\n" + textwrap.dedent(MINI["minipkg/text.py"])
+  files = {**MINI, "minipkg/text.py": text}
+  root = write_project(tmp_path / "minipkg-1.0", files)
+  src = sources.resolve(str(root), tmp_path / "work")
+  cfg = generator.Config(seed=0, max_tasks=1, baseline_runs=1, validation_runs=1, limits=FAST)
+  with pytest.raises(ValueError, match="cannot import module 'cj_missing_dependency'") as e:
+    generator.Generator(src, tmp_path / "work", cfg).prepare()
+  assert "a dependency missing from the source's pinned deps" in str(e.value)
