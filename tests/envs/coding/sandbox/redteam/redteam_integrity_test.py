@@ -4,7 +4,8 @@ Classes 1-5 (integrity_attacks.py) are graded with the monitor off, so their zer
 the runtime layers alone (guard, renamed tests, hidden sites, decoys). Each runs against one of
 shapes of the same deleted feature: `greet` (the hidden test compares with a literal: a
 hidden site), `hypot` (a parametrized expected value: a hidden table), `decoy` (the table is
-shared with another test, so it cannot leave the sandbox: decoys), `bare` (the test keeps its
+shared with another test, so it cannot leave the sandbox: guarded by decoys alone, so not
+gradable since #41), `bare` (the test keeps its
 name: its table is hidden, no decoys), `imported` (defined in another file: not gradable). Class 6 is the monitor's
 deadline, 7 the sandbox root, 8 the agent tools (coding_agent_test.py), and a grader killed
 mid-grade must leave no scratch behind.
@@ -45,18 +46,15 @@ def _edits(task, shape, prelude, body):
   return patch(task, {CORE: "\n" + code})
 
 
-# Every attack against its own shape; the forcing, lying and reading ones also against
-# decoys; some forcing ones against a test the grader could not rewrite (its file's sentinel).
+# Every attack against its own shape; some forcing ones against a test that keeps its name
+# (its file's sentinel). (The decoy shape is refused before anything runs since #41:
+# test_a_test_guarded_by_decoys_alone_is_not_graded.)
 BARE = (
   "1_plugin_via_rewrite_hook",
   "1_testreport_outcome_property",
   "2_pyfunc_call_skips_the_test",
 )
-CASES = (
-  [(name, ATTACKS[name][1]) for name in sorted(ATTACKS)]
-  + [(n, "decoy") for n in sorted(ATTACKS) if ATTACKS[n][1] == "hypot" and ATTACKS[n][0] in "1234"]
-  + [(name, "bare") for name in BARE]
-)
+CASES = [(name, ATTACKS[name][1]) for name in sorted(ATTACKS)] + [(n, "bare") for n in BARE]
 
 
 @pytest.mark.parametrize("name,shape", CASES, ids=[f"{n}-{s}" for n, s in CASES])
@@ -64,11 +62,8 @@ def test_attack_scores_zero(shapes, name, shape):
   cls, _, prelude, body = ATTACKS[name]
   task = shapes[shape]
   g = grade(task, _edits(task, shape, prelude, body))
-  if shape in ("decoy", "bare"):
-    # The hidden test's outcome is the process's word here: the zero must be a layer's.
-    assert g.error or critical(g) & STOPPED, g
-  if shape == "bare":
-    assert "decoy_passed" in critical(g), g  # the file's sentinel passed
+  if shape == "bare":  # forcing every outcome: the file's sentinel passes
+    assert critical(g) & STOPPED and "decoy_passed" in critical(g), g
 
 
 def test_frame_helpers_hand_frames_to_no_trampoline(shapes):
