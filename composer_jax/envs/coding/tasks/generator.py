@@ -13,8 +13,8 @@ Validation of a change (N = validation_runs re-runs of the whole suite on fresh 
   code where coverage does not see it, in a subprocess or thread), every FAIL_TO_PASS test of a deletion
   is explained (direct, or its file names a deleted symbol), FAIL_TO_PASS is at most
   max_f2p_fraction of the suite, the visible workspace passes the leak scan, every
-  FAIL_TO_PASS test is one the grader can protect (grader.unprotected: hidden expected values,
-  or renamed with decoys; else it refuses to grade the task), and (verify) the gold patch
+  FAIL_TO_PASS test is one the grader judges on the host (grader.unprotected: required hidden
+  sites; else it refuses to grade the task), and (verify) the gold patch
   grades 1.0 and the empty patch 0.0. Everything is deterministic given the seed.
 The baseline and coverage map are computed once per project and, with `cache`, reused across
 runs (keyed by the sdist and dependency hashes and the generator version).
