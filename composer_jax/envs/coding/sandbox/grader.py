@@ -373,7 +373,7 @@ def _site_check(plan: instrument.Plan, test: str, records: list) -> str:
         return f"{site.where}: a record with the token of another row"
       expected = entry[1]
     if not instrument.matches(
-      site, expected, rec.get("value"), site_values.decode, rec.get("truth")
+      site, expected, rec.get("value"), site_values.decode, rec.get("truth"), rec.get("args")
     ):
       return f"{site.where}: the value differs from the expected one"
     reached.add(rec["site"])

@@ -52,8 +52,10 @@ def helper_module(name: str, chan, current: list, values) -> types.ModuleType:
   mod = types.ModuleType(name)
   rng = random.Random()
 
-  def site(sid, value, token=None):
+  def site(sid, value, token=None, args=None):
     rec = encode_site_value(value)
+    if args is not None:  # a str predicate's arguments: the host calls it (record.matches)
+      rec["args"] = [encode_site_value(a)["value"] for a in args]
     if token is not None:  # a parametrized expected value: the row's token
       rec["token"] = token if isinstance(token, str) else repr(token)[:100]
     chan.send("site", test=current[0], site=sid, **rec)

@@ -733,3 +733,32 @@ def test_a_literal_bound_to_a_local_is_hidden_like_an_inline_one():
   assert new.splitlines()[7] == "  assert n == f(n)" and "== want" not in new
   (site,) = p.sites.values()
   assert site.literal == {"k": [1, 2.5]} and site.op == "=="
+
+
+def test_a_str_predicate_is_called_on_the_host():
+  """`assert s.startswith(p)`: the receiver and arguments are read and str's own method is
+  called on the host, so a str subclass whose predicates say True has no reading and fails."""
+  src = (
+    b"from pkg import f\n\n\ndef test_s(who):\n  assert f().startswith('hello ')\n"
+    b"  assert not f().endswith(who)\n  assert f().isascii()\n"
+  )
+  f2p = ["tests/test_s.py::test_s"]
+  p = instrument.plan({"tests/test_s.py": src}, f2p, f2p, rng=random.Random(0))
+  new = p.files["tests/test_s.py"].decode()
+  assert [(s.op, s.method) for s in p.sites.values()] == [
+    ("truthy", "startswith"),
+    ("falsy", "endswith"),
+    ("truthy", "isascii"),
+  ]
+  assert "args=(('hello '), )" in new and "args=((who), )" in new and "args=())" in new
+  enc, dec = site_values.encode_site_value, site_values.decode
+
+  def ok(sid, recv, *args):
+    rec, site = enc(recv), p.sites[sid]
+    got = [enc(a)["value"] for a in args]
+    return instrument.matches(site, site.literal, rec["value"], dec, rec.get("truth"), got)
+
+  liar = _subclass(str, "bye", startswith=lambda s, p: True, endswith=lambda s, p: False)
+  assert ok(1, "hello ada", "hello ") and not ok(1, "bye", "hello ") and not ok(1, liar, "hello ")
+  assert ok(2, "hello bob", "ada") and not ok(2, "hello ada", "ada") and not ok(2, liar, "ada")
+  assert ok(3, "abc") and not ok(3, "é") and not ok(3, object())

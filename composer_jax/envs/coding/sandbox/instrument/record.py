@@ -22,6 +22,9 @@ class Site:
   # is on the left).
   op: str = "=="
   flipped: bool = False
+  # 'truthy'/'falsy' of `x.<method>(*args)` for a str/bytes predicate (shape.STR_PREDICATES):
+  # the record holds x's and the arguments' readings, and the host calls the method itself.
+  method: str | None = None
 
 
 @dataclasses.dataclass
@@ -84,18 +87,25 @@ def split_id(nodeid: str) -> tuple[str, str, str]:
   return file + sep + (chain + "::" if chain else ""), func, params
 
 
-def matches(site: Site, expected, value, decode, truth=None) -> bool:
+def matches(site: Site, expected, value, decode, truth=None, args=None) -> bool:
   """Whether `value` (the canonical encoding of the actual value, decoded by `decode`; None:
   it had none) equals `expected`: == on plain data, or pytest.approx with the site's
   arguments, or `site.op`. Both sides are plain data here, so the comparison is Python's
   own. `truth`: True when a value without a reading is true by default (no __bool__ or
-  __len__ anywhere in its type: site_values)."""
+  __len__ anywhere in its type: site_values). `args`: the readings of a str predicate's
+  arguments (`site.method`)."""
   if value is None:  # no canonical reading: it is not None, and maybe true by default
+    if site.method is not None:  # a predicate of a receiver that is no str or bytes
+      return False
     return (site.op == "is not" and expected is None) or (site.op == "truthy" and truth is True)
   try:
     actual = decode(value)
   except (ValueError, TypeError, ArithmeticError, RecursionError):
     return False
+  if site.method is not None:
+    actual = _call(site.method, actual, args, decode)
+    if actual is None:
+      return False
   if site.op != "==":
     return _holds(site, actual, expected)
   if site.approx is None:
@@ -121,6 +131,17 @@ _OPS = {
   "in": lambda a, b: a in b,
   "not in": lambda a, b: a not in b,
 }
+
+
+def _call(method: str, receiver, args, decode):
+  """`str.<method>(receiver, *args)` (or bytes') on plain data, None if not that."""
+  if type(receiver) not in (str, bytes) or not isinstance(args, list) or len(args) > 3:
+    return None
+  try:
+    values = [decode(a) for a in args]
+    return bool(getattr(type(receiver), method)(receiver, *values))
+  except (ValueError, TypeError, AttributeError, RecursionError):
+    return None
 
 
 def _holds(site: Site, actual, expected) -> bool:

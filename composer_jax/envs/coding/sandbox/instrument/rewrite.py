@@ -227,12 +227,19 @@ def _rewrite(
         actual, (value, approx, op, flipped) = found
       else:
         continue
+      # `x.startswith(p)`: the receiver and arguments are read, the host calls str's own.
+      pred = shape.str_predicate(actual) if op in ("truthy", "falsy") else None
       sid = len(p.sites) + 1
-      p.sites[sid] = record.Site(value, approx, f"{file}:{stmt.lineno}", op=op, flipped=flipped)
+      p.sites[sid] = record.Site(
+        value, approx, f"{file}:{stmt.lineno}", op=op, flipped=flipped, method=pred and pred[1]
+      )
       if sure:
         required.append(sid)
       a0, b0 = sp.span(stmt)
       body = sp.text(actual)
+      if pred:
+        args = b"".join(b"(" + sp.text(a) + b"), " for a in pred[2])
+        body = sp.text(pred[0]) + b"), args=(" + args  # S(sid, (x), args=((a), )) below
       pad = b"\n" * (stmt.end_lineno - stmt.lineno - body.count(b"\n"))
       sp.replace(a0, b0, f"{S}({sid}, (".encode() + body + pad + b"))")
     for assign, _ in bound.values():  # the literal leaves the process: the local binds None

@@ -249,6 +249,42 @@ _TRUTH_CALLS = {
 }
 
 
+# Predicates of str/bytes the host evaluates itself on the receiver's reading (and its
+# arguments'): `assert s.startswith(p)` is judged without the receiver's own method.
+STR_PREDICATES = frozenset(
+  {
+    "startswith",
+    "endswith",
+    "isupper",
+    "islower",
+    "isdigit",
+    "isalpha",
+    "isalnum",
+    "isspace",
+    "istitle",
+    "isidentifier",
+    "isnumeric",
+    "isdecimal",
+    "isprintable",
+    "isascii",
+  }
+)
+
+
+def str_predicate(node):
+  """(receiver node, method name, argument nodes) of `<x>.<str predicate>(<args>)`, else None."""
+  if (
+    isinstance(node, ast.Call)
+    and isinstance(node.func, ast.Attribute)
+    and node.func.attr in STR_PREDICATES
+    and not node.keywords
+    and not any(isinstance(a, ast.Starred) for a in node.args)
+    and len(node.args) <= 3
+  ):
+    return node.func.value, node.func.attr, node.args
+  return None
+
+
 def _opaque(node) -> bool:
   """Whether `node`'s truth is the value's own answer, not a comparison the candidate's
   rich-comparison methods would decide (a Compare or BoolOp is judged through its parts)."""

@@ -98,8 +98,22 @@ def test_an_outcome_forced_on_the_real_test_alone_scores_zero(predicate, rule):
   assert g.integrity["overturned"] or critical(g), g
 
 
-def test_predicates_that_answer_for_themselves_score_zero(predicate):
-  g = grade(predicate, _edits(predicate, LYING_PREDICATES, "return _Greeting()"))
+LYING_STR = (
+  "class _S(str):\n  def startswith(self, p):\n    return True\n"
+  "  def endswith(self, p):\n    return True\n  def isupper(self):\n    return False\n"
+)
+
+
+@pytest.mark.parametrize(
+  "prelude,body",
+  [(LYING_PREDICATES, "return _Greeting()"), (LYING_STR, "return _S('bye ' + self.who)")],
+  ids=["objects_with_their_own_truth", "str_subclass_whose_predicates_lie"],
+)
+def test_predicates_that_answer_for_themselves_score_zero(predicate, prelude, body):
+  """The checks' results are not the candidate's word: a truthy object of its own has no
+  reading, and str's predicates are called on the host on the receiver's reading (a str
+  subclass has none)."""
+  g = grade(predicate, _edits(predicate, prelude, body))
   assert g.integrity["overturned"], g
 
 
