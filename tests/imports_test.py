@@ -30,10 +30,16 @@ LAYERS = (
   ("experiments",),
 )
 RANK = {p: i for i, layer in enumerate(LAYERS) for p in layer}
-# Inside composer_jax.codetasks, low to high by the same rule: a task record holds a project
-# tree, the monitor reads one; the sandbox runs and grades tasks (its grader calls the monitor's
+# Inside composer_jax.codetasks, low to high by the same rule: every walk, copy and removal
+# of a project tree is bounded (`trees`); a task record holds a project tree, the monitor reads one; the sandbox runs and grades tasks (its grader calls the monitor's
 # deadline worker and scrubs the workspace); synthesis makes tasks by running them in it.
-CODETASKS_LAYERS = (("project", "workers"), ("task", "monitor"), ("sandbox",), ("synthesis",))
+CODETASKS_LAYERS = (
+  ("trees",),
+  ("project", "workers"),
+  ("task", "monitor"),
+  ("sandbox",),
+  ("synthesis",),
+)
 CODETASKS_RANK = {p: i for i, layer in enumerate(CODETASKS_LAYERS) for p in layer}
 # What the coding-task package may not import: the accelerator stack (its dependencies come with
 # the `[coding]` extra, apart from the training stack's).

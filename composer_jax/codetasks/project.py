@@ -6,10 +6,11 @@ Paths are POSIX strings relative to the project root throughout the package.
 import base64
 import gzip
 import io
-import os
 import re
 import tarfile
 from pathlib import Path
+
+from composer_jax.codetasks import trees
 
 _TEST_DIRS = frozenset({"tests", "test", "testing"})
 _SKIP_DIRS = frozenset(
@@ -54,20 +55,17 @@ def is_protected(rel: str) -> bool:
   return is_test_file(rel) or rel.split("/")[-1] in RUNNER_CONFIGS
 
 
-def walk(root: Path, skip=_SKIP_DIRS):
+def walk(root: Path, skip=_SKIP_DIRS, bounds: trees.Bounds = trees.DEFAULT):
   """Every regular file under root as a relative POSIX path, sorted, not entering directories
-  named in `skip` (by default also `*.egg-info`; `skip=frozenset()`: every file)."""
-  out = []
+  named in `skip` (by default also `*.egg-info`; `skip=frozenset()`: every file); symlinks and
+  other special files are left out. A tree outside `bounds` raises trees.TreeError (one line)."""
   eggs = skip is _SKIP_DIRS
-  for dirpath, dirnames, filenames in os.walk(root):
-    dirnames[:] = sorted(
-      d for d in dirnames if d not in skip and not (eggs and d.endswith(".egg-info"))
-    )
-    for f in filenames:
-      full = Path(dirpath) / f
-      if full.is_file() and not full.is_symlink():
-        out.append(full.relative_to(root).as_posix())
-  return sorted(out)
+
+  def skipped(rel: str) -> bool:
+    d = rel.rpartition("/")[2]
+    return d in skip or (eggs and d.endswith(".egg-info"))
+
+  return list(trees.scan(root, bounds, skip=skipped).files)
 
 
 def source_files(root: Path) -> list[str]:

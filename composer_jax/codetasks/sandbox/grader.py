@@ -53,47 +53,55 @@ of #22 and of the red-team suite, tests/codetasks/sandbox/redteam/):
     routes of outcome tampering (1, 2) and answer reading (4), and the loaders of hidden
     payloads (5: pickle, marshal, ctypes, code objects); the process is also made
     non-dumpable (no /proc/PID/mem from a child).
-  protected tests only (instrument/, grader.unprotected; the factory applies it too)
-    a task with a FAIL_TO_PASS test whose pass would be the process's word alone (a kept
-    name without a hidden value, defined where it cannot be found, a generator, ...) is not
-    graded (0, the reason, nothing runs) and never emitted: no lying value (3), answer read
+  judged on the host only (instrument/, grader.unprotected; the factory applies it too)
+    a task with a FAIL_TO_PASS test whose pass would be the process's word alone is not
+    graded (0, the reason, nothing runs) and never emitted: one without a required hidden
+    site (a kept name without one, defined where it cannot be found, a generator, nothing
+    to compare, ...) — including one guarded by decoys alone (#41: its expected values stay
+    in the process, where whatever tells the decoys' perturbed copies from the original —
+    their values, tables, lines — is in the process too, so an outcome forced on the real
+    test alone cannot be excluded). No forced outcome (1, 2), lying value (3), answer read
     at run time (4) or payload (5) can pass a test no layer below judges.
   renamed tests (instrument/rewrite.py)
     the names the problem statement lists do not exist in the run: tampering aimed at them
     (1, 2) misses. A test defined in another file than its id's (imported or inherited) is
     rewritten where it is defined. A name the file uses again is kept, and so is one that
-    other files' ids run where it has hidden sites; without them, it is renamed with all of
-    those ids when no other file names it (else kept). A kept name is judged by hidden sites.
+    other files' ids run where it has hidden sites. A kept name is judged by hidden sites.
   hidden sites (instrument/rewrite.py, hidden_tables.py + site_values.py)
-    for `assert x == <literal>`-shaped checks the expected value never enters the sandbox;
-    the actual value comes back as plain data (builtins read through their C slots, other
-    objects through conversions they themselves claim equality with) and is compared here:
+    for `assert x == <literal>` (inline or a local bound to the literal), parametrized
+    expected values, and truth, identity and order checks (`assert x`, `assert not x`,
+    `is None/True/False`, `<`, `in`, assertTrue ... against a literal) the expected value
+    never enters the sandbox; the actual value comes back as its one canonical reading
+    (site_values.py: exact builtin types only, read through their own C-level accessors; a
+    subclass of a builtin or any other object has none and fails, except that an object
+    true by default — no __bool__/__len__ in its type — is true) and is compared here:
     forced outcomes (1, 2), lying values (3: also flagged when a value equals a fresh
-    sentinel, `lying_value`) and answers read at run time (4) all fail it.
-  decoys (instrument/decoys.py)
-    every other FAIL_TO_PASS function gets a copy with perturbed expected values under
-    another random name; a correct solution fails it, so a passing decoy (`decoy_passed`,
-    critical) is forced outcomes (1, 2), a value equal to anything (3), or an answer read at
-    run time — the decoy's own, perturbed (4). Every FAIL_TO_PASS file also gets a sentinel,
-    a test that always fails: it passes only if outcomes are forced (1, 2), whatever else
-    the file holds.
+    sentinel, `lying_value`), values with several readings (#41) and answers read at run
+    time (4) all fail it. The run order of the items (real tests, sentinels) is drawn
+    host-side for each grade and nothing of the plan but the helper's name enters the
+    sandbox.
+  sentinels (instrument/rewrite.py)
+    every FAIL_TO_PASS file gets a test that always fails: it passes only if outcomes are
+    forced for every test (1, 2) — `decoy_passed`, critical.
   agent tools (agent/tools.py): every argument validated, a call never raises (8).
   scratch directories (bwrap.tempdir/reap): a grader killed from outside leaves its
     workspace copy behind only until the next grade starts.
+  host-side trees (trees.py): every walk, copy and removal of a candidate's or a source's
+    tree is iterative and bounded (depth, entries, sizes, names, links; removal whatever
+    the permissions), the clean-up before a grade never raises and runs inside the grade's
+    error handling: a hostile tree fails its grade in one line and reaches no other.
 """
 
 import base64
 import dataclasses
 import io
 import os
-import shutil
-import stat
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
-from composer_jax.codetasks import project
+from composer_jax.codetasks import project, trees
 from composer_jax.codetasks.monitor import deadline
 from composer_jax.codetasks.sandbox import bwrap, instrument, root_leaks, scrub, site_values, suite
 from composer_jax.codetasks.task import Task, direct_partial
@@ -151,18 +159,10 @@ def _members(blob: str) -> dict[str, bytes]:
 
 
 def _tree(ws: Path) -> tuple[dict[str, bytes], list[str]]:
-  """Regular files under ws (path -> bytes) and every entry of another type."""
-  files, odd = {}, []
-  for dirpath, dirnames, filenames in os.walk(ws):
-    for name in dirnames + filenames:
-      p = Path(dirpath) / name
-      st = os.lstat(p)
-      rel = p.relative_to(ws).as_posix()
-      if stat.S_ISREG(st.st_mode):
-        files[rel] = p.read_bytes()
-      elif not stat.S_ISDIR(st.st_mode):
-        odd.append(rel)
-  return files, odd
+  """Regular files under ws (path -> bytes) and every entry of another type; trees.TreeError
+  (one line) for a tree outside the bounds (depth, entries, sizes, names)."""
+  listing = trees.scan(ws)
+  return {rel: Path(path).read_bytes() for rel, path in listing.files.items()}, listing.odd
 
 
 def _shadowing(rel: str, ws: Path) -> str | None:
@@ -187,7 +187,8 @@ def _put(ws: Path, rel: str, data: bytes) -> None:
     if p != ws and (p.is_symlink() or (p.exists() and not p.is_dir())):
       p.unlink()
   if target.is_dir() and not target.is_symlink():
-    shutil.rmtree(target)
+    if why := trees.remove(target):
+      raise trees.TreeError(why)
   target.parent.mkdir(parents=True, exist_ok=True)
   target.write_bytes(data)
 
@@ -205,7 +206,10 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict], frozense
   project.unpack(task.workspace, ws)
   if err := apply_patch(ws, patch):
     return f"patch does not apply: {err}", [], none
-  after, odd = _tree(ws)
+  try:
+    after, odd = _tree(ws)
+  except trees.TreeError as e:
+    return f"the patched tree is not graded: {e}", [], none
   if odd:
     return f"patch creates non-regular files (symlink, FIFO, device): {sorted(odd)[:5]}", [], none
   changed = sorted(r for r in set(visible) | set(after) if visible.get(r) != after.get(r))
@@ -218,7 +222,7 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict], frozense
     if rel not in visible and rel in after and not suite.controlled(rel):
       if name := _shadowing(rel, ws):
         return f"patch adds {rel}, which shadows module {name!r}", flags, none
-  shutil.rmtree(ws / ".git", ignore_errors=True)
+  trees.remove(ws / ".git")
   scrub.scrub(ws)
   for rel in project.walk(ws, skip=frozenset()):
     if suite.controlled(rel) and rel not in originals:
@@ -235,8 +239,8 @@ def prepare(task: Task, patch: str, ws: Path) -> tuple[str, list[dict], frozense
 def grade(task: Task, patch: str, *, limits: bwrap.Limits = bwrap.DEFAULT_LIMITS) -> Grade:
   """Reward for `patch` on `task` (module docstring). Raises SandboxUnavailable only."""
   bwrap.require()
-  bwrap.reap()
   try:
+    bwrap.reap()  # never raises; inside all the same: no grade's leftovers reach another
     return _grade(task, patch, limits)
   except Exception as e:  # fail closed: never a traceback instead of a grade
     return _zero(f"grader error: {type(e).__name__}: {e}")
@@ -264,14 +268,30 @@ def plan_for(task: Task) -> instrument.Plan:
   return instrument.plan(files, task.FAIL_TO_PASS, wanted)
 
 
+def refused(plan: instrument.Plan) -> dict[str, str]:
+  """FAIL_TO_PASS function -> why it is not judged on the host (`unprotected`)."""
+  return {**plan.unprotected, **{k: DECOYS_ALONE for k in plan.decoyed}}
+
+
+DECOYS_ALONE = (
+  "guarded by decoys alone: its expected values stay in the process, where the decoys' "
+  "perturbed copies are told from the originals, so its pass would be the process's word"
+)
+
+
 def unprotected(plan: instrument.Plan) -> str:
-  """'' if every FAIL_TO_PASS function of `plan` is protected (hidden expected values, or
-  renamed with decoys), else why the task cannot be graded: a pass of an unprotected test
-  would be the candidate's process's word alone."""
-  if not plan.unprotected:
+  """'' if every FAIL_TO_PASS function of `plan` is judged on the host (required hidden
+  sites: literals, table rows, truth/identity/order checks), else why the task cannot be
+  graded: the pass of any other test would be the candidate's process's word alone. That
+  includes a test guarded by decoys alone (its expected values must stay in the process: a
+  table another test reads, a fixture, a computed value): whatever tells a decoy from the
+  real test (a perturbed value or table in its code, its line) is in the process too, so an
+  outcome forced on the real test alone cannot be excluded."""
+  bad = refused(plan)
+  if not bad:
     return ""
-  why = "; ".join(f"{k} ({v})" for k, v in sorted(plan.unprotected.items())[:3])
-  return f"unprotected FAIL_TO_PASS tests ({len(plan.unprotected)}): {why}"
+  why = "; ".join(f"{k} ({v})" for k, v in sorted(bad.items())[:3])
+  return f"unprotected FAIL_TO_PASS tests ({len(bad)}): {why}"
 
 
 def _grade(task: Task, patch: str, limits: bwrap.Limits) -> Grade:
@@ -280,7 +300,7 @@ def _grade(task: Task, patch: str, limits: bwrap.Limits) -> Grade:
   plan = plan_for(task)
   if why := unprotected(plan):  # nothing runs: the task is not gradable
     g = _zero(f"task not gradable: {why}")
-    g.integrity = {"unprotected": plan.unprotected}
+    g.integrity = {"unprotected": refused(plan)}
     return g
   with bwrap.scratch("grade") as tmp:
     ws = Path(tmp) / "ws"
@@ -351,7 +371,9 @@ def _site_check(plan: instrument.Plan, test: str, records: list) -> str:
       if entry is None or test not in entry[0]:
         return f"{site.where}: a record with the token of another row"
       expected = entry[1]
-    if not instrument.matches(site, expected, rec.get("views"), site_values.decode):
+    if not instrument.matches(
+      site, expected, rec.get("value"), site_values.decode, rec.get("truth"), rec.get("args")
+    ):
       return f"{site.where}: the value differs from the expected one"
     reached.add(rec["site"])
   if required - reached:

@@ -11,7 +11,8 @@ config; stdin is then at EOF. Before any project code runs it:
      probe: site_values.py, bound as /cj/site/cj_values.py), `rows` and `perturb` (decoy
      tables, instrument/);
   4. runs pytest with the reporter plugin: collected ids, one outcome per test item
-     (setup/call/teardown merged), decoy items moved next to their twins.
+     (setup/call/teardown merged). Items run in the order of the command line, which the host
+     drew (instrument.Plan.run_order); nothing here knows which are decoys.
 Records are JSON lines `{"seq": n, "kind": ...}` on the outcome fd; the last is `done`. They
 are plain data written by code in the candidate's process, so the host believes none of them
 alone (runner.check, grader): what it checks is what the process could not know.
@@ -51,8 +52,10 @@ def helper_module(name: str, chan, current: list, values) -> types.ModuleType:
   mod = types.ModuleType(name)
   rng = random.Random()
 
-  def site(sid, value, token=None):
+  def site(sid, value, token=None, args=None):
     rec = encode_site_value(value)
+    if args is not None:  # a str predicate's arguments: the host calls it (record.matches)
+      rec["args"] = [encode_site_value(a)["value"] for a in args]
     if token is not None:  # a parametrized expected value: the row's token
       rec["token"] = token if isinstance(token, str) else repr(token)[:100]
     chan.send("site", test=current[0], site=sid, **rec)
@@ -102,27 +105,12 @@ class _Unequal:
 
 
 class Reporter:
-  """pytest plugin: collected ids, one outcome per item, the current item for sites, decoys
-  ordered next to their twins."""
+  """pytest plugin: collected ids, one outcome per item, the current item for sites. It holds
+  nothing of the plan (which items are decoys, where the real tests are): reaching it tells
+  the candidate's code nothing."""
 
-  def __init__(self, chan: Channel, plan: dict, current: list):
+  def __init__(self, chan: Channel, current: list):
     self.chan, self.phases, self.current = chan, {}, current
-    self.decoys, self.before = plan.get("decoys", {}), plan.get("before", {})
-
-  def pytest_collection_modifyitems(self, items):
-    if not self.decoys:
-      return
-    name = lambda it: getattr(it, "originalname", None) or it.name.split("[", 1)[0]
-    loose = [it for it in items if name(it) in self.decoys]
-    rest = [it for it in items if name(it) not in self.decoys]
-    for decoy in sorted({name(it) for it in loose}):
-      mine = [it for it in loose if name(it) == decoy]
-      twin = self.decoys[decoy]
-      parent = mine[0].parent
-      at = [i for i, it in enumerate(rest) if name(it) == twin and it.parent is parent]
-      pos = (at[0] if self.before.get(decoy) else at[-1] + 1) if at else len(rest)
-      rest[pos:pos] = mine
-    items[:] = rest
 
   def pytest_collection_finish(self, session):
     self.chan.send("collected", ids=[item.nodeid for item in session.items])
@@ -181,7 +169,7 @@ def main() -> None:
   cj_guard.install_guard(cfg, fd)
   import pytest
 
-  plugin = Reporter(chan, plan, current)
+  plugin = Reporter(chan, current)
   rc = int(pytest.main(cfg["args"], plugins=[plugin]))
   done = {"rc": rc}
   if cfg.get("blob"):

@@ -16,10 +16,11 @@ names the task never shows (removed private helpers) count everywhere, and in bi
 
 import os
 import re
-import shutil
 import subprocess
 import zlib
 from pathlib import Path
+
+from composer_jax.codetasks import trees
 
 _SCRUB_DIRS = frozenset(
   {
@@ -76,15 +77,14 @@ _METADATA_HEADERS = frozenset(
 def _reduce_metadata(info: Path) -> list[str]:
   """Leaves in an `*.egg-info` directory only what importlib.metadata serves a package about
   itself (the module comment above); returns what went."""
-  removed = []
-  for p in sorted(info.rglob("*"), reverse=True):
-    rel = p.relative_to(info).as_posix()
-    if p.is_symlink() or (p.is_file() and rel not in _METADATA_FILES):
-      p.unlink()
+  listing = trees.scan(info)
+  removed = [rel for rel in [*listing.odd, *listing.files] if rel not in _METADATA_FILES]
+  for rel in removed:
+    (info / rel).unlink()
+  for rel in listing.dirs:
+    if not trees.remove(info / rel):
       removed.append(rel)
-    elif p.is_dir():
-      shutil.rmtree(p)
-      removed.append(rel)
+  removed.sort()
   pkg_info = info / "PKG-INFO"
   if pkg_info.is_file():
     head = pkg_info.read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
@@ -101,29 +101,30 @@ def scrub(ws: Path) -> list[str]:
   """Deletes caches, build outputs, compiled files, VCS data and prose, and reduces the package
   metadata of the importable roots (the workspace and src/) to what imports read; returns what
   went."""
+  pruned = []
+
+  def prune(rel: str) -> bool:  # directories that go whole, or are reduced
+    parent, _, d = rel.rpartition("/")
+    drop = d in _SCRUB_DIRS or (not parent and d in _TOP_SCRUB_DIRS) or d.endswith(".egg-info")
+    if drop:
+      pruned.append(rel)
+    return drop
+
+  ws = Path(ws)
+  listing = trees.scan(ws, skip=prune)
   removed = []
-  roots = {Path(ws), Path(ws) / "src"}
-  for dirpath, dirnames, filenames in os.walk(ws, topdown=True):
-    for d in list(dirnames):
-      top = Path(dirpath) == Path(ws) and d in _TOP_SCRUB_DIRS
-      info = Path(dirpath) / d
-      if d.endswith(".egg-info") and Path(dirpath) in roots and not info.is_symlink():
-        gone = _reduce_metadata(info)
-        removed += [os.path.relpath(info / r, ws) for r in gone]
-        dirnames.remove(d)
-        continue
-      if d in _SCRUB_DIRS or top or d.endswith(".egg-info"):
-        shutil.rmtree(Path(dirpath) / d)
-        dirnames.remove(d)
-        removed.append(os.path.relpath(Path(dirpath) / d, ws))
-    for f in filenames:
-      p = Path(dirpath) / f
-      top_prose = Path(dirpath) == Path(ws) and (
-        f.endswith((".md", ".rst", ".txt")) or _TOP_PROSE.match(f)
-      )
-      if _SCRUB_FILES.search(f) or p.is_symlink() or (top_prose and "requirements" not in f):
-        p.unlink()
-        removed.append(os.path.relpath(p, ws))
+  for rel in pruned:
+    parent, _, d = rel.rpartition("/")
+    if d.endswith(".egg-info") and parent in ("", "src"):
+      removed += [f"{rel}/{r}" for r in _reduce_metadata(ws / rel)]
+    elif not trees.remove(ws / rel):
+      removed.append(rel)
+  for rel in [*listing.files, *listing.odd]:
+    parent, _, f = rel.rpartition("/")
+    top_prose = not parent and (f.endswith((".md", ".rst", ".txt")) or _TOP_PROSE.match(f))
+    if rel in listing.odd or _SCRUB_FILES.search(f) or (top_prose and "requirements" not in f):
+      (ws / rel).unlink()
+      removed.append(rel)
   return sorted(removed)
 
 
@@ -141,7 +142,7 @@ def fresh_git(ws: Path) -> str:
     ).stdout.strip()
 
   git("init", "-q")
-  shutil.rmtree(ws / ".git" / "hooks", ignore_errors=True)
+  trees.remove(ws / ".git" / "hooks")
   git("add", "-A")
   git("commit", "-q", "-m", "Initial commit")
   return git("rev-parse", "HEAD")
@@ -183,19 +184,21 @@ def leak_scan(ws: Path, names: list[str], code: list[str], revealed: str = "") -
   shown = {n for n, pat in pats if pat.search(revealed.encode())}
   lines = [ln.encode() for ln in leak_lines(code, revealed)]
   hits = []
-  for dirpath, _, filenames in os.walk(ws):
-    for f in filenames:
-      p = Path(dirpath) / f
-      data = p.read_bytes() if not p.is_symlink() else os.readlink(p).encode()
-      text = "/.git/objects/" in p.as_posix() or _is_text(data)
-      if "/.git/objects/" in p.as_posix():
-        try:
-          data = zlib.decompress(data)
-        except zlib.error:
-          pass
-      rel = os.path.relpath(p, ws)
-      hits += [
-        f"{rel}: name {n!r}" for n, pat in pats if not (text and n in shown) and pat.search(data)
-      ]
-      hits += [f"{rel}: line {ln.decode()[:60]!r}" for ln in lines if ln in data]
+  listing = trees.scan(ws)
+  for rel in sorted([*listing.files, *listing.odd]):
+    p = Path(ws) / rel
+    if rel not in listing.files and not p.is_symlink():
+      continue  # a FIFO or device holds nothing to find
+    data = p.read_bytes() if rel in listing.files else os.readlink(p).encode()
+    git_object = rel.startswith(".git/objects/") or "/.git/objects/" in rel
+    text = git_object or _is_text(data)
+    if git_object:
+      try:
+        data = zlib.decompress(data)
+      except zlib.error:
+        pass
+    hits += [
+      f"{rel}: name {n!r}" for n, pat in pats if not (text and n in shown) and pat.search(data)
+    ]
+    hits += [f"{rel}: line {ln.decode()[:60]!r}" for ln in lines if ln in data]
   return hits

@@ -1,9 +1,17 @@
 """A hidden expected value's actual side as plain data (harness side: `encode_site_value`; host
 side: `decode`), and the perturbations of plain data that decoys use (`perturb`, `plain`).
 
-Builtins are read through their C slots and other objects through the conversions they
-themselves claim equality with, so what reaches the host is data, never an object whose
-equality could lie; a value that claims equality with fresh sentinels is reported as a liar.
+One canonical reading per value, built without calling any method the value's class could
+define: a value is read only when its type is exactly a builtin of plain data (None, bool,
+int, float, complex, str, bytes, bytearray, list, tuple, set, frozenset, dict — containers
+recursively — or decimal.Decimal / fractions.Fraction), through the builtin's own C-level
+accessors (`int.__repr__`, `float.__repr__`, `list.__iter__`, ..., Fraction's slots as
+captured when this module loads, before any project code runs). Anything else — an instance
+of a subclass of a builtin (an int whose `__index__`, a str whose `__eq__` is its own), an
+object with `__int__`/`__float__`/`__str__`/`__iter__`/`__eq__`..., a numpy scalar — has no
+reading: the site fails, whatever it claims. The host then compares that one reading with the
+expected value, whose type it alone knows (`record.matches`). A value that claims equality
+with fresh sentinels is also reported as a liar (a critical flag; its reading is none anyway).
 Runs inside the sandbox (bound as /cj/site/cj_values.py) and on the host (instrument/,
 grader.py). Standard library only.
 """
@@ -15,6 +23,19 @@ import math
 import random
 
 _MAX_NODES = 100_000
+# Fraction is a Python class (its properties could be replaced at run time): its state is read
+# through the slot descriptors it had when this module was imported.
+_NUMERATOR = fractions.Fraction.__dict__["_numerator"].__get__
+_DENOMINATOR = fractions.Fraction.__dict__["_denominator"].__get__
+_MRO = type.__dict__["__mro__"].__get__
+_TYPE_DICT = type.__dict__["__dict__"].__get__
+_CONTAINERS = {list: "l", tuple: "u", set: "S", frozenset: "F"}
+_ITER = {
+  list: list.__iter__,
+  tuple: tuple.__iter__,
+  set: set.__iter__,
+  frozenset: frozenset.__iter__,
+}
 
 
 class _Budget:
@@ -27,43 +48,37 @@ class _Budget:
       raise OverflowError("value too large to send")
 
 
-def _enc(v, budget, conv=True):
-  """Tagged plain encoding of `v` (builtins read through their C slots), None if opaque."""
+def _enc(v, budget):
+  """The tagged canonical reading of `v` (module docstring), None if it has none."""
   budget.take()
+  t = type(v)
   if v is None:
     return ["n"]
-  if v is True or v is False:
-    return ["B", v]
-  if isinstance(v, int):
-    return ["i", str(int.__index__(v))]
-  if isinstance(v, float):
-    return ["f", float.__repr__(float.__float__(v))]
-  if isinstance(v, complex):
-    c = complex.__complex__(v)
-    return ["c", float.__repr__(c.real), float.__repr__(c.imag)]
-  if isinstance(v, str):
+  if t is bool:
+    return ["B", v is True]
+  if t is int:
+    return ["i", int.__repr__(v)]
+  if t is float:
+    return ["f", float.__repr__(v)]
+  if t is complex:
+    return ["c", float.__repr__(complex.real.__get__(v)), float.__repr__(complex.imag.__get__(v))]
+  if t is str:
     return ["s", str.__str__(v)]
-  if isinstance(v, (bytes, bytearray)):
+  if t is bytes or t is bytearray:
     return ["b", base64.b64encode(bytes(memoryview(v))).decode()]
-  if isinstance(v, decimal.Decimal):
-    return ["D", str(decimal.Decimal.__str__(v))]
-  if isinstance(v, fractions.Fraction):
-    return ["Q", str(int(v.numerator)), str(int(v.denominator))]
-  for base, tag, it in (
-    (list, "l", list.__iter__),
-    (tuple, "u", tuple.__iter__),
-    (set, "S", set.__iter__),
-    (frozenset, "F", frozenset.__iter__),
-  ):
-    if isinstance(v, base):
-      items = [_enc(x, budget) for x in it(v)]
-      return None if any(x is None for x in items) else [tag, items]
-  if isinstance(v, dict):
+  if t is decimal.Decimal:
+    return ["D", decimal.Decimal.__str__(v)]
+  if t is fractions.Fraction:
+    num, den = _NUMERATOR(v), _DENOMINATOR(v)
+    if type(num) is not int or type(den) is not int or den <= 0:
+      return None
+    return ["Q", int.__repr__(num), int.__repr__(den)]
+  if t in _CONTAINERS:
+    items = [_enc(x, budget) for x in _ITER[t](v)]
+    return None if any(x is None for x in items) else [_CONTAINERS[t], items]
+  if t is dict:
     pairs = [[_enc(k, budget), _enc(x, budget)] for k, x in dict.items(v)]
     return None if any(a is None or b is None for a, b in pairs) else ["d", pairs]
-  if conv:
-    views = _views(v, budget)
-    return views[0] if views else None
   return None
 
 
@@ -85,38 +100,25 @@ def _liar(v) -> bool:
   return False
 
 
-def _views(v, budget) -> list:
-  """Encodings of `v`'s conversions (list, tuple, dict, str, int, float, bytes) that `v` itself
-  says it equals; `v` must not be a liar."""
-  out = []
-  for conv in (list, tuple, dict, str, int, float, bytes):
-    try:
-      w = conv(v)
-      if type(w) is not conv or not bool(v == w):
-        continue
-      e = _enc(w, budget, conv=False)
-    except (Exception, RecursionError):
-      continue
-    if e is not None:
-      out.append(e)
-  return out
+def _default_truth(v) -> bool:
+  """Whether `v` is true by default: no class of its type's MRO defines __bool__ or __len__
+  (read through type's own slots, so no metaclass answers), so the interpreter's truth test
+  calls none of its methods and is True."""
+  return not any("__bool__" in _TYPE_DICT(c) or "__len__" in _TYPE_DICT(c) for c in _MRO(type(v)))
 
 
 def encode_site_value(v) -> dict:
-  """{'views': [encodings], 'liar': bool} for a site's actual value."""
-  budget = _Budget()
-  exact = type(v) in (type(None), bool, int, float, complex, str, bytes)
+  """{'value': the canonical reading or None, 'liar': bool, 'truth': True for a value with
+  no reading that is true by default, else absent} for a site's actual value."""
   try:
-    liar = not exact and _liar(v)
-    views = []
-    if not liar:
-      first = _enc(v, budget, conv=False)
-      for e in ([first] if first is not None else []) + _views(v, budget):
-        if e not in views:
-          views.append(e)
-  except (OverflowError, RecursionError):
-    return {"views": [], "liar": False, "too_large": True}
-  return {"views": views, "liar": liar}
+    value = _enc(v, _Budget())
+  except (OverflowError, RecursionError, ValueError):  # ValueError: int over str's digit cap
+    return {"value": None, "liar": False, "too_large": True}
+  if value is not None:
+    return {"value": value, "liar": False}
+  # Only what has no reading is probed (the probe calls the value's own __eq__; a reading,
+  # when there is one, never does).
+  return {"value": None, "liar": _liar(v), **({"truth": True} if _default_truth(v) else {})}
 
 
 def decode(e):

@@ -180,7 +180,7 @@ def run_suite(
       shutil.copyfile(src, ini)
     else:
       ini.write_text("[pytest]\n")
-    run_ids = plan.run_ids(test_ids) if plan is not None and test_ids else test_ids
+    run_ids = plan.run_order(test_ids) if plan is not None and test_ids else test_ids
     args = [
       "-q",
       "-p",

@@ -16,7 +16,6 @@ import collections
 import dataclasses
 import json
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from composer_jax.codetasks import task, workers
+from composer_jax.codetasks import task, trees, workers
 from composer_jax.codetasks.synthesis import difficulty, generator, sources
 
 
@@ -88,7 +87,7 @@ def run_project(job: Job) -> dict:
   except (ValueError, RuntimeError, OSError, subprocess.SubprocessError) as e:
     rec.update(status="failed", error=" ".join(str(e).split())[:400])
   finally:
-    shutil.rmtree(work, ignore_errors=True)
+    trees.remove(work)
   rec["wall_s"] = round(time.monotonic() - start, 1)
   path = job.out / "projects" / f"{pid}.json"
   path.with_name(path.name + ".partial").write_text(json.dumps(rec, indent=1))

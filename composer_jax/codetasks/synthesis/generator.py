@@ -13,8 +13,8 @@ Validation of a change (N = validation_runs re-runs of the whole suite on fresh 
   code where coverage does not see it, in a subprocess or thread), every FAIL_TO_PASS test of a deletion
   is explained (direct, or its file names a deleted symbol), FAIL_TO_PASS is at most
   max_f2p_fraction of the suite, the visible workspace passes the leak scan, every
-  FAIL_TO_PASS test is one the grader can protect (grader.unprotected: hidden expected values,
-  or renamed with decoys; else it refuses to grade the task), and (verify) the gold patch
+  FAIL_TO_PASS test is one the grader judges on the host (grader.unprotected: required hidden
+  sites; else it refuses to grade the task), and (verify) the gold patch
   grades 1.0 and the empty patch 0.0. Everything is deterministic given the seed.
 The baseline and coverage map are computed once per project and, with `cache`, reused across
 runs (keyed by the sdist and dependency hashes and the generator version).
@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from composer_jax.codetasks import project
+from composer_jax.codetasks import project, trees
 from composer_jax.codetasks.sandbox import bwrap, dependencies, grader, scrub, suite
 from composer_jax.codetasks.synthesis import (
   bug_injection,
@@ -62,6 +62,21 @@ class Config:
   max_f2p_fraction: float = 0.5
   verify: bool = True
   limits: bwrap.Limits = bwrap.DEFAULT_LIMITS
+
+
+_MISSING = re.compile(r"No module named '([^']+)'")
+
+
+def _collection_error(run: suite.SuiteRun) -> str:
+  """Why no test of a suite could be collected, in one line: a module it imports that is not
+  there (a dependency the source's pins lack) by name, else pytest's own words."""
+  files = ", ".join(run.collection_errors[:3])
+  if m := _MISSING.search(run.log_tail):
+    return (
+      f"its tests cannot import module {m.group(1)!r} ({files}): a dependency missing from "
+      "the source's pinned deps"
+    )
+  return f"its tests cannot be collected ({files}): {suite.pytest_error(run.log_tail)}"
 
 
 class Generator:
@@ -104,12 +119,12 @@ class Generator:
   def _run(self, tree: Path, tag: str) -> suite.SuiteRun:
     """Runs the whole suite on a throwaway copy (tests may write into their tree)."""
     copy = self.work / f"run-{tag}"
-    shutil.copytree(tree, copy)
+    trees.copy(tree, copy)
     try:
       dependencies.install_runtime(self.source.runtime, copy)
       return suite.run_suite(copy, limits=self.cfg.limits)
     finally:
-      shutil.rmtree(copy, ignore_errors=True)
+      trees.remove(copy)
 
   def _cache_key(self) -> str:
     blob = (self.source.as_dict(), VERSION, self.cfg.baseline_runs, self.cfg.limits.as_dict())
@@ -145,10 +160,12 @@ class Generator:
   def _baseline(self, name: str, files: list[str]) -> None:
     self._report(f"baseline: a coverage run and {self.cfg.baseline_runs} more runs of the suite")
     copy = self.work / "run-map"
-    shutil.copytree(self.orig, copy)
+    trees.copy(self.orig, copy)
     dependencies.install_runtime(self.source.runtime, copy)
     self.map, first = testmap.build(copy, files=files, limits=self.cfg.limits)
-    shutil.rmtree(copy, ignore_errors=True)
+    trees.remove(copy)
+    if first.collection_errors and not first.outcomes:
+      raise ValueError(f"source {name}: {_collection_error(first)}")
     if first.returncode == 5 or (first.ok and not first.outcomes):
       raise ValueError(f"source {name} has no tests: pytest collected nothing")
     runs = [first] + [self._run(self.orig, f"base{i}") for i in range(self.cfg.baseline_runs)]
@@ -359,11 +376,11 @@ class Generator:
     tag = hashlib.sha256(repr((self.cfg.seed, change.key())).encode()).hexdigest()[:10]
     tdir = self.work / f"task-{tag}"
     broken = tdir / "broken"
-    shutil.copytree(self.orig, broken)
+    trees.copy(self.orig, broken)
     try:
       return self._check(change, tag, tdir, broken, statement)
     finally:
-      shutil.rmtree(tdir, ignore_errors=True)
+      trees.remove(tdir)
 
   def _check(self, change, tag, tdir, broken, statement):
     for rel, text in change.tests.items():
@@ -408,7 +425,7 @@ class Generator:
     if unexplained and change.method == "deletion":
       return None, f"unrelated breakage: {unexplained[:3]}"
     visible = tdir / "visible"
-    shutil.copytree(broken, visible)
+    trees.copy(broken, visible)
     hiding.hide_tests(visible, f2p, self.passing)
     hiding.drop_unused_guards(visible, change.tests)
     # Lines that other kept code also contains are not leaks; the problem statement's stubs

@@ -19,13 +19,12 @@ outcome is reported on stderr as it is decided (--quiet: only finished projects)
 import argparse
 import dataclasses
 import json
-import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from composer_jax.codetasks import task, workers
+from composer_jax.codetasks import task, trees, workers
 from composer_jax.codetasks.synthesis import factory, generator, microprojects, sources
 
 
@@ -166,7 +165,7 @@ def _single(args, cfg) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 1
   finally:
-    shutil.rmtree(work, ignore_errors=True)
+    trees.remove(work)
   task.write_jsonl(args.out, tasks)
   print(
     json.dumps(

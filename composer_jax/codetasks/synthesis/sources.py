@@ -11,6 +11,7 @@ sandbox lays it into each test run's tree (`sandbox.dependencies`).
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import re
@@ -19,10 +20,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import tokenize
 import zipfile
 from pathlib import Path
 
-from composer_jax.codetasks import project
+from composer_jax.codetasks import project, trees
 from composer_jax.codetasks.synthesis import microprojects
 
 MANIFEST = Path(__file__).resolve().parents[3] / "third_party" / "coding_sources.json"
@@ -154,48 +156,142 @@ def build_runtime(deps, cache: Path | None = None) -> Path:
       pass
   finally:
     (staging.parent / f"{staging.name}.txt").unlink(missing_ok=True)
-    if staging.exists():
-      for p in [staging, *staging.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
-      shutil.rmtree(staging, ignore_errors=True)
+    trees.remove(staging)
   return dest
 
 
 def _tree_hash(root: Path) -> str:
   h = hashlib.sha256()
-  for dirpath, dirnames, filenames in sorted(os.walk(root)):
-    dirnames.sort()
-    for f in sorted(filenames):
-      p = Path(dirpath) / f
-      h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+  for rel, path in trees.scan(root).files.items():
+    h.update(rel.encode() + b"\0" + Path(path).read_bytes() + b"\0")
   return h.hexdigest()
 
 
-def extract(archive: Path, dest: Path) -> Path:
-  """Extracts an sdist (tar.gz / zip) into dest and returns its single top-level directory."""
-  dest.mkdir(parents=True, exist_ok=True)
+_TARS = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar")
+
+
+def extract(archive: Path, dest: Path, bounds: trees.Bounds = trees.DEFAULT) -> Path:
+  """Extracts an sdist (tar.gz / zip) into dest and returns its single top-level directory.
+  ValueError (one line naming the archive and what is wrong) for one that is not a readable
+  archive, holds a member the standard library's `data` filter refuses (absolute or
+  traversing paths, links leaving the tree, device files), is outside `bounds`, or is not one
+  project directory."""
+  archive = Path(archive)
   name = archive.name
-  if name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar")):
-    with tarfile.open(archive) as tar:
-      tar.extractall(dest, filter="data")
-  elif name.endswith(".zip"):
-    with zipfile.ZipFile(archive) as z:
-      z.extractall(dest)
-  else:
-    raise ValueError(f"unsupported source archive {archive}; expected .tar.gz, .tgz, .zip or a dir")
-  tops = [p for p in dest.iterdir()]
-  return tops[0] if len(tops) == 1 and tops[0].is_dir() else dest
+  try:
+    if name.endswith(_TARS):
+      _extract_tar(archive, dest, bounds)
+    elif name.endswith(".zip"):
+      _extract_zip(archive, dest, bounds)
+    else:
+      raise ValueError("expected a .tar.gz, .tgz, .tar.bz2, .tar.xz, .tar or .zip or a directory")
+    tops = sorted(os.listdir(dest))
+  except (tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as e:
+    raise ValueError(f"source archive {name}: {_archive_error(e)}") from None
+  except ValueError as e:
+    raise ValueError(f"source archive {name}: {e}") from None
+  if len(tops) != 1 or not (dest / tops[0]).is_dir() or (dest / tops[0]).is_symlink():
+    shown = ", ".join(tops[:4]) + (", ..." if len(tops) > 4 else "") if tops else "nothing"
+    raise ValueError(
+      f"source archive {name}: holds {len(tops)} top-level entries ({shown}); an sdist "
+      "holds exactly one project directory"
+    )
+  return dest / tops[0]
+
+
+def _archive_error(e: Exception) -> str:
+  """One line for what `tarfile`/`zipfile` refused."""
+  text = " ".join(str(e).split())
+  if isinstance(e, tarfile.ReadError) and "empty" in str(e):
+    return "an empty file, not an archive"
+  if isinstance(e, tarfile.ReadError) and "could not be opened" in str(e):
+    return "not a tar archive (neither gzip, bzip2, xz nor plain tar)"
+  if isinstance(e, (tarfile.ReadError, zipfile.BadZipFile)):
+    return f"not a readable archive ({text[:200]})"
+  if isinstance(e, tarfile.FilterError):  # what the data filter refused, for which member
+    return f"member {e.tarinfo.name!a} refused ({type(e).__name__}): {text[:200]}"
+  return f"{type(e).__name__}: {text[:200]}"
+
+
+def _check_members(names_sizes, bounds: trees.Bounds) -> None:
+  """ValueError for an archive whose members would make a tree outside `bounds`."""
+  total, count = 0, 0
+  for member, size in names_sizes:
+    count += 1
+    if member.startswith("/"):
+      raise ValueError(f"member {member[:80]!a} refused: an absolute path")
+    if count > bounds.max_entries:
+      raise ValueError(f"more than {bounds.max_entries} members")
+    if size > bounds.max_file_bytes:
+      raise ValueError(f"member {member!a} is {size} bytes, over {bounds.max_file_bytes} per file")
+    total += size
+    if total > bounds.max_total_bytes:
+      raise ValueError(f"members over {bounds.max_total_bytes} bytes in all")
+    if member.count("/") > bounds.max_depth or len(member.encode()) > bounds.max_path_bytes:
+      raise ValueError(f"member {member[:80]!a} is nested too deep")
+
+
+def _extract_tar(archive: Path, dest: Path, bounds: trees.Bounds) -> None:
+  with tarfile.open(archive) as tar:
+    members = tar.getmembers()
+    _check_members(((m.name, m.size) for m in members), bounds)
+    dest.mkdir(parents=True, exist_ok=True)
+    tar.extractall(dest, filter="data")
+
+
+def _extract_zip(archive: Path, dest: Path, bounds: trees.Bounds) -> None:
+  with zipfile.ZipFile(archive) as z:
+    infos = z.infolist()
+    _check_members(((i.filename, i.file_size) for i in infos), bounds)
+    for i in infos:
+      parts = i.filename.replace("\\", "/").split("/")
+      if i.filename.startswith("/") or ".." in parts:
+        raise ValueError(f"member {i.filename!a} refused: a path outside the tree")
+    dest.mkdir(parents=True, exist_ok=True)
+    z.extractall(dest)
+
+
+def check_tree(root: Path) -> None:
+  """ValueError (one line) for a source tree the generator would misread: a Python file that
+  is not UTF-8 (PEP 3120; a file declaring another encoding is refused by name)."""
+  for rel, path in trees.scan(root).files.items():
+    if not rel.endswith(".py"):
+      continue
+    data = Path(path).read_bytes()
+    try:
+      encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:  # bytes that are not UTF-8 and no declaration: said below
+      encoding = "utf-8"
+    if encoding not in ("utf-8", "utf-8-sig"):
+      raise ValueError(
+        f"source file {rel} declares encoding {encoding!r}; only UTF-8 sources are supported"
+      )
+    try:
+      data.decode("utf-8")
+    except UnicodeDecodeError as e:
+      raise ValueError(
+        f"source file {rel} is not UTF-8 (byte {data[e.start]:#04x} at offset {e.start}) and "
+        "declares no encoding; re-encode it as UTF-8"
+      ) from None
 
 
 def resolve(spec: str, work: Path) -> Source:
-  """`spec` = a directory, an sdist path, or `name==version` pinned in the manifest."""
+  """`spec` = a directory, an sdist path, or `name==version` pinned in the manifest.
+  ValueError (one line) for a source that is not one (sources are hostile input: links that
+  leave the tree, special files, hard links out, archives the data filter refuses, trees
+  outside trees.DEFAULT's bounds, non-UTF-8 Python files)."""
   p = Path(spec)
   if p.is_dir():
     root = work / "src"
-    shutil.copytree(p, root, symlinks=False)
+    try:
+      trees.copy(p, root, links="resolve")
+    except trees.TreeError as e:
+      raise ValueError(f"source directory {spec}: {e}") from None
+    check_tree(root)
     return Source(p.resolve().name, "local", _tree_hash(root), root)
   if p.is_file():
     root = extract(p, work / "src")
+    _check_extracted(p, root)
     stem = p.name.split(".tar")[0].removesuffix(".zip")
     name, _, version = stem.rpartition("-")
     return Source(name or stem, version or "unknown", sha256_file(p), root)
@@ -208,6 +304,16 @@ def resolve(spec: str, work: Path) -> Source:
   raise ValueError(f"--source {spec!r}: not a directory, an sdist file, or name==version")
 
 
+def _check_extracted(archive: Path, root: Path) -> None:
+  """An extracted sdist's tree, links resolved inside it (the data filter lets relative links
+  stay), within the bounds, its Python UTF-8; ValueError naming the archive otherwise."""
+  try:
+    trees.scan(root, links="resolve")
+  except trees.TreeError as e:
+    raise ValueError(f"source archive {archive.name}: {e}") from None
+  check_tree(root)
+
+
 def resolve_entry(entry: dict, work: Path) -> Source:
   """A manifest entry -> its verified, extracted sdist and its dependency runtime, or (an
   entry `{"kind": "micro", "seed": S, ...}`, `microprojects.entry`) a micro-project."""
@@ -218,6 +324,7 @@ def resolve_entry(entry: dict, work: Path) -> Source:
   archive = fetch(entry["name"], entry["version"], entry["sha256"])
   deps = tuple(entry.get("deps", ()))
   root = extract(archive, work / "src")
+  _check_extracted(archive, root)
   runtime = build_runtime(deps) if deps else None
   return Source(entry["name"], entry["version"], sha256_file(archive), root, deps, runtime)
 

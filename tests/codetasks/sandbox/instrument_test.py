@@ -1,6 +1,6 @@
 """The grade-time rewriting of hidden tests (instrument.py) and the site values' plain-data
 encoding (site_values.py), without a sandbox: renames, hidden sites and tables, decoys, the
-mapping of ids, perturbations, views and the lying-value probe."""
+mapping of ids, perturbations, canonical readings and the lying-value probe."""
 
 import ast
 import collections
@@ -152,17 +152,21 @@ def test_decoys(plan):
   sentinels = _sentinels(new)
   assert len(sentinels) == 1 and sentinels <= set(plan.decoys)  # one per file, always
   twins = collections.Counter(plan.names[t] for d, t in plan.decoys.items() if d not in sentinels)
-  # The shared table cannot leave the process: two decoys (copies before and after it); the
-  # pytest.raises test, with no expected value, one that ends in `raise`.
-  assert twins == {"test_shared": 2, "test_raises": 1, "test_loop": 1}
+  # The shared table cannot leave the process: two decoys (copies before and after it).
+  assert twins == {"test_shared": 2}
   first = new.splitlines()[4]
   assert first.endswith("SHARED = [(3, 9.0), (4, 16.0)]") and first.count("=") == 2
-  assert new.count("finally:") == 2 and "raise AssertionError()" in new
-  # The loop's assertion is a site that may not run: its decoy compares with another value.
-  assert "'loop\\u2063cj" in new
-  assert len(plan.decoy_ids) == 5 and all(plan.split(i)[0] == "decoy" for i in plan.decoy_ids)
+  assert "finally:" not in new and "raise AssertionError()" not in new
+  assert len(plan.decoy_ids) == 3 and all(plan.split(i)[0] == "decoy" for i in plan.decoy_ids)
+  # The pytest.raises test has nothing to compare, the loop's site may never run: neither
+  # has a check reached for sure that the host or a decoy judges, so neither is graded (a
+  # decoy that fails by a `raise` of its own would be told from the real test by its code).
+  why = "no decoy: no comparison a decoy can perturb: the pass would be the process's word"
+  assert plan.unprotected == {
+    "tests/test_m.py::TestCase::test_raises": why,
+    "tests/test_m.py::test_loop": why,
+  }
   # A function whose name the file uses again keeps it, and is protected by its hidden site.
-  assert plan.unprotected == {}
   assert "test_called_elsewhere" not in plan.names.values()
 
 
@@ -191,7 +195,8 @@ def test_perturbed_values_differ():
 
 
 class Int:
-  """A project integer type that equals the int it holds (pyasn1's univ.Integer does)."""
+  """A project integer type that equals the int it holds (pyasn1's univ.Integer does): its
+  readings are its own methods, which the candidate can replace at run time, so it has none."""
 
   def __init__(self, v):
     self.v = v
@@ -210,27 +215,113 @@ class Any:
     return True
 
 
+class Hedge:
+  """A value with a different answer for every reading, equal to each of them (and to
+  nothing else, so no sentinel catches it): several guesses at once."""
+
+  GUESSES = (-1, 0.0, 1, "1", (1,), b"1", True)
+
+  def __int__(self):
+    return -1
+
+  def __index__(self):
+    return 1
+
+  def __float__(self):
+    return 0.0
+
+  def __complex__(self):
+    return 1j
+
+  def __str__(self):
+    return "1"
+
+  __repr__ = __str__
+
+  def __bytes__(self):
+    return b"1"
+
+  def __bool__(self):
+    return True
+
+  def __len__(self):
+    return 1
+
+  def __iter__(self):
+    return iter((1,))
+
+  def __eq__(self, other):
+    return any(type(other) is type(g) and other == g for g in self.GUESSES)
+
+  def __hash__(self):
+    return 1
+
+
+def _subclass(base, value, **methods):
+  return type(f"My{base.__name__}", (base,), methods)(value)
+
+
+NUMPY_LIKE = type(
+  "float64",
+  (),
+  {
+    "__float__": lambda s: 10.0,
+    "__index__": lambda s: 10,
+    "item": lambda s: 10.0,
+    "__array__": lambda s, *a: [10.0],
+    "__eq__": lambda s, o: o in (10.0, 10),
+    "__hash__": lambda s: 10,
+  },
+)()
+
+
 @pytest.mark.parametrize(
   "value,expected,equal",
   [
     (1.0, 1, True),
     (True, 1, True),
     ("abc", "abc", True),
-    (collections.OrderedDict(a=[1, (2, 3)]), {"a": [1, (2, 3)]}, True),
+    ({"a": [1, (2, 3)]}, {"a": [1, (2, 3)]}, True),
     (decimal.Decimal("0.5"), 0.5, True),
+    (fractions.Fraction(1, 2), 0.5, True),
     (fractions.Fraction(1, 3), 1 / 3, False),
-    (Int(12), 12, True),
-    (Int(12), 13, False),
     ({1, 2}, {2, 1}, True),
     ([1, 2], (1, 2), False),
     (object(), None, False),
-  ],
+    # No canonical reading: subclasses of builtins and objects that answer for themselves.
+    (collections.OrderedDict(a=[1, (2, 3)]), {"a": [1, (2, 3)]}, False),
+    (Int(12), 12, False),
+    (NUMPY_LIKE, 10.0, False),
+    (_subclass(int, 3, __float__=lambda s: 4.0, __eq__=lambda s, o: o in (3, 4)), 4.0, False),
+    (_subclass(int, 3), 3, False),
+    (_subclass(float, 2.5), 2.5, False),
+    (_subclass(str, "hello ada", __str__=lambda s: "hi ada"), "hi ada", False),
+    (_subclass(str, "hello ada", __str__=lambda s: "hi ada"), "hello ada", False),
+    (_subclass(tuple, (1, 2), __iter__=lambda s: iter((3, 4))), (3, 4), False),
+    (_subclass(tuple, (1, 2), __iter__=lambda s: iter((3, 4))), (1, 2), False),
+    (_subclass(list, [1], __len__=lambda s: 2), [1], False),
+    (_subclass(dict, {"k": 1}, items=lambda s: [("k", 2)]), {"k": 2}, False),
+    (_subclass(int, 1, __bool__=lambda s: False), 1, False),
+    ([1, _subclass(int, 2)], [1, 2], False),  # inside a container too
+    ({"k": Int(1)}, {"k": 1}, False),
+  ]
+  + [(Hedge(), g, False) for g in Hedge.GUESSES],
 )
-def test_site_values_compare_as_python_would(value, expected, equal):
+def test_site_values_have_one_canonical_reading(value, expected, equal):
+  """Only exact builtins are read (through the builtins' own accessors, never the value's
+  methods); the host compares that one reading with the expected value as Python would."""
   rec = site_values.encode_site_value(value)
   site = instrument.Site(expected, None, "x")
   assert not rec["liar"]
-  assert instrument.matches(site, expected, rec["views"], site_values.decode) is equal
+  assert instrument.matches(site, expected, rec["value"], site_values.decode) is equal
+  assert (rec["value"] is None) is (not site_values.plain(value) and type(value) not in (
+    decimal.Decimal, fractions.Fraction))  # fmt: skip
+
+
+def test_a_fraction_is_read_through_its_slots_not_its_properties(monkeypatch):
+  monkeypatch.setattr(fractions.Fraction, "numerator", property(lambda s: 7))
+  rec = site_values.encode_site_value(fractions.Fraction(1, 2))
+  assert rec["value"] == ["Q", "1", "2"]
 
 
 def test_lying_values_are_caught():
@@ -242,7 +333,7 @@ def test_lying_values_are_caught():
   assert site_values.encode_site_value(approx)["liar"]
   site = instrument.Site(0.3, (("rel", 1e-3),), "x")
   assert instrument.matches(
-    site, 0.3, site_values.encode_site_value(0.30001)["views"], site_values.decode
+    site, 0.3, site_values.encode_site_value(0.30001)["value"], site_values.decode
   )
 
 
@@ -260,7 +351,7 @@ def test_a_function_also_run_in_another_file_is_renamed_with_its_ids_or_kept():
   the other file defines itself does not stop a rename."""
   base = (
     b"import pytest\n\n\nclass TestBase:\n  def test_x(self):\n    assert f() == 1\n\n"
-    b"  def test_z(self):\n    with pytest.raises(KeyError):\n      f()\n\n\n"
+    b"  def test_z(self, want):\n    assert f() == want\n\n\n"
     b"def test_y():\n  assert f() == 2\n"
   )
   sub = b"from tests.test_base import TestBase\n\n\nclass TestSub(TestBase):\n  pass\n\n\ndef test_y():\n  pass\n"
@@ -305,7 +396,7 @@ def test_a_test_defined_in_another_file_gets_its_sites_there():
   helper = (
     b"import pytest\nfrom pkg import f\n\n\ndef test_imp():\n  assert f() == 3\n\n\n"
     b"class TestBase:\n  def test_m(self):\n    assert f() == 4\n\n"
-    b"  def test_raises(self):\n    with pytest.raises(KeyError):\n      f()\n"
+    b"  def test_raises(self, want):\n    assert f() == want\n"
   )
   test = (
     b"from checks import TestBase, test_imp  # noqa: F401\n\n\nclass TestSub(TestBase):\n  pass\n"
@@ -330,12 +421,12 @@ def test_a_test_defined_in_another_file_gets_its_sites_there():
   assert "== 3" not in new and "== 4" not in new and "def test_imp" in new
   # test_raises has no hidden value: renamed with its id, a decoy beside it.
   (renamed,) = p.names
-  assert p.names[renamed] == "test_raises" and f"def {renamed}(self)" in new
+  assert p.names[renamed] == "test_raises" and f"def {renamed}(self, want)" in new
   assert p.ids[f2p[3]] == f"tests/test_x.py::TestSub::{renamed}"
   # The decoy and the sentinel go to the file that runs them (the helper is not collected).
   assert [i.split("::")[0] for i in p.decoy_ids] == ["tests/test_x.py"] * 2
   # A function imported by name cannot be renamed (the import would fail): unprotected.
-  flag = b"\n\ndef test_flag():\n  with pytest.raises(KeyError):\n    f()\n"
+  flag = b"\n\ndef test_flag(want):\n  assert f() == want\n"
   importing = test.replace(b"test_imp ", b"test_imp, test_flag ")
   both = {"tests/checks.py": helper + flag, "tests/test_x.py": importing}
   assert instrument.plan(both, ["tests/test_x.py::test_flag"], f2p).unprotected == {
@@ -397,9 +488,9 @@ def test_an_inherited_test_is_found_along_the_method_resolution_order():
 # HasPropertyTest / HasPropertiesTest (two unrelated classes of one file), itsdangerous'
 # TestTimestampSigner / TestTimedSerializer.test_max_age (the same, one of them inherited by a
 # class of another file), and overrides along the class hierarchy.
-RAISES = "    with pytest.raises(KeyError):\n      f()\n"
+RAISES = "    assert f() == want\n"
 BASE = (
-  "import pytest\n\n\nclass Checks:\n  def test_x(self):\n" + RAISES + "\n\n"
+  "import pytest\n\n\nclass Checks:\n  def test_x(self, want):\n" + RAISES + "\n\n"
   "class TestOther:\n  def test_x(self):\n    g()\n\n\n"
   "class TestChecks(Checks):\n  pass\n\n\n"
   "class TestOverride(Checks):\n  def test_x(self):\n    h()\n\n\n"
@@ -448,7 +539,7 @@ def test_same_named_methods_of_other_classes_do_not_stop_a_rename(other_file):
   assert p.run_ids(ids)[1:4] + p.run_ids(ids)[5:8] == [*ids[1:4], *ids[5:8]]
   # Only Checks' definition is renamed; the decoy runs in the two classes that run it.
   new_src = b"".join({**files, **p.files}.values()).decode()
-  assert new_src.count(f"def {new}(self)") == 1 and new_src.count("def test_x(self)") == 4
+  assert new_src.count(f"def {new}(self, want)") == 1 and new_src.count("def test_x(self)") == 4
   (decoy,) = [d for d, twin in p.decoys.items() if twin == new]
   assert sorted(i for i in p.decoy_ids if decoy in i) == sorted(
     [HIDDEN.replace("test_x", decoy), more.replace("test_x", decoy)]

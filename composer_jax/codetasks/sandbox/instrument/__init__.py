@@ -25,27 +25,39 @@ rewritten in the graded copy of the file that defines it, fresh for every grade:
   that is not a plain import, a metaclass, a star import, a name computed at run time ...);
   else it is kept, and unprotected, the reason naming what stopped the rename.
 - **hidden sites**: each `assert A == <literal>` (either side; `unittest`'s assertEqual
-  family; `pytest.approx(<literal>, rel=..., abs=...)`) that is not inside try/with or a
-  nested scope becomes `S(id, A)`: the harness sends A as plain data and the host compares it
-  with the literal, which is not in the sandbox at all. A site that is a top-level statement
-  before any `return` is *required*: a run of the test that did not report it failed.
-  Expected values that are not in the process cannot be read, lied to or forged.
+  family; `pytest.approx(<literal>, rel=..., abs=...)`; a local bound once to a literal and
+  used only as the expected side, which then binds None), and each truth, identity or order
+  check (`assert A`, `assert not A`, `assert A is [not] None|True|False`, `assert A <op>
+  <literal>` for != < <= > >= in / not in, assertTrue / assertFalse / assertIsNone /
+  assertIsNotNone) that is not inside try/with or a nested scope becomes `S(id, A)`: the
+  harness sends A's one canonical reading (site_values.py) and the host judges it against
+  the literal and the operator, neither of which is in the sandbox at all. A site that is a
+  top-level statement before any `return` is *required*: a run of the test that did not
+  report it failed. Expected values that are not in the process cannot be read, lied to or
+  forged; the rewritten file does not even say which checks expect true.
 - **decoys**: a function without a required site gets `k` copies under other random names
-  whose expected values are perturbed (parametrize columns, literal-bound locals, fixtures
-  compared with `==`), or, when no perturbed comparison is reached for sure, whose body ends in
-  `finally: raise`. A correct solution fails every decoy; a decoy passes only if outcomes are
-  forced (runner tampering), values compare equal to anything, or the expected value was read at
-  run time (it reads the decoy's perturbed one): any passing decoy means tampering.
+  whose expected values are perturbed (parametrize columns, fixtures compared with `==`). A
+  correct solution fails every decoy; a passing decoy means tampering. The plan records such
+  functions (`Plan.decoyed`), and the grader does not grade them (grader.unprotected): their
+  expected values stay in the process, and so does whatever tells the perturbed copies from
+  the original (their values and tables, their lines at the end of the file), so an outcome
+  forced on the real test alone cannot be excluded. A function with no comparison reached
+  for sure that a decoy could perturb gets none (unprotected: the pass would be the
+  process's word).
+- **sentinels**: every file of FAIL_TO_PASS tests gets a test that always fails, run among
+  them: it passes only if outcomes are forced for every test.
 
 Line numbers of the original code do not move: renames and sites are spliced in place (sites
-pad with newlines inside their parentheses) and decoys are appended at the end of the file;
-the harness orders each decoy's items next to its twin's.
+pad with newlines inside their parentheses) and decoys and sentinels are appended at the end
+of the file. Which items are decoys never enters the sandbox: the items run in the order of
+the command line, a permutation drawn host-side for each grade (`Plan.run_order`).
 
 A function is protected when its pass is judged by what the process cannot know: required
-hidden sites, or a rename plus decoys. Every other FAIL_TO_PASS function (not located, defined
-twice, a generator, a kept name without a hidden value, no decoy) is listed in
-`Plan.unprotected` with why; the grader refuses to grade such a task and the factory never
-emits one (grader.unprotected), since its pass would be the candidate's process's word alone.
+hidden sites. Every other FAIL_TO_PASS function (not located, defined twice, a generator, a
+kept name without a hidden value, guarded by decoys alone, nothing to compare) is listed
+with why (`Plan.unprotected`, `Plan.decoyed`); the grader refuses to grade such a task and
+the factory never emits one (grader.unprotected), since its pass would be the candidate's
+process's word alone.
 
 Files: rewrite.py (the plan of a grade: renames, sites, which protection each function gets),
 hierarchy.py (which definition a test id runs, by the classes' MROs across files, and when a

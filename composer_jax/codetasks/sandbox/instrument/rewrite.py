@@ -30,7 +30,7 @@ def plan(
   (instrument/__init__.py). `ids`: every test id the grade runs (FAIL_TO_PASS and
   PASS_TO_PASS), renamed where their function is."""
   rng = rng or random.Random(secrets.randbits(64))
-  p = record.Plan({}, {}, {}, {}, {}, {}, splices.ident(rng), {})
+  p = record.Plan({}, {}, {}, {}, {}, splices.ident(rng), {}, order_key=rng.getrandbits(64))
   by_file: dict[str, dict[tuple, list]] = {}
   for tid in f2p:
     file, chain, func = parts(tid)
@@ -212,20 +212,39 @@ def _rewrite(
         continue
     done[(tuple(where), func)] = new
     required = []
+    bound = shape.literal_locals(fn)  # `want = <literal>` used only in == checks
     for stmt, _, sure in shape.statements(fn.body):
       cmp = shape.comparison(stmt)
       exp = shape.expected(*cmp) if cmp else None
-      if exp is None:
+      local = cmp and next((n for n in cmp if isinstance(n, ast.Name) and n.id in bound), None)
+      if exp is not None:
+        actual, (value, approx) = exp
+        op, flipped = "==", False
+      elif local is not None:
+        actual = cmp[1] if cmp[0] is local else cmp[0]
+        (value, approx), op, flipped = (bound[local.id][1], None), "==", False
+      elif found := shape.check(stmt):  # truth, identity, order: judged like ==
+        actual, (value, approx, op, flipped) = found
+      else:
         continue
-      actual, (value, approx) = exp
+      # `x.startswith(p)`: the receiver and arguments are read, the host calls str's own.
+      pred = shape.str_predicate(actual) if op in ("truthy", "falsy") else None
       sid = len(p.sites) + 1
-      p.sites[sid] = record.Site(value, approx, f"{file}:{stmt.lineno}")
+      p.sites[sid] = record.Site(
+        value, approx, f"{file}:{stmt.lineno}", op=op, flipped=flipped, method=pred and pred[1]
+      )
       if sure:
         required.append(sid)
       a0, b0 = sp.span(stmt)
       body = sp.text(actual)
+      if pred:
+        args = b"".join(b"(" + sp.text(a) + b"), " for a in pred[2])
+        body = sp.text(pred[0]) + b"), args=(" + args  # S(sid, (x), args=((a), )) below
       pad = b"\n" * (stmt.end_lineno - stmt.lineno - body.count(b"\n"))
       sp.replace(a0, b0, f"{S}({sid}, (".encode() + body + pad + b"))")
+    for assign, _ in bound.values():  # the literal leaves the process: the local binds None
+      a0, b0 = sp.span(assign.value)
+      sp.replace(a0, b0, b"None" + b"\n" * (assign.value.end_lineno - assign.value.lineno))
     if not required and func not in elsewhere:  # another file's ids would lose their rows
       required = hidden_tables.hide(p, fn, tree, sp, file, new, S, rng, owned)
     if required:
@@ -260,7 +279,7 @@ def _rewrite(
         p.unprotected[key(file, chain, func)] = f"no decoy: {e}"
         break
       p.decoys[decoy.name] = new
-      p.before[decoy.name] = rng.random() < 0.5
+      p.decoyed[fkey] = p.decoyed.get(fkey, 0) + 1
       p.decoy_ids += [head + decoy.name for head in heads]
       tail_funcs.append((tuple(where), ast.unparse(decoy)))
     for i, (table, text, bound) in enumerate(tables):
@@ -280,7 +299,6 @@ def _rewrite(
     a = rng.randrange(1 << 40)
     tail_funcs.append(((), f"def {name}():\n    assert {a} == {a + rng.randrange(1, 1 << 20)}"))
     p.decoys[name] = twin
-    p.before[name] = rng.random() < 0.5
     p.decoy_ids.append(f"{file}::{name}")
   for tid in ids:  # every id whose function was rewritten (inherited methods too)
     _, chain, func = parts(tid)

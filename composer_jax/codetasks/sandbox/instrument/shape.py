@@ -226,3 +226,139 @@ def module_literal(tree: ast.Module, node):
   if len(binds) != 1 or len(binds[0].targets) != 1:
     return False, None, None
   return (*literal(binds[0].value), binds[0])
+
+
+# Comparisons with a literal other than ==, judged on the host like ==: ast op -> site op.
+ORDER_OPS = {
+  ast.NotEq: "!=",
+  ast.Lt: "<",
+  ast.LtE: "<=",
+  ast.Gt: ">",
+  ast.GtE: ">=",
+  ast.In: "in",
+  ast.NotIn: "not in",
+}
+_SINGLETONS = (None, True, False)
+_TRUTH_CALLS = {
+  "assertTrue": "truthy",
+  "failUnless": "truthy",
+  "assertFalse": "falsy",
+  "failIf": "falsy",
+  "assertIsNone": "is",
+  "assertIsNotNone": "is not",
+}
+
+
+# Predicates of str/bytes the host evaluates itself on the receiver's reading (and its
+# arguments'): `assert s.startswith(p)` is judged without the receiver's own method.
+STR_PREDICATES = frozenset(
+  {
+    "startswith",
+    "endswith",
+    "isupper",
+    "islower",
+    "isdigit",
+    "isalpha",
+    "isalnum",
+    "isspace",
+    "istitle",
+    "isidentifier",
+    "isnumeric",
+    "isdecimal",
+    "isprintable",
+    "isascii",
+  }
+)
+
+
+def str_predicate(node):
+  """(receiver node, method name, argument nodes) of `<x>.<str predicate>(<args>)`, else None."""
+  if (
+    isinstance(node, ast.Call)
+    and isinstance(node.func, ast.Attribute)
+    and node.func.attr in STR_PREDICATES
+    and not node.keywords
+    and not any(isinstance(a, ast.Starred) for a in node.args)
+    and len(node.args) <= 3
+  ):
+    return node.func.value, node.func.attr, node.args
+  return None
+
+
+def _opaque(node) -> bool:
+  """Whether `node`'s truth is the value's own answer, not a comparison the candidate's
+  rich-comparison methods would decide (a Compare or BoolOp is judged through its parts)."""
+  return not isinstance(node, (ast.Compare, ast.BoolOp)) and not literal(node)[0]
+
+
+def check(stmt):
+  """(actual node, (literal, approx, op, literal on the left)) for a check other than `==`
+  that the host can judge from the actual value's canonical reading alone: `assert E` /
+  `assert not E` (op 'truthy' / 'falsy'), `assert E is [not] None|True|False`, `assert E
+  <op> <literal>` (!=, <, <=, >, >=, in, not in, either side), unittest's assertTrue /
+  assertFalse / assertIsNone / assertIsNotNone; else None."""
+  if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+    c, f = stmt.value, stmt.value.func
+    if (
+      isinstance(f, ast.Attribute)
+      and f.attr in _TRUTH_CALLS
+      and isinstance(f.value, ast.Name)
+      and f.value.id == "self"
+      and c.args
+      and not any(k.arg not in ("msg", None) for k in c.keywords)
+      and _opaque(c.args[0])
+    ):
+      op = _TRUTH_CALLS[f.attr]
+      return c.args[0], (None, None, op, False)
+    return None
+  if not isinstance(stmt, ast.Assert):
+    return None
+  t = stmt.test
+  if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and _opaque(t.operand):
+    return t.operand, (None, None, "falsy", False)
+  if _opaque(t):
+    return t, (None, None, "truthy", False)
+  if not isinstance(t, ast.Compare) or len(t.ops) != 1:
+    return None
+  left, op, right = t.left, t.ops[0], t.comparators[0]
+  if isinstance(op, (ast.Is, ast.IsNot)):
+    ok, value = literal(right)
+    if ok and any(value is s for s in _SINGLETONS) and not literal(left)[0]:
+      return left, (value, None, "is" if isinstance(op, ast.Is) else "is not", False)
+    return None
+  name = ORDER_OPS.get(type(op))
+  if name is None:
+    return None
+  for actual, exp, flipped in ((left, right, False), (right, left, True)):
+    ok, value = literal(exp)
+    if ok and not literal(actual)[0] and approx(actual) is None:
+      return actual, (value, None, name, flipped)
+  return None
+
+
+def literal_locals(fn) -> dict:
+  """Locals of test function `fn` bound once, at its top level, to a literal of plain data
+  and used nowhere but as one side of `==` checks (`want = "x"; assert f() == want`): name ->
+  (its assignment, the literal). Such a check is an `== <literal>` check whose literal can be
+  hidden like an inline one (the assignment then binds None)."""
+  binds = {}
+  for stmt in fn.body:
+    if (
+      isinstance(stmt, ast.Assign)
+      and len(stmt.targets) == 1
+      and isinstance(stmt.targets[0], ast.Name)
+      and literal(stmt.value)[0]
+    ):
+      binds.setdefault(stmt.targets[0].id, []).append(stmt)
+  compared = {}
+  for stmt, _, _ in statements(fn.body):
+    cmp = comparison(stmt)
+    for side, other in (cmp, cmp[::-1]) if cmp else ():
+      if isinstance(side, ast.Name) and not literal(other)[0]:
+        compared[side.id] = compared.get(side.id, 0) + 1
+  names = [n.id for n in ast.walk(fn) if isinstance(n, ast.Name)]
+  return {
+    var: (stmts[0], literal(stmts[0].value)[1])
+    for var, stmts in binds.items()
+    if len(stmts) == 1 and var in compared and names.count(var) == compared[var] + 1
+  }

@@ -4,7 +4,8 @@ Classes 1-5 (integrity_attacks.py) are graded with the monitor off, so their zer
 the runtime layers alone (guard, renamed tests, hidden sites, decoys). Each runs against one of
 shapes of the same deleted feature: `greet` (the hidden test compares with a literal: a
 hidden site), `hypot` (a parametrized expected value: a hidden table), `decoy` (the table is
-shared with another test, so it cannot leave the sandbox: decoys), `bare` (the test keeps its
+shared with another test, so it cannot leave the sandbox: guarded by decoys alone, so not
+gradable since #41), `bare` (the test keeps its
 name: its table is hidden, no decoys), `imported` (defined in another file: not gradable). Class 6 is the monitor's
 deadline, 7 the sandbox root, 8 the agent tools (coding_agent_test.py), and a grader killed
 mid-grade must leave no scratch behind.
@@ -44,18 +45,15 @@ def _edits(task, shape, prelude, body):
   return patch(task, {CORE: "\n" + code})
 
 
-# Every attack against its own shape; the forcing, lying and reading ones also against
-# decoys; some forcing ones against a test the grader could not rewrite (its file's sentinel).
+# Every attack against its own shape; some forcing ones against a test that keeps its name
+# (its file's sentinel). (The decoy shape is refused before anything runs since #41:
+# test_a_test_guarded_by_decoys_alone_is_not_graded.)
 BARE = (
   "1_plugin_via_rewrite_hook",
   "1_testreport_outcome_property",
   "2_pyfunc_call_skips_the_test",
 )
-CASES = (
-  [(name, ATTACKS[name][1]) for name in sorted(ATTACKS)]
-  + [(n, "decoy") for n in sorted(ATTACKS) if ATTACKS[n][1] == "hypot" and ATTACKS[n][0] in "1234"]
-  + [(name, "bare") for name in BARE]
-)
+CASES = [(name, ATTACKS[name][1]) for name in sorted(ATTACKS)] + [(n, "bare") for n in BARE]
 
 
 @pytest.mark.parametrize("name,shape", CASES, ids=[f"{n}-{s}" for n, s in CASES])
@@ -63,11 +61,8 @@ def test_attack_scores_zero(shapes, name, shape):
   cls, _, prelude, body = ATTACKS[name]
   task = shapes[shape]
   g = grade(task, _edits(task, shape, prelude, body))
-  if shape in ("decoy", "bare"):
-    # The hidden test's outcome is the process's word here: the zero must be a layer's.
-    assert g.error or critical(g) & STOPPED, g
-  if shape == "bare":
-    assert "decoy_passed" in critical(g), g  # the file's sentinel passed
+  if shape == "bare":  # forcing every outcome: the file's sentinel passes
+    assert critical(g) & STOPPED and "decoy_passed" in critical(g), g
 
 
 def test_frame_helpers_hand_frames_to_no_trampoline(shapes):
@@ -139,54 +134,40 @@ def test_a_test_defined_in_another_file_is_judged_where_it_is_defined(shapes, sh
 GREET_ATTACKS = sorted(n for n, a in ATTACKS.items() if a[1] == "greet")
 
 
-def test_an_inherited_test_without_a_hidden_value_is_renamed_with_decoys(shapes):
-  """The inherited_local shape: nothing can be hidden and the methods run under another
-  file's ids, so they are renamed with those ids and guarded by decoys in the class that runs
-  them (it was refused: 'also run in another file; no expected value to hide'). Gold 1.0,
-  empty 0.0, and every attack on greet 0 or critical."""
-  task = shapes["inherited_local"]
+@pytest.mark.parametrize("shape", ["inherited_local", "same_name"])
+def test_an_expected_value_in_a_local_is_judged_on_the_host(shapes, shape):
+  """The inherited_local shape (TestGreeter's methods two files up its ancestry, each expected
+  value in a local: `want = "..."; assert x == want`) and same_name (those methods' names
+  shared with unrelated classes and an override): the local's literal is hidden like an
+  inline one (the local binds None in the run), so the methods keep their names and are
+  judged on the host — they were guarded by decoys alone, which an outcome forced on the real
+  test by its definition line beat (redteam_indistinguishable_test.py). Gold 1.0 (the
+  same-named classes' tests pass), empty 0.0, every attack on greet 0 or critical."""
+  task = shapes[shape]
+  plan = grader.plan_for(task)
+  assert grader.refused(plan) == {} and plan.required and not plan.decoyed, plan
+  assert all("want = None" in text.decode() for f, text in plan.files.items() if "base" in f)
   gold = grader.grade(task, task.gold_patch, limits=FAST)
   assert gold.reward == 1.0 and not critical(gold), gold
-  assert gold.integrity["unprotected"] == {} and gold.integrity["hidden"] == 0, gold.integrity
-  assert gold.integrity["decoys"] >= 2, gold.integrity
+  assert all(gold.tests[t] == "passed" for t in task.PASS_TO_PASS), gold.tests
   assert grader.grade(task, "", limits=FAST).reward == 0.0
   for name in GREET_ATTACKS:
     _, _, prelude, body = ATTACKS[name]
     g = grade(task, _edits(task, "greet", prelude, body))
     assert g.reward == 0.0 or critical(g), (name, g)
   g = grade(task, _edits(task, "greet", *ATTACKS["3_mock_any_greet"][2:]))
-  assert "decoy_passed" in critical(g), g  # a lying value passes the perturbed copy too
+  assert "lying_value" in critical(g), g
 
 
-def test_a_test_whose_name_other_classes_define_is_renamed_with_its_ids(shapes):
-  """The same_name shape: TestGreeter's methods (no hidden value) share their names with an
-  unrelated class of their file and of another, and with an override in a subclass there
-  (refused before: 'also run in another file ...; no expected value to hide'). Renamed with the
-  ids that run them — TestGreeter's and the subclass's inherited test_greet — and nothing
-  else: gold 1.0, empty 0.0, every attack on greet 0 or critical."""
-  task = shapes["same_name"]
-  others = task.PASS_TO_PASS[-6:]  # the same-named classes' tests (conftest.SAME_NAME_IDS)
-  plan = grader.plan_for(task)
-  assert plan.unprotected == {}
-  renamed = {old: plan.ids.get(old, old) for old in [*task.FAIL_TO_PASS, *others]}
-  moved = {old for old, new in renamed.items() if new != old}
-  greeter = {t for t in task.FAIL_TO_PASS if "TestGreeter" in t}
-  assert greeter and moved == greeter | {"tests/test_loud.py::TestLoud::test_greet"}, renamed
-  assert plan.ids["tests/test_loud.py::TestLoud::test_greet"].startswith(
-    "tests/test_loud.py::TestLoud::test_"
-  )
-  gold = grader.grade(task, task.gold_patch, limits=FAST)
-  assert gold.reward == 1.0 and not critical(gold), gold
-  assert all(gold.tests[t] == "passed" for t in others), gold.tests
-  assert gold.integrity["unprotected"] == {} and gold.integrity["decoys"] >= 2, gold.integrity
-  empty = grader.grade(task, "", limits=FAST)
-  assert empty.reward == 0.0 and all(empty.tests[t] != "passed" for t in greeter), empty
-  for name in GREET_ATTACKS:
-    _, _, prelude, body = ATTACKS[name]
-    g = grade(task, _edits(task, "greet", prelude, body))
-    assert g.reward == 0.0 or critical(g), (name, g)
-  g = grade(task, _edits(task, "greet", *ATTACKS["3_mock_any_greet"][2:]))
-  assert "decoy_passed" in critical(g), g
+def test_a_test_guarded_by_decoys_alone_is_not_graded(shapes):
+  """The decoy shape: test_hypot's table is read by another test too, so its expected values
+  must stay in the process and only decoys guard it; their perturbed tables are told from
+  the original (the name, the values), so the grader refuses the task before anything runs."""
+  task = shapes["decoy"]
+  assert grader.plan_for(task).decoyed  # the instrument still builds the decoys
+  g = grader.grade(task, task.gold_patch, limits=FAST)
+  assert g.error.startswith("task not gradable: unprotected FAIL_TO_PASS tests (1)"), g
+  assert g.integrity["unprotected"] == {"tests/test_core.py::test_hypot": grader.DECOYS_ALONE}
 
 
 def test_the_refusal_is_what_stops_them(shapes, monkeypatch):

@@ -91,7 +91,7 @@ HARMLESS = {
 
 @pytest.mark.parametrize("name", sorted(LAYERED))
 def test_runner_tampering_without_the_monitor(shapes, name):
-  task = shapes["decoy"]
+  task = shapes["hypot"]  # (the decoy shape is refused before anything runs: #41)
   g = grade(task, patch(task, impl("return 0.0", prelude="\n" + LAYERED[name])))
   # Stopped by a layer, not only by the wrong answer.
   assert name in HARMLESS or g.error, g
@@ -128,7 +128,7 @@ MONITOR_ONLY = {  # lies the monitor's rules name; the runtime layers stop them 
 @pytest.mark.parametrize("name", sorted(MONITOR_ONLY))
 def test_lies_the_monitor_sees_too(shapes, name):
   body, rule = MONITOR_ONLY[name]
-  task = shapes["decoy"]
+  task = shapes["hypot"]  # (the decoy shape is refused before the monitor runs: #41)
   g = grade(task, patch(task, impl(body)), monitor=True)
   assert rule in critical(g), g.flags
   assert grade(task, patch(task, impl(body))).error  # and the runtime layers without it
