@@ -9,7 +9,8 @@ resumes from its newest checkpoint. Every config field can be overridden with
 `--config.<section>.<field>=<value>`. `config.program` picks what runs (`PROGRAMS`): 'lm'
 the supervised `train.loop`, 'rl' the RL program of the environment named by `config.env.name`
 (`RL_PROGRAMS`; e.g. `rl_tool_feedback.py`: warm-up, then RL through `composer_jax.rl.run`). Bad
-input (unknown, broken or non-run config file, unknown field, bad value, a workdir holding
+input (unknown, broken or non-run config file, unknown field, a value of the wrong type or out
+of its range (`configs.base.check_numbers`), a workdir holding
 another model's checkpoint, a workdir that is a file or read-only, an empty data path) exits
 with a one-line error. A running job holds `<workdir>/.lock` (`train.workdir_lock`): a second
 run on the same workdir stops with one line naming the holder.
@@ -31,6 +32,7 @@ from ml_collections import config_flags
 from composer_jax.parallel import distributed
 from composer_jax.train import checkpointing, compile_cache, host_memory, loop, workdir_lock
 from experiments.coding import program as coding
+from experiments.configs import base
 from experiments.tool_feedback import program as tool_feedback
 
 # RL experiment programs, by environment name (`config.env.name`).
@@ -119,6 +121,10 @@ def _load_config(argv):
       f"error: {_config_arg(argv)!r} is not a run config (it sets no `program`, one of "
       f"{sorted(PROGRAMS)}); {_run_configs()}"
     )
+  try:  # Every number in range, for every program, before any work.
+    base.check_numbers(config)
+  except ValueError as e:
+    sys.exit(f"error: {e}")
   return config
 
 

@@ -16,6 +16,10 @@ overridable as `--config.a.b=v`):
   colocated/disaggregated mode; the RL + self-distillation loss. An RL program's steps, seed,
   logging, checkpoints and optimizer are `train` and `optim` above.
 
+Every number of the schema has its valid range in one table, `RANGES` (each package's
+`RANGES`); `check_numbers(config)` raises one line for the first out of range, and
+`experiments.run` calls it as soon as the config is read, for every program.
+
 Every config file's `get_config(arg)` reads its argument (`--config=FILE.py:ARG`) with
 `parse_arg`, big_vision's grammar.
 """
@@ -84,6 +88,14 @@ def set_layout(config: ml_collections.ConfigDict, name: str) -> None:
   config.layout = name
   config.mesh = layout.mesh
   config.rules = layout.rules
+
+
+RANGES = {**train_config.RANGES, **rl_config.RANGES}
+
+
+def check_numbers(config: ml_collections.ConfigDict) -> None:
+  """One-line ValueError naming the first field of `config` out of its range (`RANGES`)."""
+  train_config.check_ranges(config, RANGES)
 
 
 def get_base_config() -> ml_collections.ConfigDict:

@@ -156,6 +156,11 @@ def test_unusable_workdir_is_one_line(tmp_path):
   (tmp_path / "file").write_text("")
   with pytest.raises(workdir_lock.WorkdirUnusableError, match="it is a regular file"):
     workdir_lock.acquire(str(tmp_path / "file"))
+  under = tmp_path / "file" / "a" / "b"
+  with pytest.raises(
+    workdir_lock.WorkdirUnusableError, match=f"it is under {tmp_path / 'file'}, a regular file"
+  ):
+    workdir_lock.acquire(str(under))
 
 
 @pytest.mark.parametrize("dangling", [False, True])
