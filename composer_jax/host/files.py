@@ -60,3 +60,26 @@ def read_bytes(path: str) -> bytes:
   """`path`'s contents; a link is refused (what it points at is not this run's)."""
   with os.fdopen(open_fd(path, os.O_RDONLY), "rb") as f:
     return f.read()
+
+
+def not_a_directory(path: str) -> str:
+  """'' when `path` is a directory or can be made one; else why not, in words: it is a file,
+  or it lies under one (`--out`, `--workdir`: checked at start, before any work)."""
+  above = os.path.abspath(path)
+  while not os.path.lexists(above):
+    above = os.path.dirname(above)
+  if os.path.isdir(above):
+    return ""
+  if above == os.path.abspath(path):
+    return (
+      "it is a regular file, not a directory"
+      if os.path.isfile(above)
+      else ("it is not a directory")
+    )
+  return f"it is under {above}, which is not a directory"
+
+
+def check_output_dir(path: str, flag: str) -> None:
+  """Raises ValueError, one line, when `path` (given as `flag`) cannot be a directory."""
+  if why := not_a_directory(path):
+    raise ValueError(f"{flag}={path}: {why}; pass a directory (new, or this run's own)")

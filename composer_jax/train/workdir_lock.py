@@ -129,23 +129,9 @@ def _lock(path: str) -> int:
     os.close(fd)
 
 
-def _ancestors(path: str) -> Iterator[str]:
-  """`path`, then each directory above it (as written, then absolute)."""
-  path = os.path.abspath(path) if not os.path.dirname(path) else path
-  while True:
-    yield path
-    parent = os.path.dirname(path)
-    if parent == path or not parent:
-      return
-    path = parent
-
-
 def _unusable(workdir: str, e: OSError) -> WorkdirUnusableError:
-  above = next((p for p in _ancestors(workdir) if os.path.exists(p)), None)
-  if above == workdir and not os.path.isdir(workdir):
-    reason = "it is a regular file, not a directory"
-  elif above is not None and not os.path.isdir(above):
-    reason = f"it is under {above}, a regular file, not a directory"
+  if why := files.not_a_directory(workdir):
+    reason = why
   else:
     reason = f"{e.strerror or e} ({type(e).__name__})"
   return WorkdirUnusableError(
