@@ -141,6 +141,12 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-process: pro
 _PROCESS_ID = flags.DEFINE_integer(
   "process_id", None, "Multi-process: this process's index in [0, num_processes)."
 )
+_INIT_TIMEOUT_S = flags.DEFINE_float(
+  "init_timeout_s",
+  300.0,
+  "Multi-process: seconds start-up may wait for every process to join (then one line, exit 1).",
+  lower_bound=0.001,
+)
 _LOCAL_DEVICE_IDS = flags.DEFINE_string(
   "local_device_ids",
   None,
@@ -161,6 +167,7 @@ def main(argv):
         num_processes=_NUM_PROCESSES.value,
         process_id=_PROCESS_ID.value,
         local_device_ids=distributed.parse_device_ids(_LOCAL_DEVICE_IDS.value),
+        timeout_s=_INIT_TIMEOUT_S.value,
       )
     )
   except ValueError as e:
