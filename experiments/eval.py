@@ -51,6 +51,7 @@ from composer_jax.envs.coding import task as task_lib
 from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.envs.coding.evaluation import evaluate
 from composer_jax.envs.coding.tasks import split
+from composer_jax.host import environment
 from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
 
@@ -212,6 +213,7 @@ def _tokenizer(args):
 
 def main(argv=None) -> int:
   args = _args(argv)
+  environment.ready_or_exit()
   try:  # Every input first: nothing below fails after the evaluation.
     out = outputs.check(
       args.out or f"{args.checkpoint}/eval",

@@ -29,6 +29,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from composer_jax.host import environment
 from composer_jax.parallel import distributed
 from composer_jax.train import checkpointing, compile_cache, host_memory, loop, workdir_lock
 from experiments.coding import program as coding
@@ -158,6 +159,7 @@ _LOCAL_DEVICE_IDS = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  environment.exit_if_unusable()  # JAX_PLATFORMS, XLA_FLAGS, JAX_ENABLE_X64: one line each
   host_memory.keep_freed_memory()  # First: before JAX starts (host_memory says why).
   host_memory.run_on_calling_thread()
   try:  # Before anything touches a JAX backend.
@@ -172,6 +174,7 @@ def main(argv):
     )
   except ValueError as e:
     sys.exit(f"error: {e}")
+  environment.start_backend_or_exit()
   config = _load_config(sys.argv)
   path = config_flags.get_config_filename(flags.FLAGS["config"])
   name = os.path.splitext(os.path.basename(path))[0]

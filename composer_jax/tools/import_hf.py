@@ -18,6 +18,7 @@ import sys
 from absl import app, flags, logging
 
 from composer_jax.hf import importer
+from composer_jax.host import environment
 from composer_jax.model.config import DTYPES
 from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
@@ -42,6 +43,7 @@ def _parse_flags(argv):
 
 def main(argv):
   del argv
+  environment.ready_or_exit()
   try:
     out = outputs.check(
       _OUT.value,

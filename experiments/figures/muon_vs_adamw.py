@@ -23,6 +23,7 @@ import os
 import matplotlib
 from absl import app, flags, logging
 
+from composer_jax.host import environment
 from composer_jax.train import loop, metrics
 from experiments.configs import default
 
@@ -107,6 +108,7 @@ def _write(workdir: str, runs: list[dict], best: list[dict]) -> None:
 
 def main(argv):
   del argv
+  environment.ready_or_exit()
   workdir, smoke = _WORKDIR.value, _SMOKE.value
   os.makedirs(workdir, exist_ok=True)
   adamw = _sweep(workdir, smoke, "adamw", ADAMW_LRS[1:2] if smoke else ADAMW_LRS)

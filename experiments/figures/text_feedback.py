@@ -41,6 +41,7 @@ import time
 import numpy as np
 from absl import app, flags, logging
 
+from composer_jax.host import environment
 from experiments.figures.intervals import interval
 
 FLAGS = flags.FLAGS
@@ -330,6 +331,7 @@ def write_outputs(workdir: str, rows: list[dict], smoke: bool) -> None:
 
 def main(argv):
   del argv
+  environment.ready_or_exit()
   os.makedirs(FLAGS.workdir, exist_ok=True)
   path = os.path.join(FLAGS.workdir, "text_feedback.csv")
   if FLAGS.replot:
