@@ -185,6 +185,7 @@ def main(argv):
     try:
       if config.program not in PROGRAMS:
         raise ValueError(f"program={config.program!r}; valid: {sorted(PROGRAMS)}")
+      checkpointing.check_directory(workdir)  # A file there would fail the first save.
       # Before anything compiles, for every program (a program's own runs use the same one).
       compile_cache.enable(compile_cache.cache_dir(config.train.compile_cache_dir, workdir))
       PROGRAMS[config.program](config, workdir)

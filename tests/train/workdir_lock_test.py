@@ -158,7 +158,8 @@ def test_unusable_workdir_is_one_line(tmp_path):
     workdir_lock.acquire(str(tmp_path / "file"))
   under = tmp_path / "file" / "a" / "b"
   with pytest.raises(
-    workdir_lock.WorkdirUnusableError, match=f"it is under {tmp_path / 'file'}, which is not a directory"
+    workdir_lock.WorkdirUnusableError,
+    match=f"it is under {tmp_path / 'file'}, which is not a directory",
   ):
     workdir_lock.acquire(str(under))
 
