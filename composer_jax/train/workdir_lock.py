@@ -203,3 +203,17 @@ def held(workdir: str) -> Iterator[str]:
     yield path
   finally:
     release(path)
+
+
+@contextlib.contextmanager
+def held_or_exit(workdir: str) -> Iterator[str]:
+  """`held` for an entry point (a figure, a sweep): a workdir another live run holds, or
+  one that cannot be written, exits with its one line (`error: ...`, status 1)."""
+  try:
+    path = acquire(workdir)
+  except (WorkdirLockedError, OSError) as e:
+    raise SystemExit(f"error: {e}") from None
+  try:
+    yield path
+  finally:
+    release(path)

@@ -24,7 +24,7 @@ import matplotlib
 from absl import app, flags, logging
 
 from composer_jax.host import environment
-from composer_jax.train import loop, metrics
+from composer_jax.train import loop, metrics, workdir_lock
 from experiments.configs import default
 
 matplotlib.use("Agg")
@@ -109,8 +109,11 @@ def _write(workdir: str, runs: list[dict], best: list[dict]) -> None:
 def main(argv):
   del argv
   environment.ready_or_exit()
-  workdir, smoke = _WORKDIR.value, _SMOKE.value
-  os.makedirs(workdir, exist_ok=True)
+  with workdir_lock.held_or_exit(_WORKDIR.value):  # a second sweep here stops at once
+    _figure(_WORKDIR.value, _SMOKE.value)
+
+
+def _figure(workdir: str, smoke: bool):
   adamw = _sweep(workdir, smoke, "adamw", ADAMW_LRS[1:2] if smoke else ADAMW_LRS)
   best_adam_lr = _best(adamw)["lr"]
   muon = _sweep(workdir, smoke, "muon", MUON_LRS[1:2] if smoke else MUON_LRS, best_adam_lr)

@@ -42,6 +42,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from composer_jax.host import environment
+from composer_jax.train import workdir_lock
 from experiments.figures.intervals import interval
 
 FLAGS = flags.FLAGS
@@ -332,7 +333,11 @@ def write_outputs(workdir: str, rows: list[dict], smoke: bool) -> None:
 def main(argv):
   del argv
   environment.ready_or_exit()
-  os.makedirs(FLAGS.workdir, exist_ok=True)
+  with workdir_lock.held_or_exit(FLAGS.workdir):  # a second figure run here stops at once
+    _figure()
+
+
+def _figure():
   path = os.path.join(FLAGS.workdir, "text_feedback.csv")
   if FLAGS.replot:
     if FLAGS.merge:

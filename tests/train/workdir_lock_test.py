@@ -226,3 +226,12 @@ def test_without_file_locks_another_hosts_lock_is_not_taken(tmp_path, monkeypatc
   lock.write_text(json.dumps({"pid": 2**22 + 1, "host": "elsewhere", "time": 0}))
   with pytest.raises(workdir_lock.WorkdirLockedError, match="if that run is gone, delete"):
     workdir_lock.acquire(str(tmp_path))
+
+
+def test_held_or_exit_is_one_line_for_an_entry_point(tmp_path):
+  with workdir_lock.held_or_exit(str(tmp_path)) as path:
+    assert _holder(str(tmp_path))["pid"] == os.getpid()
+    with pytest.raises(SystemExit, match=f"^error: --workdir {tmp_path} is in use by pid"):
+      with workdir_lock.held_or_exit(str(tmp_path)):
+        pytest.fail("ran while the workdir was held")
+  assert not os.path.exists(path)
