@@ -79,3 +79,22 @@ def test_a_plain_popen_child_would_outlive_its_parent():
 def test_popen_refuses_its_own_arguments():
   with pytest.raises(ValueError, match="start_new_session"):
     processes.popen(["true"], start_new_session=True)
+
+
+_POOL_PARENT = """
+import os, time
+from composer_jax.envs.coding.workers import Pool
+with Pool(2) as pool:
+  pids = set(pool.map(os.readlink, ["/proc/self"] * 4))  # each worker's own pid
+  print(" ".join(map(str, pids)), flush=True)
+  time.sleep(60)
+"""
+
+
+def test_worker_pool_processes_die_with_a_killed_parent():
+  parent = subprocess.Popen([sys.executable, "-c", _POOL_PARENT], stdout=subprocess.PIPE, text=True)
+  workers = [int(p) for p in parent.stdout.readline().split()]
+  assert workers and all(_alive(w) for w in workers)
+  parent.kill()
+  parent.wait(10)
+  assert all(_wait_dead(w) for w in workers), workers
