@@ -70,16 +70,8 @@ def not_a_directory(path: str) -> str:
     above = os.path.dirname(above)
   if os.path.isdir(above):
     return ""
-  if above == os.path.abspath(path):
-    return (
-      "it is a regular file, not a directory"
-      if os.path.isfile(above)
-      else ("it is not a directory")
-    )
-  return f"it is under {above}, which is not a directory"
-
-
-def check_output_dir(path: str, flag: str) -> None:
-  """Raises ValueError, one line, when `path` (given as `flag`) cannot be a directory."""
-  if why := not_a_directory(path):
-    raise ValueError(f"{flag}={path}: {why}; pass a directory (new, or this run's own)")
+  if above != os.path.abspath(path):
+    return f"it is under {above}, which is not a directory"
+  if os.path.isfile(above):
+    return "it is a regular file, not a directory"
+  return "it is not a directory"
