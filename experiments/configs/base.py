@@ -31,6 +31,7 @@ from composer_jax.model import config as model_config
 from composer_jax.parallel.mesh import default_mesh_config
 from composer_jax.rl import config as rl_config
 from composer_jax.train import config as train_config
+from composer_jax.train.config import Range
 from experiments.configs import layouts
 
 
@@ -90,7 +91,14 @@ def set_layout(config: ml_collections.ConfigDict, name: str) -> None:
   config.rules = layout.rules
 
 
-RANGES = {**train_config.RANGES, **rl_config.RANGES}
+# Token lengths an environment may derive from its tasks (0, e.g. rl_coding.py): when the config
+# is read they may be 0; `rl.run.validate` checks them (>= 1) once derived, before any work.
+_DERIVED = Range(0, integer=True, note="0 = derived from the environment's tasks")
+RANGES = {
+  **train_config.RANGES,
+  **rl_config.RANGES,
+  **{f"rl.{name}": _DERIVED for name in ("seq_len", "prompt_len", "teacher_seq_len")},
+}
 
 
 def check_numbers(config: ml_collections.ConfigDict) -> None:

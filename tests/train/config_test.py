@@ -60,3 +60,12 @@ def test_range_bounds_open_and_closed():
     check_ranges({"t": {"steps": 2.5}}, {"t.steps": Range(1, integer=True)})
   with pytest.raises(ValueError, match="x.y='a' must be finite"):
     check_ranges({"x": {"y": "a"}}, {"x.y": Range()})
+
+
+@pytest.mark.parametrize(
+  "name", ["default", "small", "kimi_k2_continued", "rl_coding", "rl_tool_feedback"]
+)
+def test_every_run_config_is_in_range(name):
+  import importlib
+
+  base.check_numbers(importlib.import_module(f"experiments.configs.{name}").get_config())
