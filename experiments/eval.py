@@ -54,6 +54,7 @@ from composer_jax.envs.coding.tasks import split
 from composer_jax.host import environment
 from composer_jax.tools import outputs
 from composer_jax.train import load_checkpoint
+from experiments.configs import base
 
 matplotlib.use("Agg")  # Files only: no display on a cluster or in CI.
 import matplotlib.pyplot as plt  # noqa: E402
@@ -177,13 +178,12 @@ def settings(run: dict, overrides: list[str]) -> ml_collections.ConfigDict:
       c[section][name] = _value(text, c[section][name])
     except (TypeError, ValueError) as e:
       raise ValueError(f"{flag}: {e}") from None
+  base.check_numbers(c)  # the run config's one range table
   return c
 
 
 def _tasks(args, env) -> list:
-  tasks = task_lib.load_jsonl(args.tasks)
-  if not tasks:
-    raise ValueError(f"{args.tasks} holds no tasks (one task JSON object per line expected)")
+  tasks = task_lib.load_jsonl(args.tasks)  # none, or a repeated id: one line already
   if args.split == "all":
     return tasks
   train, held = split.split_by_project(tasks, env.heldout_fraction, env.split_seed)

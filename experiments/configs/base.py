@@ -98,6 +98,10 @@ RANGES = {
   **train_config.RANGES,
   **rl_config.RANGES,
   **{f"rl.{name}": _DERIVED for name in ("seq_len", "prompt_len", "teacher_seq_len")},
+  # The coding environment's (`rl_coding.py`; `experiments.eval` reads them too).
+  "env.heldout_fraction": Range(0, 1, note="the share of projects held out of RL for eval"),
+  "env.max_turns": Range(1, integer=True),
+  "env.workers": Range(1, integer=True),
 }
 
 
