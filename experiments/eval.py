@@ -52,7 +52,9 @@ from composer_jax.convert import outputs
 from composer_jax.data import tokenizer as tok_lib
 from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.envs.coding.evaluation import evaluate
+from composer_jax.parallel import backend
 from composer_jax.train import load_checkpoint
+from experiments.configs import base
 
 matplotlib.use("Agg")  # Files only: no display on a cluster or in CI.
 import matplotlib.pyplot as plt  # noqa: E402
@@ -176,13 +178,12 @@ def settings(run: dict, overrides: list[str]) -> ml_collections.ConfigDict:
       c[section][name] = _value(text, c[section][name])
     except (TypeError, ValueError) as e:
       raise ValueError(f"{flag}: {e}") from None
+  base.check_numbers(c)  # the run config's one range table
   return c
 
 
 def _tasks(args, env) -> list:
-  tasks = task_lib.load_jsonl(args.tasks)
-  if not tasks:
-    raise ValueError(f"{args.tasks} holds no tasks (one task JSON object per line expected)")
+  tasks = task_lib.load_jsonl(args.tasks)  # none, or a repeated id: one line already
   if args.split == "all":
     return tasks
   train, held = split.split_by_project(tasks, env.heldout_fraction, env.split_seed)
@@ -212,6 +213,7 @@ def _tokenizer(args):
 
 def main(argv=None) -> int:
   args = _args(argv)
+  backend.ready_or_exit()
   try:  # Every input first: nothing below fails after the evaluation.
     out = outputs.check(
       args.out or f"{args.checkpoint}/eval",

@@ -9,7 +9,8 @@ resumes from its newest checkpoint. Every config field can be overridden with
 `--config.<section>.<field>=<value>`. `config.method` picks what runs (`METHODS`): 'lm'
 the supervised `train.loop`, 'rl' the RL experiment of the environment named by `config.env.name`
 (`RL_EXPERIMENTS`; e.g. `rl_tool_feedback.py`: warm-up, then RL through `composer_jax.rl.run`). Bad
-input (unknown, broken or non-run config file, unknown field, bad value, a workdir holding
+input (unknown, broken or non-run config file, unknown field, a value of the wrong type or out
+of its range (`configs.base.check_numbers`), a workdir holding
 another model's checkpoint, a workdir that is a file or read-only, an empty data path) exits
 with a one-line error. A running job holds `<workdir>/.lock` (`train.workdir_lock`): a second
 run on the same workdir stops with one line naming the holder.
@@ -29,8 +30,10 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from composer_jax.parallel import distributed
+from composer_jax.host import environment
+from composer_jax.parallel import backend, distributed
 from composer_jax.train import checkpointing, compile_cache, host_memory, loop, workdir_lock
+from experiments.configs import base
 
 # RL experiments, by environment name (`config.env.name`): the module whose `run(config,
 # workdir)` runs it, imported only when selected, so a supervised run loads no environment
@@ -123,6 +126,10 @@ def _load_config(argv):
       f"error: {_config_arg(argv)!r} is not a run config (it sets no `method`, one of "
       f"{sorted(METHODS)}); {_run_configs()}"
     )
+  try:  # Every number in range, for every program, before any work.
+    base.check_numbers(config)
+  except ValueError as e:
+    sys.exit(f"error: {e}")
   return config
 
 
@@ -139,6 +146,12 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-process: pro
 _PROCESS_ID = flags.DEFINE_integer(
   "process_id", None, "Multi-process: this process's index in [0, num_processes)."
 )
+_INIT_TIMEOUT_S = flags.DEFINE_float(
+  "init_timeout_s",
+  300.0,
+  "Multi-process: seconds start-up may wait for every process to join (then one line, exit 1).",
+  lower_bound=0.001,
+)
 _LOCAL_DEVICE_IDS = flags.DEFINE_string(
   "local_device_ids",
   None,
@@ -150,6 +163,7 @@ _LOCAL_DEVICE_IDS = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  environment.exit_if_unusable()  # JAX_PLATFORMS, XLA_FLAGS, JAX_ENABLE_X64: one line each
   host_memory.keep_freed_memory()  # First: before JAX starts (host_memory says why).
   host_memory.run_on_calling_thread()
   try:  # Before anything touches a JAX backend.
@@ -159,10 +173,12 @@ def main(argv):
         num_processes=_NUM_PROCESSES.value,
         process_id=_PROCESS_ID.value,
         local_device_ids=distributed.parse_device_ids(_LOCAL_DEVICE_IDS.value),
+        timeout_s=_INIT_TIMEOUT_S.value,
       )
     )
   except ValueError as e:
     sys.exit(f"error: {e}")
+  backend.start_or_exit()
   config = _load_config(sys.argv)
   path = config_flags.get_config_filename(flags.FLAGS["config"])
   name = os.path.splitext(os.path.basename(path))[0]
@@ -173,6 +189,7 @@ def main(argv):
     try:
       if config.method not in METHODS:
         raise ValueError(f"method={config.method!r}; valid: {sorted(METHODS)}")
+      checkpointing.check_directory(workdir)  # A file there would fail the first save.
       # Before anything compiles, for every method (an experiment's own runs use the same one).
       compile_cache.enable(compile_cache.cache_dir(config.train.compile_cache_dir, workdir))
       METHODS[config.method](config, workdir)

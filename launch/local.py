@@ -10,7 +10,8 @@ devices, as a pod of N hosts would; cross-process collectives go over gloo (TCP)
 multi-host code paths (per-process data, global arrays, cooperative checkpoints) without a
 cluster. Output lines are prefixed with `[process I]`. Exits with the first failing process's
 exit code after stopping the others (they would otherwise wait on the dead peer); SIGINT and
-SIGTERM are passed on to every process (SIGTERM makes the trainer checkpoint and stop).
+SIGTERM are passed on to every process (SIGTERM makes the trainer checkpoint and stop). The
+processes die with the launcher, `kill -9` included (`composer_jax.host.processes.popen`).
 """
 
 import argparse
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from composer_jax.host import processes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,7 +69,7 @@ def launch(num_processes: int, devices_per_process: int, run_args: list[str]) ->
       f"--num_processes={num_processes}",
       f"--process_id={i}",
     ]
-    p = subprocess.Popen(
+    p = processes.popen(
       cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     procs.append(p)

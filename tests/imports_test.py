@@ -18,6 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # expert-parallel MoE) on it; the optimizer reads parameter shardings, the trainer joins them.
 # `chat` (the Kimi chat format) needs only the tokenizer from `data`.
 LAYERS = (
+  ("host",),  # processes, files and environment checks, no JAX: under everything
   ("data", "parallel", "codetasks"),  # codetasks: the coding-task system, JAX-free
   ("model", "chat"),
   ("optim", "hf"),
@@ -30,6 +31,8 @@ LAYERS = (
   ("experiments",),
 )
 RANK = {p: i for i, layer in enumerate(LAYERS) for p in layer}
+# The packages a task maker or grader installs without JAX (the `[coding]` extra's side).
+JAX_FREE = ("host", "codetasks")
 # Inside composer_jax.codetasks, low to high by the same rule: every walk, copy and removal
 # of a project tree is bounded (`trees`); a task record holds a project tree, the monitor reads one; the sandbox runs and grades tasks (its grader calls the monitor's
 # deadline worker and scrubs the workspace); synthesis makes tasks by running them in it.
@@ -128,17 +131,17 @@ def test_no_codetasks_part_imports_its_layer_or_a_higher_one():
   assert not bad, bad
 
 
-def test_codetasks_imports_no_accelerator_stack():
-  # Read from the source: no module of the package names jax, numpy, flax, optax (...) or a
-  # composer_jax package other than codetasks, at any depth (function-level imports included).
+def test_codetasks_and_host_import_no_accelerator_stack():
+  # Read from the source: no module of either package names jax, numpy, flax, optax (...) or a
+  # composer_jax package other than these two, at any depth (function-level imports included).
   bad = []
   for module, path in sorted(_modules().items()):
-    if _layer(module) == "codetasks":
+    if _layer(module) in JAX_FREE:
       bad += [
         f"{module} imports {n}"
         for n in sorted(_imports(module, path))
         if n.split(".")[0] in ACCELERATOR_STACK
-        or (n.startswith("composer_jax.") and _layer(n) != "codetasks")
+        or (n.startswith("composer_jax.") and _layer(n) not in JAX_FREE)
       ]
   assert not bad, bad
 

@@ -97,14 +97,21 @@ def _record_error(record) -> str:
 
 def load_jsonl(path: Path) -> list[Task]:
   """The tasks of a user's task file, every record checked (field types, packed projects
-  that unpack) before any is used: a one-line ValueError naming the file and line."""
+  that unpack, ids unique) before any is used: a one-line ValueError naming the file (and
+  line) for a missing file, a directory, FIFO or device (only regular files are read: a FIFO
+  would block), non-UTF-8 or non-JSON text, a bad record, a repeated id (it would be run
+  twice and weigh double) or a file without tasks."""
+  path = Path(path)
+  if not path.is_file():
+    what = "does not exist" if not path.exists() else "is not a regular file"
+    raise ValueError(f"tasks file {path} {what}; give a make_tasks JSONL (one task per line)")
   try:
-    lines = Path(path).read_text().splitlines()
+    lines = path.read_text().splitlines()
   except UnicodeDecodeError:
     raise ValueError(f"{path} is not JSONL: not UTF-8 text") from None
-  tasks = []
+  tasks, seen = [], {}
   for n, line in enumerate(lines, 1):
-    if not line:
+    if not line.strip():
       continue
     try:
       record = json.loads(line)
@@ -112,7 +119,15 @@ def load_jsonl(path: Path) -> list[Task]:
       raise ValueError(f"{path} line {n} is not JSON (one task object per line): {e.msg}") from None
     if err := _record_error(record):
       raise ValueError(f"{path} line {n}: {err}")
+    if record["id"] in seen:
+      raise ValueError(
+        f"{path} line {n}: task id {record['id']!r} is also on line {seen[record['id']]}; "
+        "ids must be unique (a repeated task would be run twice and weigh double)"
+      )
+    seen[record["id"]] = n
     tasks.append(Task(**record))
+  if not tasks:
+    raise ValueError(f"tasks file {path} holds no tasks (one task JSON object per line)")
   return tasks
 
 

@@ -12,12 +12,15 @@ results in order and raises the first failure instead (for callers that cannot g
 every result, e.g. the steps of a batch of episodes).
 Used as a context manager (`with Pool(...) as pool:`) a local pool keeps its worker processes
 between calls, so many small batches (one per episode step) do not each pay process start-up.
+Local workers die with the pool's process, `kill -9` included (`host.processes.die_with_parent`).
 """
 
 import concurrent.futures as cf
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
+
+from composer_jax.host import processes
 
 BACKENDS = ("local", "ray")
 
@@ -53,7 +56,9 @@ class Pool:
   def _new_executor(self):
     # fork would copy this process's threads (JAX, pip) into the children; spawn is clean.
     ctx = multiprocessing.get_context("spawn")
-    return cf.ProcessPoolExecutor(self.workers, mp_context=ctx)
+    return cf.ProcessPoolExecutor(
+      self.workers, mp_context=ctx, initializer=processes.die_with_parent, initargs=(os.getpid(),)
+    )
 
   def map(self, fn: Callable, items: Iterable) -> list:
     """[fn(item) for item in items], run on the pool; raises RuntimeError naming the first

@@ -33,6 +33,7 @@ from composer_jax import data
 from composer_jax.convert import outputs
 from composer_jax.hf import checkpoint, tokenizer_files, writer
 from composer_jax.model.config import DTYPES
+from composer_jax.parallel import backend
 from composer_jax.train import load_checkpoint
 
 _CKPT = flags.DEFINE_string("ckpt", None, "Checkpoint directory (module docstring).", required=True)
@@ -77,6 +78,7 @@ def _tokenizer(path: str, vocab_size: int):
 
 def main(argv):
   del argv
+  backend.ready_or_exit()
   try:
     out = outputs.check(
       _OUT.value,

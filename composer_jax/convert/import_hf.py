@@ -20,6 +20,7 @@ from absl import app, flags, logging
 from composer_jax.convert import outputs
 from composer_jax.hf import importer
 from composer_jax.model.config import DTYPES
+from composer_jax.parallel import backend
 from composer_jax.train import load_checkpoint
 
 _HF_DIR = flags.DEFINE_string(
@@ -42,6 +43,7 @@ def _parse_flags(argv):
 
 def main(argv):
   del argv
+  backend.ready_or_exit()
   try:
     out = outputs.check(
       _OUT.value,

@@ -2,7 +2,7 @@
 written whole or not at all.
 
 `check(out, inputs=...)` refuses, in one line and before any work, an `out` that
-  * is a file;
+  * is a file, or lies under one;
   * is, holds or (unless `inside_inputs`) lies inside one of the `inputs` (a CLI never writes
     into what it reads: an export into its own checkpoint overwrote the checkpoint's config);
   * is a non-empty directory, unless everything in it is in `replaceable` (the CLI's own
@@ -25,6 +25,8 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Collection, Iterator, Sequence
+
+from composer_jax.host import files
 
 
 def _within(path: str, root: str) -> bool:
@@ -49,6 +51,8 @@ def check(
   real = os.path.realpath(os.path.expanduser(out))
   if os.path.exists(real) and not os.path.isdir(real):
     raise ValueError(f"{flag} {out} is a file, not a directory; pass a new or empty directory")
+  if why := files.not_a_directory(real):  # under a file: nothing could be made there
+    raise ValueError(f"{flag} {out}: {why}; pass a new or empty directory")
   for given in inputs:
     src = os.path.realpath(os.path.expanduser(given))
     if _within(src, real):

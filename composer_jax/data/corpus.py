@@ -10,10 +10,12 @@ import dataclasses
 import functools
 import hashlib
 import os
+import stat
 import sysconfig
 from collections.abc import Sequence
 
 import numpy as np
+from absl import logging
 
 TEXT_SUFFIXES = (".py", ".txt", ".md")
 # Never descended into: tests and their data (deliberately broken/odd files), third-party
@@ -42,14 +44,34 @@ class Corpus:
   starts: np.ndarray
 
 
+def _is_regular(path: str) -> bool:
+  """A regular file (through links): FIFOs, sockets and devices are no corpus text (reading a
+  FIFO would block the pipeline forever, a device never ends)."""
+  try:
+    return stat.S_ISREG(os.stat(path).st_mode)
+  except OSError:  # a dangling link, or gone
+    return False
+
+
 def _walk(root: str, suffixes: Sequence[str]) -> list[SourceFile]:
-  found = []
+  found, skipped = [], []
   for dirpath, dirnames, filenames in os.walk(root):
     dirnames[:] = [d for d in dirnames if d not in SKIPPED_DIRS and not d.startswith(".")]
     for name in filenames:
       if name.endswith(tuple(suffixes)):
         path = os.path.join(dirpath, name)
-        found.append(SourceFile(path, os.path.relpath(path, root)))
+        if _is_regular(path):
+          found.append(SourceFile(path, os.path.relpath(path, root)))
+        else:
+          skipped.append(path)
+  if skipped:
+    logging.warning(
+      "data path %s: skipped %d entries that are not regular files (FIFOs, devices, sockets, "
+      "dangling links), e.g. %s",
+      root,
+      len(skipped),
+      skipped[0],
+    )
   return found
 
 
@@ -81,10 +103,15 @@ def discover_files(paths: str | Sequence[str]) -> list[SourceFile]:
   files = []
   for root in roots:
     path = os.path.abspath(os.path.expanduser(root))
-    if os.path.isfile(path):
+    if _is_regular(path):
       found = [SourceFile(path, os.path.basename(path))]
     elif os.path.isdir(path):
       found = _walk(path, TEXT_SUFFIXES)
+    elif os.path.lexists(path):
+      raise ValueError(
+        f"data path {root!r} is neither a regular file nor a directory (a FIFO, device or "
+        "dangling link); give text files or directories of them"
+      )
     else:
       raise ValueError(f"data path {root!r} does not exist")
     if not found:
@@ -111,7 +138,10 @@ def split_files(
 
 
 def _read(path: str) -> bytes:
-  with open(path, "rb") as f:
+  # O_NONBLOCK: a file swapped for a FIFO since discovery fails to read instead of blocking.
+  with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+      raise ValueError(f"data file {path} is no longer a regular file")
     return f.read()
 
 

@@ -135,7 +135,9 @@ class TiktokenTokenizer:
 
 
 def _read_ranks(path: str) -> dict[bytes, int]:
-  """Parses a tiktoken file; ranks must be exactly 0..n-1 so the special ids follow them.
+  """Parses a tiktoken file; ranks must be exactly 0..n-1 so the special ids follow them,
+  and every single byte must be a token (byte-level BPE: any text encodes). An empty or
+  truncated file is one ValueError naming it.
 
   Parsed here rather than with `tiktoken.load.load_tiktoken_bpe`, which caches file contents
   in a temp dir keyed by the path only, so a changed file at the same path reads stale.
@@ -149,9 +151,22 @@ def _read_ranks(path: str) -> dict[bytes, int]:
         token, rank = line.split()
         ranks[base64.b64decode(token, validate=True)] = int(rank)
       except ValueError as e:
-        raise ValueError(f"{path}:{line_number}: expected 'base64_token rank', got {line!r}") from e
+        cut = "" if line.endswith(b"\n") else " (the file may be truncated)"
+        raise ValueError(
+          f"{path}:{line_number}: expected 'base64_token rank', got {line[:60]!r}{cut}"
+        ) from e
+  if not ranks:
+    raise ValueError(
+      f"tokenizer file {path} is empty: a tiktoken file has one 'base64_token rank' line per token"
+    )
   if sorted(ranks.values()) != list(range(len(ranks))):
     raise ValueError(f"{path}: ranks must be exactly 0..{len(ranks) - 1} with no gaps or repeats")
+  missing = [i for i in range(256) if bytes([i]) not in ranks]
+  if missing:
+    raise ValueError(
+      f"tokenizer file {path} lacks {len(missing)} of the 256 single-byte tokens (e.g. byte "
+      f"{missing[0]:#04x}) in its {len(ranks)} ranks: truncated, or not a byte-level BPE file"
+    )
   return ranks
 
 

@@ -16,6 +16,12 @@ the process layout comes from, first match wins (`resolve`):
    (`launch/tpu_pod.sh` starts one process per worker).
 4. Otherwise a single process: nothing to do.
 
+Start-up has a deadline, `Settings.timeout_s` (`--init_timeout_s`, default 300 s): a process
+whose peers or coordinator never come stops with one line saying so, naming the deadline, and
+exit code 1 (JAX itself would abort with a C++ stack trace, or wait out its own timeout). The
+coordinator address is checked before JAX is called: a host that does not resolve, or (on
+process 0, which serves it) a port another program holds, is one line at once.
+
 `--local_device_ids=0,1` limits the accelerators a process uses (JAX sets the visible
 CUDA/ROCm devices); it only applies to multi-process runs.
 
@@ -31,9 +37,13 @@ triggered it is not known.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import glob
 import importlib.util
 import os
+import socket
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -60,6 +70,11 @@ class Settings:
   num_processes: int | None = None
   process_id: int | None = None
   local_device_ids: Sequence[int] | None = None
+  timeout_s: float = 300.0  # start-up deadline: every process joined, or one line and exit 1
+
+
+# JAX's own start-up timeout is left this much later than ours, so ours is the one that fires.
+_JAX_TIMEOUT_MARGIN_S = 60
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,17 +226,79 @@ def resolve(
   return plan
 
 
+def check_coordinator_reachable(address: str, process_id: int) -> None:
+  """One-line ValueError, before JAX is called, for a coordinator `HOST:PORT` whose host does
+  not resolve, or whose port another program holds on process 0 (which serves it: JAX would
+  fail to start its RPC server, or crash)."""
+  host, _, port = address.rpartition(":")
+  host = host.strip("[]")
+  try:
+    socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+  except (socket.gaierror, UnicodeError) as e:
+    raise ValueError(
+      f"--coordinator={address}: host {host!r} does not resolve ({e}); give the address "
+      "of process 0 that every process can resolve"
+    ) from None
+  if process_id != 0:
+    return
+  probe = socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET)
+  try:
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no holder
+    probe.bind(("::" if socket.has_ipv6 else "0.0.0.0", int(port)))
+  except OSError as e:
+    if e.errno != errno.EADDRINUSE:
+      raise
+    raise ValueError(
+      f"--coordinator={address}: port {port} is in use by another program on this host "
+      "(process 0 serves the coordinator there); pick a free port for every process"
+    ) from None
+  finally:
+    probe.close()
+
+
+def _give_up(plan: Plan, timeout_s: float) -> None:
+  """Start-up overran its deadline: one line, then exit (the JAX call cannot be interrupted)."""
+  kw = plan.kwargs
+  who = (
+    f"process {kw['process_id']} of {kw['num_processes']} (coordinator {kw['coordinator_address']})"
+    if plan.source == "explicit"
+    else f"this process ({plan.source} start-up)"
+  )
+  sys.stderr.write(
+    f"error: multi-process start-up: {who} did not meet all its peers within {timeout_s:g} s "
+    f"(--init_timeout_s={timeout_s:g}): start every process with the same --coordinator and "
+    "--num_processes, check process 0 is running and reachable, or raise --init_timeout_s\n"
+  )
+  sys.stderr.flush()
+  os._exit(1)
+
+
 def initialize(settings: Settings = Settings()) -> Plan:
   """Joins the multi-process run `resolve(settings)` describes (no-op for one process).
 
   Must come before any JAX computation or device query. Returns the plan it followed.
+  Raises ValueError for a coordinator that cannot work (`check_coordinator_reachable`); a
+  start-up that overruns `settings.timeout_s` writes one line to stderr and exits with 1.
   """
+  if not settings.timeout_s > 0:
+    raise ValueError(f"--init_timeout_s={settings.timeout_s} must be > 0 (seconds)")
   plan = resolve(settings)
   if plan.source != "single":
+    if plan.source == "explicit":
+      check_coordinator_reachable(plan.kwargs["coordinator_address"], plan.kwargs["process_id"])
     # Cross-process collectives on XLA:CPU (the local launcher, CPU clusters) go through
     # gloo over TCP; it is the default in recent JAX, set here for older versions.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(**plan.kwargs)
+    watchdog = threading.Timer(settings.timeout_s, _give_up, (plan, settings.timeout_s))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+      jax.distributed.initialize(
+        **plan.kwargs,
+        initialization_timeout=int(settings.timeout_s) + _JAX_TIMEOUT_MARGIN_S,
+      )
+    finally:
+      watchdog.cancel()
     barrier = flags.FLAGS[_ORBAX_BARRIER_FLAG]
     if not barrier.present:  # Given on the command line: as given.
       barrier.parse("true")  # Also read when absl has not parsed argv (a notebook, a script).

@@ -7,6 +7,31 @@ from __future__ import annotations
 
 import ml_collections
 
+from composer_jax.train.config import Range
+
+_INT0 = Range(0, integer=True)
+_INT1 = Range(1, integer=True)
+
+# Valid ranges of `config.rl` (`train.config.check_ranges`); `loss` is `losses.validate`'s.
+RANGES = {
+  "rl.groups": _INT1,
+  "rl.group_size": Range(
+    2, integer=True, note="group-relative advantages of a group of 1 are 0: no reward signal"
+  ),
+  "rl.seq_len": _INT1,
+  "rl.prompt_len": _INT1,
+  "rl.max_new_tokens": _INT1,
+  "rl.temperature": Range(0, note="0 = greedy"),
+  "rl.top_p": Range(0, 1, lo_open=True, note="1 = no nucleus truncation"),
+  "rl.teacher_seq_len": _INT1,
+  "rl.teacher_rows": _INT1,
+  "rl.epochs": _INT1,
+  "rl.minibatches": _INT1,
+  "rl.max_staleness": Range(0, integer=True, note="0 = on-policy"),
+  "rl.probe_count": Range(0, integer=True, note="0 = off"),
+  "rl.probe_every": _INT1,
+}
+
 
 def default_config() -> ml_collections.ConfigDict:
   """Defaults of `config.rl` (`rl.steps`, `rl.rollout`): small enough for a CPU."""

@@ -25,7 +25,6 @@ Modes (`rl.mode`):
 from __future__ import annotations
 
 import dataclasses
-import math
 import queue
 import threading
 import time
@@ -37,11 +36,13 @@ import numpy as np
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
 from composer_jax.rl import advantages, decode
+from composer_jax.rl.config import RANGES
 from composer_jax.rl.env import Env, distill_targets
 from composer_jax.rl.episodes import Episode, run_episodes
 from composer_jax.rl.mesh import SamplerMesh
 from composer_jax.rl.teacher import build_teacher_batch
 from composer_jax.rl.trajectory import pack_batch, turn_token_mask
+from composer_jax.train.config import check_ranges
 
 
 @dataclasses.dataclass
@@ -87,11 +88,8 @@ def empty_teacher_batch(
 
 def check_sampling(rl_cfg) -> None:
   """One-line ValueErrors for `rl.temperature` / `rl.top_p` the sampler cannot use (a NaN
-  temperature samples garbage without an error)."""
-  if not (math.isfinite(rl_cfg.temperature) and rl_cfg.temperature >= 0):
-    raise ValueError(f"rl.temperature={rl_cfg.temperature} must be finite and >= 0 (0 = greedy)")
-  if not 0 < rl_cfg.top_p <= 1:
-    raise ValueError(f"rl.top_p={rl_cfg.top_p} must be in (0, 1] (1 = no nucleus truncation)")
+  temperature samples garbage without an error): their `rl.config.RANGES`."""
+  check_ranges({"rl": rl_cfg}, {k: RANGES[k] for k in ("rl.temperature", "rl.top_p")})
 
 
 def make_policy(

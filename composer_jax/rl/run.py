@@ -21,12 +21,14 @@ import numpy as np
 from absl import logging
 
 from composer_jax.model.config import model_config
-from composer_jax.rl import epochs, losses, rollout, teacher_weights
+from composer_jax.rl import config as rl_config
+from composer_jax.rl import epochs, losses, teacher_weights
 from composer_jax.rl.env import Env
 from composer_jax.rl.programs import update_program
 from composer_jax.rl.state import RLState, initial_state
 from composer_jax.rl.steps import MODES, RLSteps, sampler_devices
 from composer_jax.train import checkpointing, compile_cache, loop, placement
+from composer_jax.train import config as train_config
 from composer_jax.train.metrics import quiet_library_logs
 
 # Settings that decide the tree of a checkpointed RL state (optimizer state; EMA weights or not).
@@ -37,24 +39,8 @@ def validate(config) -> None:
   """One-line ValueErrors for RL settings that cannot work (after `train.loop.validate`):
   raised before any work (warm-up, compiling, sampling)."""
   loop.validate(config)
+  train_config.check_ranges(config, rl_config.RANGES)
   r = config.rl
-  for name in (
-    "groups",
-    "group_size",
-    "seq_len",
-    "prompt_len",
-    "teacher_seq_len",
-    "teacher_rows",
-    "max_new_tokens",
-  ):
-    if r[name] < 1:
-      raise ValueError(f"rl.{name}={r[name]} must be >= 1")
-  if r.probe_count < 0 or r.probe_every < 1:
-    raise ValueError(
-      f"rl.probe_count={r.probe_count} must be >= 0 (0 = off) and "
-      f"rl.probe_every={r.probe_every} >= 1"
-    )
-  rollout.check_sampling(r)
   positions = model_config(config.model).max_position_embeddings
   if r.prompt_len + r.max_new_tokens - 1 > positions:
     raise ValueError(
@@ -62,8 +48,6 @@ def validate(config) -> None:
       f"exceeds the model's max_position_embeddings={positions} (the sampler's "
       "KV cache)"
     )
-  if r.max_staleness < 0:
-    raise ValueError(f"rl.max_staleness={r.max_staleness} must be >= 0 (0 = on-policy)")
   if r.mode not in MODES:
     raise ValueError(f"rl.mode={r.mode!r}; valid: {MODES}")
   if r.max_staleness and r.mode != "disaggregated":

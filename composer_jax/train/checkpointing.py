@@ -20,6 +20,14 @@ the checkpoints before it stay); a save that cannot be written (disk full, read-
 async writer's thread without its traceback. Its message lists the checkpoints committed on
 disk (a step still being written, or left half-written as an `.orbax-checkpoint-tmp` directory,
 is not one; such leftovers are removed by the next run in the workdir, before its first save).
+
+Checkpoints from elsewhere: a step whose orbax step metadata (`<step>/_CHECKPOINT_METADATA`)
+does not read with this orbax (e.g. written by a newer one, with fields this one does not
+know) is found when the `Checkpointer` opens: with an older step that reads, it is renamed
+aside like a corrupt one, in one line naming the step and file, and the run falls back to the
+older step; without one, `CorruptCheckpointError` names them and says what to do. A
+`checkpoints` path that is not a directory is refused when the `Checkpointer` opens (and by
+`experiments.run` at start, `check_directory`), before any step's work.
 """
 
 from __future__ import annotations
@@ -41,7 +49,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
 
+from composer_jax.host import files
 from composer_jax.model.config import ModelConfig
 
 # Fields that change numerics or memory but not the parameter tree: a checkpoint written
@@ -167,9 +177,9 @@ def _first_line(e: BaseException, limit: int = 300) -> str:
 def _unreadable_metadata(step_dir: str) -> str | None:
   """The first JSON metadata file under `step_dir` that does not parse (array data, in
   `ocdbt.*/d/` and `d/`, is binary and read by tensorstore instead)."""
-  for root, dirs, files in os.walk(step_dir):
+  for root, dirs, names in os.walk(step_dir):
     dirs[:] = sorted(d for d in dirs if d != "d" and not d.startswith("ocdbt."))
-    for name in sorted(files):
+    for name in sorted(names):
       if name == "commit_success.txt" or name.endswith(".ocdbt"):
         continue
       path = os.path.join(root, name)
@@ -216,22 +226,108 @@ def _quiet_failed_saves() -> None:
   sys.unraisablehook = _ignore_closed_loop_callbacks
 
 
+def check_directory(workdir: str) -> str:
+  """`<workdir>/checkpoints`; CheckpointSaveError (one line) when it is not, and cannot be
+  made, a directory (a file there, or above it)."""
+  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+  if why := files.not_a_directory(directory):
+    raise CheckpointSaveError(
+      errno.ENOTDIR,
+      f"cannot keep checkpoints in {directory}: {why}; move it away or pass another --workdir",
+    )
+  return directory
+
+
+def _unreadable_steps(directory: str) -> dict[int, str]:
+  """Committed step -> why its orbax step metadata does not read with this orbax."""
+  bad = {}
+  for m in ocp.step.standard_name_format().find_all(directory):
+    try:
+      ocp.metadata.get_step_metadata(m.path)
+    except Exception as e:
+      bad[m.step] = (
+        f"{os.path.join(str(m.path), '_CHECKPOINT_METADATA')} does not read with orbax "
+        f"{ocp.__version__} ({_first_line(e).rstrip('.')}; written by a newer orbax?)"
+      )
+  return bad
+
+
+class _WithoutSteps(ocp.step.NameFormat):
+  """orbax's standard step names, less `hidden` steps (unreadable ones, until renamed)."""
+
+  def __init__(self, hidden):
+    self._base, self._hidden = ocp.step.standard_name_format(), frozenset(hidden)
+
+  def build_name(self, step):
+    return self._base.build_name(step)
+
+  def find_step(self, base_path, step):
+    if step in self._hidden:
+      raise ValueError(f"checkpoint step {step} is set aside (unreadable)")
+    return self._base.find_step(base_path, step)
+
+  def find_all(self, base_path):
+    return (m for m in self._base.find_all(base_path) if m.step not in self._hidden)
+
+
+def _free_name(path: str) -> str:
+  """`path`, else `path.1`, `path.2`, ...: the first name not taken."""
+  dst, n = path, 1
+  while os.path.lexists(dst):
+    dst, n = f"{path}.{n}", n + 1
+  return dst
+
+
 class Checkpointer:
   """Saves and restores `(state arrays, data state, config)` under a workdir."""
 
   def __init__(self, workdir: str, *, keep: int):
-    self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    self.directory = check_directory(workdir)
+    bad = _unreadable_steps(self.directory) if os.path.isdir(self.directory) else {}
+    self._set_aside_unreadable(bad)
     # cleanup_tmp_directories: a save cut short (kill, full disk) leaves a temporary
     # directory, not a step; the next run removes it (in the background, done before its
     # first save).
     options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep, create=True, enable_async_checkpointing=True, cleanup_tmp_directories=True
+      max_to_keep=keep,
+      create=True,
+      enable_async_checkpointing=True,
+      cleanup_tmp_directories=True,
+      step_name_format=_WithoutSteps(bad),
     )
     self._mngr = ocp.CheckpointManager(
       self.directory, options=options, item_names=("state", "data", "config")
     )
     self._save_error: CheckpointSaveError | None = None
     _quiet_failed_saves()
+
+  def _set_aside_unreadable(self, bad: dict[int, str]) -> None:
+    """Falls back from unreadable steps to the newest older one that reads (renaming them
+    aside on process 0), or raises CorruptCheckpointError when none does."""
+    if not bad:
+      return
+    steps = sorted(m.step for m in ocp.step.standard_name_format().find_all(self.directory))
+    good = [s for s in steps if s not in bad]
+    if not good:
+      raise CorruptCheckpointError(
+        f"no checkpoint in {self.directory} reads (steps {sorted(bad)}); newest: checkpoint "
+        f"step {max(bad)}: {bad[max(bad)]}; upgrade orbax-checkpoint to read them, or move "
+        "them aside to start afresh"
+      )
+    for step in sorted(bad, reverse=True):
+      if jax.process_index() == 0:
+        src = os.path.join(self.directory, str(step))
+        aside = _free_name(f"{src}.corrupt")
+        os.rename(src, aside)
+      else:
+        aside = "(process 0 renames it)"
+      logging.warning(
+        "checkpoint step %d: %s; renamed it to %s and falling back to step %d",
+        step,
+        bad[step],
+        aside,
+        max(good),
+      )
 
   def latest_step(self) -> int | None:
     return self._mngr.latest_step()
@@ -407,9 +503,7 @@ class Checkpointer:
   def set_aside(self, step: int) -> str:
     """Renames checkpoint `step` to `<step>.corrupt[.N]` (kept, no longer a checkpoint)."""
     src = os.path.join(self.directory, str(step))
-    dst, n = f"{src}.corrupt", 1
-    while os.path.exists(dst):
-      dst, n = f"{src}.corrupt.{n}", n + 1
+    dst = _free_name(f"{src}.corrupt")
     os.rename(src, dst)
     self._mngr.reload()
     return dst

@@ -57,35 +57,16 @@ class NonFiniteLossError(FloatingPointError):
 
 
 def validate(config) -> None:
-  """One-line ValueErrors for inconsistent `train` and `optim` settings."""
+  """One-line ValueErrors for `train`, `optim` and `data` numbers out of range
+  (`train.config.RANGES`) and inconsistent settings."""
+  train_config.check_ranges(config, train_config.RANGES)
   t = config.train
-  for name in (
-    "steps",
-    "batch_size",
-    "seq_len",
-    "grad_accum",
-    "log_every",
-    "ckpt_every",
-    "keep",
-    "eval_batches",
-    "loss_chunk",
-  ):
-    if t[name] < 1:
-      raise ValueError(f"train.{name}={t[name]} must be >= 1")
   if t.batch_size % (t.grad_accum * jax.process_count()):
     raise ValueError(
       f"train.batch_size={t.batch_size} must be divisible by train.grad_accum="
       f"{t.grad_accum} x process count {jax.process_count()}"
     )
-  if t.eval_every < 0:
-    raise ValueError(f"train.eval_every={t.eval_every} must be >= 0 (0 = only at the end)")
   optim = train_config.optim_config(config)
-  # A NaN rate, clip or decay would only show as a non-finite update, or not at all (a NaN
-  # grad_clip fails `> 0`: clipping silently off).
-  for section, values in (("train", t), ("optim", optim)):
-    for name, value in values.items():
-      if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{section}.{name}={value} must be finite")
   if optim.name not in OPTIMIZERS:
     raise ValueError(f"optim.name={optim.name!r}; valid: {OPTIMIZERS}")
   try:

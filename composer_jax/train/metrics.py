@@ -9,7 +9,8 @@ reached the host (tracing and compiling, or loading compiled programs from the c
 `metrics.jsonl` holds every step once, whatever killed the run: each record is one `write`
 of one line (a kill leaves at most a torn last line), and a resumed run first moves aside
 what the checkpoint it resumed from does not cover: a torn line to `metrics.jsonl.torn`,
-records of steps after the checkpoint (they are run again) to `metrics.jsonl.rerun`.
+records of steps after the checkpoint (they are run again) to `metrics.jsonl.rerun`. None of
+these files is written through a symbolic link (`host.files`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import os
 import time
 
 from absl import logging
+
+from composer_jax.host import files
 
 _BAR = 20  # characters of the progress bar
 # Keys shown on the console line, with their format; everything goes to the files.
@@ -79,8 +82,7 @@ def read_metrics(workdir: str) -> list[dict]:
 def _move_aside(path: str, start_step: int) -> None:
   """Keeps in `path` the complete records of steps <= `start_step`; appends a torn or
   unparsable line to `path.torn` and later steps' records to `path.rerun`."""
-  with open(path, "rb") as f:
-    lines = f.read().splitlines(keepends=True)
+  lines = files.read_bytes(path).splitlines(keepends=True)
   keep, torn, rerun = [], [], []
   for line in lines:
     try:
@@ -96,13 +98,12 @@ def _move_aside(path: str, start_step: int) -> None:
     (".rerun", rerun, f"records after step {start_step}"),
   ):
     if moved:
-      with open(path + suffix, "ab") as f:  # Written before `path` shrinks: nothing is lost.
+      with files.open_append(path + suffix) as f:  # Before `path` shrinks: nothing is lost.
         f.write(b"".join(moved))
       logging.warning("Moved %d %s of %s to %s", len(moved), what, path, path + suffix)
   if torn or rerun:
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-      f.write(b"".join(keep))
+    files.write_bytes(tmp, b"".join(keep))
     os.replace(tmp, path)
 
 
@@ -116,9 +117,9 @@ class MetricsWriter:
   def __init__(self, workdir: str, total_steps: int, start_step: int):
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "metrics.jsonl")
-    if os.path.exists(path):
+    if os.path.lexists(path):
       _move_aside(path, start_step)
-    self._jsonl = open(path, "ab", buffering=0)  # One os.write per record: no torn lines.
+    self._jsonl = files.open_append(path)  # One os.write per record: no torn lines.
     self._tb_dir = os.path.join(workdir, "tensorboard")
     self._tb = None  # Made at the first record: tensorboardX imports torch (~3 s), which
     # would otherwise delay the first step.

@@ -11,7 +11,13 @@ the same host).
 
 On a filesystem without file locks (`flock` fails with ENOLCK/EOPNOTSUPP, e.g. some FUSE
 mounts) the lock file is created exclusively (`O_EXCL`) instead: still one winner, but a
-run that died without releasing it leaves it behind, and the message says to delete it.
+run that died without releasing it leaves it behind. The file names its holder's pid, host
+and process start time, so a lock of this host whose process no longer runs (or whose pid now
+belongs to a later process) is stale: it is taken over, with a warning line naming the old
+holder. A lock of another host cannot be checked: the message says to delete it.
+
+The lock file is never opened through a symbolic link (`host.files`): a `.lock` that is a link
+is refused in one line, and the file it points at is left as it was.
 
 Creating the lock is also the first write into the workdir, so a read-only or non-directory
 workdir fails here, in one line, before any work.
@@ -27,6 +33,10 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+
+from absl import logging
+
+from composer_jax.host import files, processes
 
 LOCK_FILE = ".lock"
 
@@ -44,19 +54,42 @@ class WorkdirUnusableError(OSError):
   """The workdir cannot be created or written (a file, read-only, no permission)."""
 
 
-def _describe(path: str) -> str:
+def _holder(path: str) -> dict | None:
+  """The lock file's record, None while it is unreadable (mid-write, or not ours)."""
+  try:
+    holder = json.loads(files.read_bytes(path))
+    return holder if isinstance(holder, dict) else None
+  except (OSError, ValueError):
+    return None
+
+
+def _describe(holder: dict | None) -> str:
   """The holder as its lock file names it (it may be mid-write: then 'another process')."""
   try:
-    with open(path) as f:
-      holder = json.load(f)
     since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(holder["time"])))
     return f"pid {holder['pid']} on host {holder['host']!r} (since {since})"
-  except (OSError, ValueError, TypeError, KeyError):
+  except (ValueError, TypeError, KeyError):
     return "another process"
 
 
+def _stale(holder: dict | None) -> bool:
+  """The holder ran on this host and its process is gone (its pid free, or reused since)."""
+  try:
+    if holder["host"] != socket.gethostname():
+      return False
+    started = processes.start_ticks(int(holder["pid"]))
+  except (TypeError, KeyError, ValueError):
+    return False
+  return started is None or started != holder.get("start", started)
+
+
 def _write_holder(fd: int) -> None:
-  me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
+  me = {
+    "pid": os.getpid(),
+    "host": socket.gethostname(),
+    "time": time.time(),
+    "start": processes.start_ticks(os.getpid()),
+  }
   os.ftruncate(fd, 0)
   os.pwrite(fd, json.dumps(me).encode(), 0)
 
@@ -72,10 +105,10 @@ def _lock(path: str) -> int:
   """
   while True:
     try:
-      fd, created = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), True
+      fd, created = files.create_new(path), True
     except FileExistsError:
       try:
-        fd, created = os.open(path, os.O_RDWR | os.O_CLOEXEC), False
+        fd, created = files.open_fd(path, os.O_RDWR), False
       except FileNotFoundError:  # Released in between: create it.
         continue
     try:
@@ -97,8 +130,8 @@ def _lock(path: str) -> int:
 
 
 def _unusable(workdir: str, e: OSError) -> WorkdirUnusableError:
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    reason = "it is a regular file, not a directory"
+  if why := files.not_a_directory(workdir):
+    reason = why
   else:
     reason = f"{e.strerror or e} ({type(e).__name__})"
   return WorkdirUnusableError(
@@ -119,19 +152,33 @@ def acquire(workdir: str) -> str:
   path = os.path.join(workdir, LOCK_FILE)
   try:
     os.makedirs(workdir, exist_ok=True)
-    try:
-      fd = _lock(path)
-    except (BlockingIOError, FileExistsError) as e:
-      hint = (
-        ""
-        if isinstance(e, BlockingIOError)
-        else f"; this filesystem has no file locks, so if that run is gone, delete {path}"
-      )
-      raise WorkdirLockedError(
-        f"--workdir {workdir} is in use by {_describe(path)}: wait for "
-        f"that run to finish or pass another --workdir{hint}"
-      ) from None
+    fd = None
+    while fd is None:
+      try:
+        fd = _lock(path)
+      except (BlockingIOError, FileExistsError) as e:
+        holder = _holder(path)
+        if isinstance(e, FileExistsError) and _stale(holder):
+          logging.warning(
+            "--workdir %s: taking over the stale lock %s of %s, which no longer runs",
+            workdir,
+            path,
+            _describe(holder),
+          )
+          os.remove(path)
+          continue
+        hint = (
+          ""
+          if isinstance(e, BlockingIOError)
+          else f"; this filesystem has no file locks, so if that run is gone, delete {path}"
+        )
+        raise WorkdirLockedError(
+          f"--workdir {workdir} is in use by {_describe(holder)}: wait for "
+          f"that run to finish or pass another --workdir{hint}"
+        ) from None
     _write_holder(fd)
+  except files.LinkRefusedError:
+    raise
   except OSError as e:
     raise _unusable(workdir, e) from None
   _held[path] = fd
@@ -152,6 +199,20 @@ def release(path: str) -> None:
 def held(workdir: str) -> Iterator[str]:
   """`with held(workdir):` runs the job while holding the workdir's lock."""
   path = acquire(workdir)
+  try:
+    yield path
+  finally:
+    release(path)
+
+
+@contextlib.contextmanager
+def held_or_exit(workdir: str) -> Iterator[str]:
+  """`held` for an entry point (a figure, a sweep): a workdir another live run holds, or
+  one that cannot be written, exits with its one line (`error: ...`, status 1)."""
+  try:
+    path = acquire(workdir)
+  except (WorkdirLockedError, OSError) as e:
+    raise SystemExit(f"error: {e}") from None
   try:
     yield path
   finally:

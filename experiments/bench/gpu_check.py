@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 from absl import app, flags
 
+from composer_jax.host import processes
 from experiments.bench import versus
 
 _OUT = flags.DEFINE_string("out", os.environ.get("OUT", "/tmp/gpu_check"), "Output folder.")
@@ -168,20 +168,20 @@ def _train(variant: str) -> None:
 
 
 def _run_stage(args: list[str], limit: float, log_path: str) -> list[dict]:
-  """Runs `python -m <args>` in its own process group with a time limit (the whole group is
-  killed at it: vs_hf's workers too), appending its output to `log_path`; prints the
-  output's tail and returns its RESULT records."""
+  """Runs `python -m <args>` with a time limit (killed at it; vs_hf's workers die with it,
+  as every child started through `host.processes` does), appending its output to `log_path`;
+  prints the output's tail and returns its RESULT records."""
   cmd = [sys.executable, "-m", *args]
   print(f"=== {' '.join(args)} (limit {limit:.0f} s)", flush=True)
   with open(log_path, "a") as log:
     log.write(f"=== {' '.join(cmd)}\n")
     log.flush()
     start = log.tell()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = processes.popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
       code = proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
-      os.killpg(proc.pid, signal.SIGKILL)
+      proc.kill()
       proc.wait()
       code = f"timeout after {limit:.0f} s"
   with open(log_path) as log:

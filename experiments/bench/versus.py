@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from composer_jax.host import processes
 from composer_jax.train import host_memory
 
 MIN_MATMUL_FRACTION = 0.5
@@ -231,7 +232,7 @@ class _Worker:
       warmup=warmup,
       fd=write_fd,
     )
-    self._proc = subprocess.Popen(
+    self._proc = processes.popen(  # dies with this process, a killed one too
       [sys.executable, "-m", "experiments.bench.versus", json.dumps(spec)],
       stdin=subprocess.PIPE,
       stdout=self._log,

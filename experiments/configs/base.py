@@ -16,6 +16,10 @@ overridable as `--config.a.b=v`):
   colocated/disaggregated mode; the RL + self-distillation loss. An RL program's steps, seed,
   logging, checkpoints and optimizer are `train` and `optim` above.
 
+Every number of the schema has its valid range in one table, `RANGES` (each package's
+`RANGES`); `check_numbers(config)` raises one line for the first out of range, and
+`experiments.run` calls it as soon as the config is read, for every program.
+
 Every config file's `get_config(arg)` reads its argument (`--config=FILE.py:ARG`) with
 `parse_arg`, big_vision's grammar.
 """
@@ -27,6 +31,7 @@ from composer_jax.model import config as model_config
 from composer_jax.parallel.mesh import default_mesh_config
 from composer_jax.rl import config as rl_config
 from composer_jax.train import config as train_config
+from composer_jax.train.config import Range
 from experiments.configs import layouts
 
 
@@ -84,6 +89,25 @@ def set_layout(config: ml_collections.ConfigDict, name: str) -> None:
   config.layout = name
   config.mesh = layout.mesh
   config.rules = layout.rules
+
+
+# Token lengths an environment may derive from its tasks (0, e.g. rl_coding.py): when the config
+# is read they may be 0; `rl.run.validate` checks them (>= 1) once derived, before any work.
+_DERIVED = Range(0, integer=True, note="0 = derived from the environment's tasks")
+RANGES = {
+  **train_config.RANGES,
+  **rl_config.RANGES,
+  **{f"rl.{name}": _DERIVED for name in ("seq_len", "prompt_len", "teacher_seq_len")},
+  # The coding environment's (`rl_coding.py`; `experiments.eval` reads them too).
+  "env.heldout_fraction": Range(0, 1, note="the share of projects held out of RL for eval"),
+  "env.max_turns": Range(1, integer=True),
+  "env.workers": Range(1, integer=True),
+}
+
+
+def check_numbers(config: ml_collections.ConfigDict) -> None:
+  """One-line ValueError naming the first field of `config` out of its range (`RANGES`)."""
+  train_config.check_ranges(config, RANGES)
 
 
 def get_base_config() -> ml_collections.ConfigDict:

@@ -23,7 +23,8 @@ import os
 import matplotlib
 from absl import app, flags, logging
 
-from composer_jax.train import loop, metrics
+from composer_jax.parallel import backend
+from composer_jax.train import loop, metrics, workdir_lock
 from experiments.configs import default
 
 matplotlib.use("Agg")
@@ -107,8 +108,12 @@ def _write(workdir: str, runs: list[dict], best: list[dict]) -> None:
 
 def main(argv):
   del argv
-  workdir, smoke = _WORKDIR.value, _SMOKE.value
-  os.makedirs(workdir, exist_ok=True)
+  backend.ready_or_exit()
+  with workdir_lock.held_or_exit(_WORKDIR.value):  # a second sweep here stops at once
+    _figure(_WORKDIR.value, _SMOKE.value)
+
+
+def _figure(workdir: str, smoke: bool):
   adamw = _sweep(workdir, smoke, "adamw", ADAMW_LRS[1:2] if smoke else ADAMW_LRS)
   best_adam_lr = _best(adamw)["lr"]
   muon = _sweep(workdir, smoke, "muon", MUON_LRS[1:2] if smoke else MUON_LRS, best_adam_lr)

@@ -24,6 +24,8 @@ import os
 
 from absl import app, flags, logging
 
+from composer_jax.parallel import backend
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", "/tmp/optimizer_step_cost", "Output directory.")
 flags.DEFINE_string("preset", "kimi_k2", "Model preset.")
@@ -47,6 +49,7 @@ def _write(path, rows):
 
 def main(argv):
   del argv
+  backend.ready_or_exit()
   import jax
   import matplotlib
 

@@ -41,6 +41,8 @@ import time
 import numpy as np
 from absl import app, flags, logging
 
+from composer_jax.parallel import backend
+from composer_jax.train import workdir_lock
 from experiments.figures.intervals import interval
 
 FLAGS = flags.FLAGS
@@ -330,7 +332,12 @@ def write_outputs(workdir: str, rows: list[dict], smoke: bool) -> None:
 
 def main(argv):
   del argv
-  os.makedirs(FLAGS.workdir, exist_ok=True)
+  backend.ready_or_exit()
+  with workdir_lock.held_or_exit(FLAGS.workdir):  # a second figure run here stops at once
+    _figure()
+
+
+def _figure():
   path = os.path.join(FLAGS.workdir, "text_feedback.csv")
   if FLAGS.replot:
     if FLAGS.merge:

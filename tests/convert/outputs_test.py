@@ -28,6 +28,7 @@ def tree(tmp_path):
     ("src/hf", {}, "--out {t}/src/hf is inside the input {t}/src"),
     (".", {}, "--out {t}/. holds the input {t}/src"),
     ("file", {}, "--out {t}/file is a file, not a directory"),
+    ("file/sub/dir", {}, "--out {t}/file/sub/dir: it is under {t}/file, which is not a directory"),
     (
       "full",
       {"is_own": (lambda p: True, "")},

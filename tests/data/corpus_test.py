@@ -1,6 +1,7 @@
 """File discovery, the stable split and the token stream."""
 
 import hashlib
+import os
 import sysconfig
 
 import numpy as np
@@ -110,3 +111,38 @@ def test_permute_documents():
   permuted = corpus_lib.permute_documents(corpus, np.array([2, 0, 1]))
   np.testing.assert_array_equal(permuted.tokens, [4, 5, 6, 1, 2, 3])
   np.testing.assert_array_equal(permuted.starts, [0, 3, 5, 6])
+
+
+def _bounded(fn, seconds=10):
+  """fn() or a failure after `seconds` (a FIFO read would block the test forever)."""
+  import signal
+
+  def stuck(*_):
+    raise AssertionError(f"blocked for {seconds} s")
+
+  previous = signal.signal(signal.SIGALRM, stuck)
+  signal.alarm(seconds)
+  try:
+    return fn()
+  finally:
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_fifos_and_devices_in_a_corpus_dir_are_skipped_with_a_line(tmp_path, caplog):
+  (tmp_path / "a.py").write_text("x = 1\n")
+  os.mkfifo(tmp_path / "pipe.txt")  # no writer: a read blocks forever
+  os.symlink("/dev/zero", tmp_path / "zeros.txt")  # a read never ends
+  os.symlink(tmp_path / "gone.py", tmp_path / "dangling.py")
+  with caplog.at_level("WARNING"):
+    files = _bounded(lambda: corpus_lib.discover_files(str(tmp_path)))
+  assert [f.key for f in files] == ["a.py"]
+  assert "skipped 3 entries that are not regular files" in caplog.text
+  corpus = _bounded(lambda: corpus_lib.build_corpus(files, ByteTokenizer()))
+  assert len(corpus.starts) == 2
+
+
+def test_a_fifo_given_as_the_data_path_is_one_line(tmp_path):
+  os.mkfifo(tmp_path / "pipe.txt")
+  with pytest.raises(ValueError, match="is neither a regular file nor a directory"):
+    _bounded(lambda: corpus_lib.discover_files(str(tmp_path / "pipe.txt")))

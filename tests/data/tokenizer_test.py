@@ -86,6 +86,11 @@ def test_changed_file_is_reloaded(tmp_path, tiny_tiktoken, write_tiktoken):
   [
     ("aGU= 0\nnot-a-line\n", "expected 'base64_token rank'"),
     ("aGU= 0\nbGw= 2\n", "ranks must be exactly 0..1"),
+    ("", r"tokenizer file .*bad.model is empty"),
+    ("\n\n", r"tokenizer file .*bad.model is empty"),
+    ("aGU= 0\nbGw", r"bad.model:2: expected .* \(the file may be truncated\)"),
+    # Cut at a line end: its ranks are consistent, but most single bytes are gone.
+    ("AA== 0\nAQ== 1\n", r"bad.model lacks 254 of the 256 single-byte tokens \(e.g. byte 0x02\)"),
   ],
 )
 def test_bad_tiktoken_file(tmp_path, content, match):

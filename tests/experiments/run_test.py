@@ -65,6 +65,7 @@ _CONFIGS = "configs in experiments/configs/: default.py, kimi_k2_continued.py, "
     "unknown_field",
     "unknown_config",
     "bad_value",
+    "negative_lr",
     "empty_data",
     "other_model",
     "syntax_error",
@@ -100,6 +101,10 @@ def test_bad_input_is_one_line_error(case, tmp_path):
       "configs in experiments/configs/: ",
     ),
     "bad_value": (["--config.train.steps=0"], "train.steps=0 must be >= 1"),
+    "negative_lr": (
+      ["--config.optim.lr=-0.1"],
+      "optim.lr=-0.1 must be finite and >= 0 (a negative rate would ascend the loss)",
+    ),
     "empty_data": ([f"--config.data.paths={empty}"], "has no"),
     "other_model": (
       [f"--workdir={_workdir_of_other_model(tmp_path / 'w')}"],

@@ -4,6 +4,7 @@ devices (the pytest process)."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -372,3 +373,45 @@ def test_tpu_pod_script_commands(tmp_path):
     "compute tpus tpu-vm ssh pod --zone=zone-a --worker=all --command=cd cj && "
     ".venv/bin/python -m experiments.run --config=a\\ b.py --workdir=/mnt/w "
   )
+
+
+def test_unresolvable_coordinator_is_one_line_before_jax(monkeypatch):
+  monkeypatch.setattr(jax.distributed, "initialize", lambda **_: pytest.fail("JAX was called"))
+  s = Settings(coordinator="no-such-host.invalid:1234", num_processes=2, process_id=1)
+  with pytest.raises(ValueError, match=r"host 'no-such-host.invalid' does not resolve"):
+    distributed.initialize(s)
+
+
+def test_coordinator_port_held_by_another_program_is_one_line_before_jax(monkeypatch):
+  monkeypatch.setattr(jax.distributed, "initialize", lambda **_: pytest.fail("JAX was called"))
+  with socket.socket(socket.AF_INET6) as holder:
+    holder.bind(("::", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    s = Settings(coordinator=f"localhost:{port}", num_processes=2, process_id=0)
+    with pytest.raises(ValueError, match=f"port {port} is in use by another program"):
+      distributed.initialize(s)
+
+
+_JOIN_ALONE = """
+import sys
+from composer_jax.parallel import distributed
+distributed.initialize(distributed.Settings(
+  coordinator=sys.argv[1], num_processes=2, process_id=int(sys.argv[2]), timeout_s=1))
+print("joined")
+"""
+
+
+@pytest.mark.parametrize("process_id", [0, 1])  # 0: its peer never comes; 1: nor process 0
+def test_start_up_without_peers_stops_at_the_deadline_with_one_line(process_id):
+  coordinator = f"localhost:{local_launch.free_port()}"
+  proc = subprocess.run(
+    [sys.executable, "-c", _JOIN_ALONE, coordinator, str(process_id)],
+    capture_output=True,
+    text=True,
+    timeout=60,  # the deadline is 1 s: a hang fails here, not in CI's timeout
+  )
+  assert proc.returncode == 1, proc.stderr[-2000:]
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith(f"error: multi-process start-up: process {process_id} of 2"), last
+  assert "within 1 s (--init_timeout_s=1)" in last and "Check failure" not in proc.stderr

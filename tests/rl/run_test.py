@@ -145,6 +145,17 @@ def test_checkpoint_of_another_model_warmup_or_teacher_is_rejected(full_run):
     ),
     ("loss.support", "top", "loss.support='top'; valid: ('full', 'topk', 'sampled')"),
     ("rl.top_p", 0.0, "rl.top_p=0.0 must be in (0, 1] (1 = no nucleus truncation)"),
+    (
+      "rl.group_size",
+      1,
+      "rl.group_size=1 must be >= 2 (group-relative advantages of a group of 1 are 0: no "
+      "reward signal)",
+    ),
+    (
+      "optim.lr",
+      -0.02,
+      "optim.lr=-0.02 must be finite and >= 0 (a negative rate would ascend the loss)",
+    ),
     # A NaN coefficient ran the warm-up, then stopped at RL step 1 naming no field (#23).
     ("loss.sd_coef", float("nan"), "loss.sd_coef=nan must be finite and >= 0"),
     ("loss.ref_kl_coef", -0.1, "loss.ref_kl_coef=-0.1 must be finite and >= 0"),

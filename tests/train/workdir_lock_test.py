@@ -156,3 +156,82 @@ def test_unusable_workdir_is_one_line(tmp_path):
   (tmp_path / "file").write_text("")
   with pytest.raises(workdir_lock.WorkdirUnusableError, match="it is a regular file"):
     workdir_lock.acquire(str(tmp_path / "file"))
+  under = tmp_path / "file" / "a" / "b"
+  with pytest.raises(
+    workdir_lock.WorkdirUnusableError,
+    match=f"it is under {tmp_path / 'file'}, which is not a directory",
+  ):
+    workdir_lock.acquire(str(under))
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_lock_that_is_a_symlink_is_refused_and_its_target_kept(tmp_path, dangling):
+  target = tmp_path / "committed_results.csv"
+  if not dangling:
+    target.write_text("precious\n")
+  workdir = tmp_path / "w"
+  workdir.mkdir()
+  os.symlink(target, workdir / workdir_lock.LOCK_FILE)
+  with pytest.raises(OSError, match=r"\.lock is a symbolic link .*refusing to write"):
+    workdir_lock.acquire(str(workdir))
+  if dangling:
+    assert not os.path.lexists(target)  # nothing created through the link
+  else:
+    assert target.read_text() == "precious\n"
+
+
+def _no_flock(monkeypatch):
+  def no_locks(*_):
+    raise OSError(errno.ENOLCK, "No locks available")
+
+  monkeypatch.setattr(fcntl, "flock", no_locks)
+
+
+def test_without_file_locks_a_dead_holders_lock_is_taken_over_with_a_line(
+  tmp_path, monkeypatch, caplog
+):
+  _no_flock(monkeypatch)
+  dead = subprocess.run(
+    [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+  ).stdout.strip()
+  lock = tmp_path / workdir_lock.LOCK_FILE
+  lock.write_text(json.dumps({"pid": int(dead), "host": socket.gethostname(), "time": 0}))
+  with caplog.at_level("WARNING"):
+    path = workdir_lock.acquire(str(tmp_path))
+  assert _holder(str(tmp_path))["pid"] == os.getpid()
+  assert f"taking over the stale lock {path} of pid {dead}" in caplog.text
+  workdir_lock.release(path)
+
+
+def test_without_file_locks_a_reused_pid_is_not_the_holder(tmp_path, monkeypatch):
+  # The record names a live pid (the parent of this test) but another start time: the pid
+  # was reused, its holder is gone.
+  _no_flock(monkeypatch)
+  ppid = os.getppid()
+  lock = tmp_path / workdir_lock.LOCK_FILE
+  record = {"pid": ppid, "host": socket.gethostname(), "time": 0, "start": 1}
+  lock.write_text(json.dumps(record))
+  workdir_lock.release(workdir_lock.acquire(str(tmp_path)))
+  # The same pid with its real start time is a live holder: refused.
+  from composer_jax.host import processes
+
+  lock.write_text(json.dumps(dict(record, start=processes.start_ticks(ppid))))
+  with pytest.raises(workdir_lock.WorkdirLockedError, match=f"in use by pid {ppid}"):
+    workdir_lock.acquire(str(tmp_path))
+
+
+def test_without_file_locks_another_hosts_lock_is_not_taken(tmp_path, monkeypatch):
+  _no_flock(monkeypatch)
+  lock = tmp_path / workdir_lock.LOCK_FILE
+  lock.write_text(json.dumps({"pid": 2**22 + 1, "host": "elsewhere", "time": 0}))
+  with pytest.raises(workdir_lock.WorkdirLockedError, match="if that run is gone, delete"):
+    workdir_lock.acquire(str(tmp_path))
+
+
+def test_held_or_exit_is_one_line_for_an_entry_point(tmp_path):
+  with workdir_lock.held_or_exit(str(tmp_path)) as path:
+    assert _holder(str(tmp_path))["pid"] == os.getpid()
+    with pytest.raises(SystemExit, match=f"^error: --workdir {tmp_path} is in use by pid"):
+      with workdir_lock.held_or_exit(str(tmp_path)):
+        pytest.fail("ran while the workdir was held")
+  assert not os.path.exists(path)

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -144,7 +145,7 @@ def _escaping_blob() -> str:
     ("out_is_a_file", "is a file, not a directory"),
     ("out_is_the_checkpoint", "is the input"),
     ("out_holds_other_files", "is not empty (it holds 'notes.txt')"),
-    ("no_task_file", "No such file"),
+    ("no_task_file", "does not exist; give a make_tasks JSONL"),
     ("no_tokenizer", "has no tiktoken.model; pass --tokenizer"),
     ("missing_tokenizer", "neither 'byte' nor an existing tiktoken file"),
     ("byte_tokenizer", "needs a tiktoken file"),
@@ -373,3 +374,17 @@ def test_settings_the_model_cannot_sample_with_are_one_line(override, message, t
   args = ["--tasks", str(tasks_file), "--checkpoint", str(tmp_path), "--split", "all", override]
   assert eval_cli.main(args) == 1
   assert message in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize(
+  "override, message",
+  [
+    ("--config.env.heldout_fraction=nan", "env.heldout_fraction=nan must be in [0, 1]"),
+    ("--config.env.heldout_fraction=1.5", "env.heldout_fraction=1.5 must be in [0, 1]"),
+    ("--config.env.max_turns=0", "env.max_turns=0 must be >= 1"),
+    ("--config.rl.max_new_tokens=-1", "rl.max_new_tokens=-1 must be >= 1"),
+  ],
+)
+def test_settings_out_of_range_are_one_line_when_read(override, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    eval_cli.settings({}, [override])
