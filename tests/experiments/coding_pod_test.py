@@ -40,7 +40,7 @@ def test_pod_imports_warms_up_trains_and_evaluates(tmp_path):
   task_lib.write_jsonl(tasks_file, [deletion_task("pkg-t1"), deletion_task("pkg-t2")])
 
   c = rl_coding.get_config("pod")
-  c.model.update(preset="tiny", overrides=dict(num_layers=1, max_position_embeddings=4096))
+  c.model = model_config.as_config(CFG)
   base.set_layout(c, "single")
   c.train.update(init_from=str(imported), steps=2, ckpt_every=1)
   c.env.update(
