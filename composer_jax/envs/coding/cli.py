@@ -27,22 +27,42 @@ from absl import flags
 USAGE_ERROR = 2
 
 
-def _error_line(e: flags.Error) -> str:
-  return f"error: {str(e).strip().splitlines()[0]}"
+Explain = Callable[[list[str], BaseException], str]
 
 
-def parse_flags(define: Callable[[flags.FlagValues], None]) -> Callable[[list[str]], list[str]]:
+def _first_line(argv: list[str], e: BaseException) -> str:
+  return str(e).strip().splitlines()[0]
+
+
+def _parse(define, fv: flags.FlagValues, argv: list[str], explain: Explain | None):
+  """Defines the flags in `fv` and parses `argv`: (the arguments left, None) or (None, the
+  one-line error). `explain`: words every error, also those a flag's own parser raises (a
+  `--config` file's code, an override naming a field it lacks: config flags parse their
+  overrides when defined)."""
+  try:
+    define(fv)
+    return fv(argv), None
+  except flags.Error as e:
+    return None, f"error: {(explain or _first_line)(argv, e)}"
+  except Exception as e:
+    if explain is None:
+      raise
+    return None, f"error: {explain(argv, e)}"
+
+
+def parse_flags(
+  define: Callable[[flags.FlagValues], None], explain: Explain | None = None
+) -> Callable[[list[str]], list[str]]:
   """The `flags_parser` of `app.run` for a command whose flags `define(flag_values)` defines
   (flags are defined when the command runs, so several commands import side by side): a bad
   flag exits `USAGE_ERROR` with one line on stderr."""
 
   def parse(argv: list[str]) -> list[str]:
-    define(flags.FLAGS)
-    try:
-      return flags.FLAGS(argv)
-    except flags.Error as e:
-      print(_error_line(e), file=sys.stderr)
+    rest, error = _parse(define, flags.FLAGS, argv, explain)
+    if error:
+      print(error, file=sys.stderr)
       sys.exit(USAGE_ERROR)
+    return rest
 
   return parse
 
@@ -51,16 +71,16 @@ def run(
   define: Callable[[flags.FlagValues], None],
   work: Callable[[flags.FlagValues], int],
   argv: list[str],
+  explain: Explain | None = None,
 ) -> int:
   """`work(flag_values)` on `argv` (the flags only, no program name) parsed into fresh flags
   `define` defines: a command called in-process (tests, a driver) with the command line's
   exit status; a bad flag is one line on stderr and `USAGE_ERROR`, as on the command line."""
   fv = flags.FlagValues()
-  define(fv)
-  try:
-    fv(["prog", *argv])
-  except flags.Error as e:
-    print(_error_line(e), file=sys.stderr)
+  rest, error = _parse(define, fv, ["prog", *argv], explain)
+  if error or len(rest) > 1:
+    error = error or f"error: unexpected arguments {rest[1:]}"
+    print(error, file=sys.stderr)
     return USAGE_ERROR
   return work(fv)
 
@@ -99,7 +119,7 @@ def check_out(name: str, fv: flags.FlagValues, *, directory: bool = True) -> Non
   def check(value):
     problem = out_problem(value, directory=directory)
     if problem:
-      raise flags.ValidationError(f"--{name}={value}: {problem}")
+      raise flags.ValidationError(problem)
     return True
 
   flags.register_validator(name, check, flag_values=fv)
