@@ -173,20 +173,16 @@ def _tuples(value):
 
 
 def settings(
-  saved: dict,
-  file_config: ml_collections.ConfigDict,
-  model_cfg: model_config.ModelConfig,
-  overrides: dict,
-  file_given: bool = False,
+  saved: dict, file_config: ml_collections.ConfigDict, overrides: dict, file_given: bool = False
 ) -> ml_collections.ConfigDict:
-  """The run config eval plays with (module docstring): `saved` (a checkpoint's run config)
-  when it is a coding run's, else `file_config` (the `--config` file's; `file_given`: named on
-  the command line); `model` the checkpoint's `model_cfg`; then the `overrides`
-  (`{'env.max_turns': 5, ...}`, as config flags parsed them).
+  """The run config eval plays with (module docstring), but for its model: `saved` (a
+  checkpoint's run config) when it is a coding run's, else `file_config` (the `--config`
+  file's; `file_given`: named on the command line), with the `overrides` outside `model`
+  (`{'env.max_turns': 5, ...}`, as config flags parsed them); `with_model` adds the model.
 
   Raises:
     ValueError: one line: a coding run config and a `--config` file both given, an override
-      naming a field the config lacks or of another type, a change of the architecture.
+      naming a field the config lacks or of another type.
   """
   coding = saved.get("env", {}).get("name") == "coding"
   if coding and file_given:
@@ -195,20 +191,40 @@ def settings(
       "with; change fields with --config.SECTION.FIELD=VALUE"
     )
   c = ml_collections.ConfigDict(_tuples(saved) if coding else file_config.to_dict())
-  c.model = model_config.as_config(model_cfg)
+  c.env.curriculum.min_rollouts = 0  # every task is played --samples times
+  _override(c, {k: v for k, v in overrides.items() if not k.startswith("model.")})
+  return c
+
+
+def _override(c: ml_collections.ConfigDict, overrides: dict) -> None:
   c.lock()
   try:
     c.update_from_flattened_dict(overrides)
   except (KeyError, AttributeError, TypeError) as e:
     raise ValueError(f"config override: {str(e).splitlines()[0]}") from None
-  diffs = checkpointing.model_config_diff(model_cfg, model_config.model_config(c.model))
+
+
+def with_model(
+  c: ml_collections.ConfigDict, model_cfg: model_config.ModelConfig, overrides: dict
+) -> model_config.ModelConfig:
+  """Sets `c.model` to the checkpoint's `model_cfg` with the `model.` `overrides`; returns
+  the model config the policy runs with.
+
+  Raises:
+    ValueError: one line: an override that changes the architecture (the checkpoint's
+      parameters would not fit it), a field the model lacks.
+  """
+  with c.unlocked():
+    c.model = model_config.as_config(model_cfg)
+  _override(c, {k: v for k, v in overrides.items() if k.startswith("model.")})
+  used = model_config.model_config(c.model)
+  diffs = checkpointing.model_config_diff(model_cfg, used)
   if diffs:
     raise ValueError(
       f"--config.model overrides change the checkpoint's architecture: {', '.join(diffs)}; "
       "only runtime fields (dtype, kernels, remat) can change"
     )
-  c.env.curriculum.min_rollouts = 0  # every task is played --samples times
-  return c
+  return used
 
 
 def _tasks(spec: str, config, which: str) -> list:
@@ -244,11 +260,9 @@ def evaluate_checkpoint(f: flags.FlagValues) -> int:
       replaceable=REPORT_FILES.values(),
     )
     overrides = dict(f["config"].override_values)
-    model_cfg, variables = load_checkpoint.load(f.checkpoint)
     run = settings(
       load_checkpoint.run_config(f.checkpoint),
       file_config,
-      model_cfg,
       overrides,
       file_given=bool(f["config"].present),
     )
@@ -257,6 +271,8 @@ def evaluate_checkpoint(f: flags.FlagValues) -> int:
       run.env.tokenizer = shipped
     spec = f.tasks or run.env.tasks
     tasks = _tasks(spec, run, f.split)
+    saved_model, variables = load_checkpoint.load(f.checkpoint)
+    model_cfg = with_model(run, saved_model, overrides)
     cfg = evaluate.EvalConfig(k=f.k, samples=f.samples, batch=f.batch, seed=f.seed)
     with tempfile.TemporaryDirectory(prefix="cj-eval-") as scratch:  # the tokenizer's copy
       env = program.make_env(run, scratch, tasks)  # the RL program's env; checks lengths
