@@ -323,5 +323,7 @@ def main(argv) -> int:
   return evaluate_checkpoint(flags.FLAGS)
 
 
+_parse_flags = cli.parse_flags(define_flags, _explain)  # app.run's (and docs_commands_test's)
+
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags(define_flags, _explain))
+  app.run(main, flags_parser=_parse_flags)

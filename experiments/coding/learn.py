@@ -110,7 +110,7 @@ def tasks(args, out: Path) -> Path:
           f"0:{args.projects}",
           "--methods",
           "deletion",
-          "--max-tasks",
+          "--max_tasks",
           "5",
           "--out",
           str(made),

@@ -5,9 +5,9 @@ like the trainer, with one dialect for bad input and for long steps.
   (tests, drivers). A bad flag (unknown, of the wrong type,
   outside its `lower_bound`/`upper_bound`, failing a validator) exits `USAGE_ERROR` (2, as
   argparse did) with one line naming the flag, the value and what is valid; no traceback.
-* `check_fraction`, `check_out`: validators registered at definition time, so a held-out
-  fraction outside [0, 1] (or NaN, which passes absl's bounds) and an output path that is a
-  file, or lies under one, fail at parse time, before any work.
+* `check_out`: a validator registered at definition time, so an output path that is a file
+  (or a directory where a file is wanted), or lies under a file, fails at parse time, before
+  any work. Ranges are absl's `lower_bound` / `upper_bound`.
 * `Progress`: one line per update of a long step (tasks made, episodes played):
   `LABEL: DONE/TOTAL UNIT, RATE UNIT/s, elapsed E, ETA T`.
 
@@ -83,17 +83,6 @@ def run(
     print(error, file=sys.stderr)
     return USAGE_ERROR
   return work(fv)
-
-
-def check_fraction(name: str, fv: flags.FlagValues) -> None:
-  """Registers that float flag `name` is finite and in [0, 1] (absl's bounds let NaN
-  through: NaN compares false with both)."""
-  flags.register_validator(
-    name,
-    lambda v: v is None or (math.isfinite(v) and 0.0 <= v <= 1.0),
-    message=f"--{name} must be a fraction in [0, 1]",
-    flag_values=fv,
-  )
 
 
 def out_problem(path: str | None, *, directory: bool) -> str | None:

@@ -169,6 +169,7 @@ def _escaping_blob() -> str:
     ("byte_tokenizer", "the chat format needs 'bytes' or a tiktoken file"),
     ("not_a_checkpoint", "is none of"),
     ("empty_split", "heldout split of"),
+    ("heldout_fraction_nan", "held-out fraction nan must lie in [0, 1]"),
     ("unknown_tool", "shell"),
     ("architecture_override", "change the checkpoint's architecture: num_layers (checkpoint"),
   ],
@@ -215,6 +216,8 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, expected, zero_checkpoint
     args[1] = f"--checkpoint={tmp_path}"
   elif case == "empty_split":
     args += ["--config.env.heldout_fraction=0.0"]
+  elif case == "heldout_fraction_nan":
+    args += ["--config.env.heldout_fraction=nan"]
   elif case == "unknown_tool":
     args += ["--config.env.tools=('read_file','shell')"]
   elif case == "architecture_override":
@@ -265,7 +268,7 @@ def test_help_lists_every_flag_with_its_default():
     timeout=300,
   )
   for name, value in [("k", "1"), ("samples", "0"), ("split", "heldout"), ("batch", "8")]:
-    assert re.search(rf"--{name}: .*\n(    .*\n)*?    \(default: '{default}'\)", p.stdout), name
+    assert re.search(rf"--{name}: .*\n(    .*\n)*?    \(default: '{value}'\)", p.stdout), name
   assert "rl_coding.py')" in p.stdout
 
 
