@@ -138,7 +138,7 @@ class Progress:
 
   def line(self, done: int, note: str = "") -> str:
     elapsed = self._clock() - self._t0
-    rate = (done - self._start) / elapsed if elapsed > 0 else math.inf
+    rate = (done - self._start) / elapsed if elapsed > 0 else 0.0  # 0: no rate yet
     eta = (self.total - done) / rate if rate > 0 else math.inf
     text = (
       f"{self.label}: {done}/{self.total} {self.unit}, {rate:.3g} {self.unit}/s, "
