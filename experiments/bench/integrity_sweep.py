@@ -139,5 +139,7 @@ def summarize(rows: list[dict]) -> dict:
   }
 
 
+_parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
+
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags(define_flags))
+  app.run(main, flags_parser=_parse_flags)

@@ -132,5 +132,7 @@ def main(argv):
     print(f"{name} flag rate: {flagged}/{n} = {100 * flagged / max(n, 1):.2f}% of changes critical")
 
 
+_parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
+
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags(define_flags))
+  app.run(main, flags_parser=_parse_flags)
