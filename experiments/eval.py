@@ -50,7 +50,7 @@ import tempfile
 
 import matplotlib
 import ml_collections
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from composer_jax.data import tokenizer as tok_lib
@@ -317,13 +317,7 @@ def run(argv: list[str]) -> int:
   return cli.run(functools.partial(define_flags, argv=full), evaluate_checkpoint, argv, _explain)
 
 
-def main(argv) -> int:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  return evaluate_checkpoint(flags.FLAGS)
-
-
 _parse_flags = cli.parse_flags(define_flags, _explain)  # app.run's (and docs_commands_test's)
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse_flags)
+  cli.start(define_flags, evaluate_checkpoint, _explain)

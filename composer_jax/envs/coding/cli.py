@@ -1,8 +1,8 @@
 """What the coding commands share (`make_tasks`, `grade_patch`, `experiments.eval`): absl flags,
 like the trainer, with one dialect for bad input and for long steps.
 
-* `parse_flags`: the `flags_parser` of `app.run`; `run`: the same command called in-process
-  (tests, drivers). A bad flag (unknown, of the wrong type,
+* `start`: runs a command (`app.run` with `parse_flags` as its flags parser); `run`: the same
+  command called in-process (tests, drivers). A bad flag (unknown, of the wrong type,
   outside its `lower_bound`/`upper_bound`, failing a validator) exits `USAGE_ERROR` (2, as
   argparse did) with one line naming the flag, the value and what is valid; no traceback.
 * `check_out`: a validator registered at definition time, so an output path that is a file
@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from absl import flags
+from absl import app, flags
 
 USAGE_ERROR = 2
 
@@ -79,10 +79,25 @@ def run(
   fv = flags.FlagValues()
   rest, error = _parse(define, fv, ["prog", *argv], explain)
   if error or len(rest) > 1:
-    error = error or f"error: unexpected arguments {rest[1:]}"
-    print(error, file=sys.stderr)
+    print(error or f"error: unexpected arguments {rest[1:]}", file=sys.stderr)
     return USAGE_ERROR
   return work(fv)
+
+
+def start(
+  define: Callable[[flags.FlagValues], None],
+  work: Callable[[flags.FlagValues], int],
+  explain: Explain | None = None,
+) -> None:
+  """Runs the command from the command line: `app.run` with `parse_flags`, then
+  `work(flags.FLAGS)`; its result is the exit status."""
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    return work(flags.FLAGS)
+
+  app.run(main, flags_parser=parse_flags(define, explain))
 
 
 def out_problem(path: str | None, *, directory: bool) -> str | None:

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from absl import app, flags
+from absl import flags
 
 from composer_jax.envs.coding import cli, sandbox, task
 from composer_jax.envs.coding.sandbox import grader
@@ -54,13 +54,7 @@ def run(argv: list[str]) -> int:
   return cli.run(define_flags, grade, argv)
 
 
-def main(argv) -> int:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  return grade(flags.FLAGS)
-
-
 _parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse_flags)
+  cli.start(define_flags, grade)

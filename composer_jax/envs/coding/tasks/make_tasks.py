@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from absl import app, flags
+from absl import flags
 
 from composer_jax.envs.coding import cli, task, workers
 from composer_jax.envs.coding.tasks import factory, generator, microprojects, sources
@@ -132,12 +132,6 @@ def run(argv: list[str]) -> int:
   return cli.run(define_flags, make, argv)
 
 
-def main(argv) -> int:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  return make(flags.FLAGS)
-
-
 # The factory settings of micro-project tasks (the --micro defaults, and `micro_tasks`): pure
 # functions, so one baseline and one validation re-run; deletions of functions only.
 MICRO = generator.Config(
@@ -229,4 +223,4 @@ def _single(args, cfg) -> int:
 _parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse_flags)
+  cli.start(define_flags, make)
