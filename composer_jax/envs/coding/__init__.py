@@ -15,4 +15,6 @@ Shared by all of them:
   task      task records (JSONL) and unified diffs
   project   a Python project tree: source and test files, packing a workspace
   workers   worker pools (local processes or Ray) for generation, grading and episodes
+  cli       the commands' dialect: absl flags, one-line flag errors (exit 2), ranges and
+            output paths checked at parse time, progress lines with an ETA
 """
