@@ -1,59 +1,69 @@
 """Evaluates a checkpoint on coding tasks: pass@k on a held-out split and behaviour metrics.
 
-  python -m experiments.eval --tasks F.jsonl --checkpoint DIR --k K [--out DIR] \
-      [--config.rl.temperature=0.7 --config.env.max_turns=10 ...]
+  python -m experiments.eval --checkpoint=DIR [--tasks=F.jsonl] [--k=K] [--out=DIR] \
+      [--config=experiments/configs/rl_coding.py[:ARG]] [--config.rl.temperature=0.7 ...]
 
 `--checkpoint`: an imported checkpoint (`composer_jax.convert.import_hf`), a Hugging Face
 directory, or a training / RL workdir (newest checkpoint) — `train.load_checkpoint`.
-`--tokenizer`: a tiktoken file with Kimi's special tokens (or a directory holding
-`tiktoken.model`); default: the checkpoint's own `tiktoken.model` (an RL workdir keeps its
-tokenizer there).
-The episodes are played with the run config's settings (`settings`): for a training or RL
-workdir its own saved run config (`train.load_checkpoint.run_config`), so the policy is
-evaluated as it was trained; `--config.SECTION.FIELD=VALUE` overrides any of them, named as
-in the run config (`experiments/configs/base.py`):
-  env.heldout_fraction, env.split_seed  the split by project (`codetasks.synthesis.split`); the
-                                        held-out split is evaluated unless `--split all`
-  env.tools, env.max_turns              the tools offered, the turns of an episode
-  rl.seq_len, rl.max_new_tokens         the episode's and a turn's token budgets (seq_len 0:
-                                        what the model's positions allow, at most 32768)
-  env.thinking, env.system,             K2.5's thinking or instant pre-fill, the system message
-  env.statement                         ('' = the agent's), 'full' or 'compact' statement
-  rl.temperature, rl.top_p              sampling
-A checkpoint without a run config (imported, Hugging Face) is played with 0.2, 0, every tool,
-30 turns, thinking mode, the agent's system message, the full statement, 0 and 1024 tokens,
-temperature and top-p 1. Budgets are checked against the model
-and every task's first prompt before any episode, one line. Writes `eval.json`,
-`episodes.csv` and `eval.png` under `--out` (default `<checkpoint>/eval`) and prints the
-summary.
 
-Every input is checked before any episode is played; bad input exits 1 with one line: a
-task file that is not JSONL or has a malformed record (a field of the wrong type, a
-workspace that does not unpack; the message names the line), no tasks, bad settings, a
-missing tokenizer, an unreadable checkpoint, an `--out` that is a file, is or holds an
-input, or holds files other than an earlier evaluation's. The results are written beside
-`--out` and renamed into place when complete (`convert.outputs`); if they cannot be written
-after all (disk full), the whole report is printed to stdout instead of being lost.
+One run config says how the episodes are played, in the schema of the coding RL program
+(`experiments/configs/rl_coding.py`), from one of:
+  * a coding RL workdir (or its warm-up): its own saved run config, so the policy plays as it
+    was trained (then `--config=FILE` is refused: there is one source of settings);
+  * any other checkpoint (imported, Hugging Face, a supervised workdir such as the default
+    run's): the `--config` file (default `rl_coding.py`: the RL program's own defaults;
+    `rl_coding.py:pod` for Kimi K2.5's settings).
+Its `model` section is the checkpoint's; `--config.SECTION.FIELD=VALUE` overrides any field
+with the grammar of `experiments.run` (ml_collections config flags: typed, an unknown field is
+one line; a tuple is `--config.env.tools="('edit','submit')"`); a model override may change
+runtime fields only (dtype, kernels), not the architecture. The environment is the RL
+program's (`experiments.coding.program.make_env`): tools, budgets (`env.max_turns`,
+`rl.seq_len`, `rl.max_new_tokens`; lengths at 0 derived from the tasks, all checked against
+the model before any episode), statement, system message, thinking mode, feedback kinds;
+without the curriculum (every task is played `--samples` times), its tools and grader on
+`env.workers` processes. Sampling: `rl.temperature`, `rl.top_p`. Split: `env.heldout_fraction`, `env.split_seed` (`envs.coding.tasks.split`, as RL
+used them); `--split`. Tokenizer: `--config.env.tokenizer` when given, else the checkpoint's
+own `tiktoken.model` (an RL workdir keeps its tokenizer there), else the config's
+`env.tokenizer` ('bytes': the 256-byte tokenizer that ships with the code, the one a
+byte-level checkpoint such as the default run's reads). `--tasks`: a make_tasks JSONL or
+micro:START:STOP, default the config's `env.tasks`.
+
+Writes `eval.json` (with the settings played), `episodes.csv` and `eval.png` under `--out`
+(default `<checkpoint>/eval`) and prints the summary; one progress line per batch of episodes
+(done/total, rate, ETA) on stderr.
+
+Every input is checked before any episode is played. A bad flag (unknown, out of range, an
+`--out` that is a file or under one, an unknown config field) exits 2 with one line; other bad
+input exits 1 with one line: a task file that is not JSONL or has a malformed record (the
+message names the line), no tasks, bad settings, a missing tokenizer, an unreadable checkpoint,
+an `--out` that is or holds an input, or holds files other than an earlier evaluation's. The
+results are written beside `--out` and renamed into place when complete (`tools.outputs`); if
+they cannot be written after all (disk full), the whole report is printed to stdout instead.
 """
 
-import argparse
 import csv
+import functools
 import json
 import os
 import sys
+import tempfile
 
 import matplotlib
 import ml_collections
+from absl import flags
+from ml_collections import config_flags
 
-from composer_jax.codetasks import task as task_lib
+from composer_jax.codetasks import cli
 from composer_jax.codetasks.sandbox import bwrap
 from composer_jax.codetasks.synthesis import split
 from composer_jax.convert import outputs
 from composer_jax.data import tokenizer as tok_lib
-from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.envs.coding.evaluation import evaluate
+from composer_jax.model import config as model_config
 from composer_jax.parallel import backend
-from composer_jax.train import load_checkpoint
+from composer_jax.train import checkpointing, load_checkpoint
+from experiments.coding import program
+from experiments.config_cli import CONFIG_DIR, config_error
 from experiments.configs import base
 
 matplotlib.use("Agg")  # Files only: no display on a cluster or in CI.
@@ -106,154 +116,180 @@ def _plot(summary: dict, path: str, title: str) -> None:
   plt.close(fig)
 
 
-def _args(argv):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--tasks", required=True, help="task JSONL (envs/coding make_tasks output)")
-  p.add_argument("--checkpoint", required=True, help="checkpoint directory (module docstring)")
-  p.add_argument("--k", type=int, default=1, help="largest k of pass@k")
-  p.add_argument("--samples", type=int, default=0, help="episodes per task (default k)")
-  p.add_argument("--tokenizer", default="", help="tiktoken file or directory")
-  p.add_argument("--out", default="", help="output directory (default <checkpoint>/eval)")
-  p.add_argument("--split", choices=("heldout", "train", "all"), default="heldout")
-  p.add_argument("--batch", type=int, default=8, help="episodes per policy call")
-  p.add_argument("--workers", type=int, default=1, help="processes running tools and grading")
-  p.add_argument("--seed", type=int, default=0)
-  args, rest = p.parse_known_args(argv)
-  unknown = [a for a in rest if not a.startswith("--config.")]
-  if unknown:
-    p.error(f"unrecognized arguments: {' '.join(unknown)}")
-  args.overrides = rest
-  return args
+# pass@k needs n >= k episodes per task, each a whole agent episode (seconds to minutes):
+# Chen et al. (arXiv 2107.03374) report up to pass@100 from n = 200; 1000 episodes a task is
+# well past any published estimate and already days of sampling, so more is a typo.
+MAX_SAMPLES = 1000
+_DEFAULT_CONFIG = "rl_coding.py"
 
 
-def defaults() -> ml_collections.ConfigDict:
-  """The run-config fields eval reads, with its values for a checkpoint that has none."""
-  return ml_collections.ConfigDict(
-    {
-      "env": {
-        "heldout_fraction": 0.2,
-        "split_seed": 0,
-        "tools": tuple(agent_tools.TOOL_NAMES),
-        "max_turns": 30,
-        "thinking": True,
-        "system": "",
-        "statement": "full",
-      },
-      "rl": {"seq_len": 0, "max_new_tokens": 1024, "temperature": 1.0, "top_p": 1.0},
-    }
+def define_flags(fv: flags.FlagValues, argv: list[str] | None = None) -> None:
+  """The command's flags; `argv`: the command line the `--config.` overrides are read from
+  (None: sys.argv)."""
+  flags.DEFINE_string(
+    "checkpoint", None, "checkpoint directory (module docstring)", required=True, flag_values=fv
+  )
+  flags.DEFINE_string(
+    "tasks", "", "task JSONL or micro:START:STOP ('': the config's env.tasks)", flag_values=fv
+  )
+  flags.DEFINE_integer(
+    "k", 1, "largest k of pass@k", lower_bound=1, upper_bound=MAX_SAMPLES, flag_values=fv
+  )
+  flags.DEFINE_integer(
+    "samples",
+    0,
+    "episodes per task (0: k)",
+    lower_bound=0,
+    upper_bound=MAX_SAMPLES,
+    flag_values=fv,
+  )
+  flags.register_multi_flags_validator(
+    ["k", "samples"],
+    lambda v: not v["samples"] or v["samples"] >= v["k"],
+    message="--samples must be 0 (= k) or >= --k",
+    flag_values=fv,
+  )
+  flags.DEFINE_enum(
+    "split", "heldout", ["heldout", "train", "all"], "the tasks evaluated", flag_values=fv
+  )
+  flags.DEFINE_string("out", "", "output directory ('': <checkpoint>/eval)", flag_values=fv)
+  cli.check_out("out", fv)
+  flags.DEFINE_integer(
+    "batch", 8, "episodes per policy call", lower_bound=1, upper_bound=4096, flag_values=fv
+  )
+  flags.DEFINE_integer("seed", 0, "sampling seed", lower_bound=0, flag_values=fv)
+  config_flags.DEFINE_config_file(
+    "config",
+    os.path.join(CONFIG_DIR, _DEFAULT_CONFIG),
+    "Settings for a checkpoint without a coding run config (module docstring).",
+    flag_values=fv,
+    lock_config=True,
+    sys_argv=argv,
   )
 
 
-def _value(text: str, current):
-  """`--config.` override text as the type of the field's current value."""
-  if isinstance(current, (tuple, list)):
-    return tuple(t.strip().strip("'\"") for t in text.strip("()[]").split(",") if t.strip())
-  if isinstance(current, bool):
-    if text.lower() not in ("true", "false"):
-      raise ValueError(f"{text!r} is not true or false")
-    return text.lower() == "true"
-  return type(current)(text)
+def _tuples(value):
+  """A saved (JSON) run config's lists as the tuples the config files hold."""
+  if isinstance(value, dict):
+    return {k: _tuples(v) for k, v in value.items()}
+  return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
-def settings(run: dict, overrides: list[str]) -> ml_collections.ConfigDict:
-  """`defaults()`, each field replaced by the checkpoint's run config `run` where it has it
-  ({} for none), then by the `--config.SECTION.FIELD=VALUE` `overrides`.
+def settings(
+  saved: dict, file_config: ml_collections.ConfigDict, overrides: dict, file_given: bool = False
+) -> ml_collections.ConfigDict:
+  """The run config eval plays with (module docstring), but for its model: `saved` (a
+  checkpoint's run config) when it is a coding run's, else `file_config` (the `--config`
+  file's; `file_given`: named on the command line), with the `overrides` outside `model`
+  (`{'env.max_turns': 5, ...}`, as config flags parsed them); `with_model` adds the model.
 
   Raises:
-    ValueError: an override names no field of `defaults()` or gives a value of another type.
+    ValueError: one line: a coding run config and a `--config` file both given, an override
+      naming a field the config lacks or of another type.
   """
-  c = defaults()
-  for section, fields in c.items():
-    for name in fields:
-      if name in run.get(section, {}):
-        value = run[section][name]
-        fields[name] = tuple(value) if isinstance(fields[name], tuple) else value
-  known = [f"{s}.{n}" for s, fields in c.items() for n in fields]
-  for flag in overrides:
-    path, eq, text = flag.removeprefix("--config.").partition("=")
-    if path not in known or not eq:
-      raise ValueError(f"{flag}: eval reads --config.FIELD=VALUE for the fields {known}")
-    section, name = path.split(".")
-    try:
-      c[section][name] = _value(text, c[section][name])
-    except (TypeError, ValueError) as e:
-      raise ValueError(f"{flag}: {e}") from None
+  coding = saved.get("env", {}).get("name") == "coding"
+  if coding and file_given:
+    raise ValueError(
+      "--config=FILE: the checkpoint holds a coding run's config, the settings eval plays "
+      "with; change fields with --config.SECTION.FIELD=VALUE"
+    )
+  c = ml_collections.ConfigDict(_tuples(saved) if coding else file_config.to_dict())
+  c.env.curriculum.min_rollouts = 0  # every task is played --samples times
+  _override(c, {k: v for k, v in overrides.items() if not k.startswith("model.")})
   base.check_numbers(c)  # the run config's one range table
   return c
 
 
-def _tasks(args, env) -> list:
-  tasks = task_lib.load_jsonl(args.tasks)  # none, or a repeated id: one line already
-  if args.split == "all":
+def _override(c: ml_collections.ConfigDict, overrides: dict) -> None:
+  c.lock()
+  try:
+    c.update_from_flattened_dict(overrides)
+  except (KeyError, AttributeError, TypeError) as e:
+    raise ValueError(f"config override: {str(e).splitlines()[0]}") from None
+
+
+def with_model(
+  c: ml_collections.ConfigDict, model_cfg: model_config.ModelConfig, overrides: dict
+) -> model_config.ModelConfig:
+  """Sets `c.model` to the checkpoint's `model_cfg` with the `model.` `overrides`; returns
+  the model config the policy runs with.
+
+  Raises:
+    ValueError: one line: an override that changes the architecture (the checkpoint's
+      parameters would not fit it), a field the model lacks.
+  """
+  with c.unlocked():
+    c.model = model_config.as_config(model_cfg)
+  _override(c, {k: v for k, v in overrides.items() if k.startswith("model.")})
+  used = model_config.model_config(c.model)
+  diffs = checkpointing.model_config_diff(model_cfg, used)
+  if diffs:
+    raise ValueError(
+      f"--config.model overrides change the checkpoint's architecture: {', '.join(diffs)}; "
+      "only runtime fields (dtype, kernels, remat) can change"
+    )
+  return used
+
+
+def _tasks(spec: str, config, which: str) -> list:
+  env = config.env
+  tasks = program.load_tasks(spec, env.workers)
+  if which == "all":
     return tasks
   train, held = split.split_by_project(tasks, env.heldout_fraction, env.split_seed)
-  chosen = held if args.split == "heldout" else train
+  chosen = held if which == "heldout" else train
   if not chosen:
     raise ValueError(
-      f"the {args.split} split of {args.tasks} is empty (projects: "
+      f"the {which} split of {spec} is empty (projects: "
       f"{sorted({split.project_of(t) for t in tasks})}, env.heldout_fraction "
       f"{env.heldout_fraction}); change it (--config.env.heldout_fraction=F) "
-      "or use --split all"
+      "or use --split=all"
     )
   return chosen
 
 
-def _tokenizer(args):
-  path = args.tokenizer or tok_lib.find_tokenizer_near(args.checkpoint)
-  if not path:
-    raise ValueError(
-      f"no tokenizer: {args.checkpoint} has no {tok_lib.TIKTOKEN_FILENAME}; pass "
-      "--tokenizer FILE (a tiktoken file with Kimi's special tokens)"
-    )
-  tok = tok_lib.load_tokenizer({"tokenizer": path})
-  if not isinstance(tok, tok_lib.TiktokenTokenizer):
-    raise ValueError(f"--tokenizer {path!r}: the chat format needs a tiktoken file, not 'byte'")
-  return tok
-
-
-def main(argv=None) -> int:
-  args = _args(argv)
-  backend.ready_or_exit()
+def evaluate_checkpoint(f: flags.FlagValues) -> int:
+  """The command on parsed flags `f`: its exit status (module docstring)."""
+  try:  # A config file that fails to load does so here (config flags load it lazily).
+    file_config = f.config
+    file_config.keys()
+  except Exception as e:
+    print(f"error: {config_error(sys.argv, e, _DEFAULT_CONFIG)}", file=sys.stderr)
+    return cli.USAGE_ERROR
+  backend.ready_or_exit()  # JAX_PLATFORMS, XLA_FLAGS, JAX_ENABLE_X64, the backend: one line
   try:  # Every input first: nothing below fails after the evaluation.
     out = outputs.check(
-      args.out or f"{args.checkpoint}/eval",
-      inputs=[args.checkpoint, args.tasks],
+      f.out or f"{f.checkpoint}/eval",
+      inputs=[f.checkpoint, *([f.tasks] if f.tasks else [])],
       inside_inputs=True,
       replaceable=REPORT_FILES.values(),
     )
-    run = settings(load_checkpoint.run_config(args.checkpoint), args.overrides)
-    env, rl = run.env, run.rl
-    tasks = _tasks(args, env)
-    agent_tools.Session.check_tools(tuple(env.tools))
-    tokenizer = _tokenizer(args)
-    model_cfg, variables = load_checkpoint.load(args.checkpoint)
-    if not rl.seq_len:  # what the sampler can hold, at most 32768
-      rl.seq_len = min(32768, model_cfg.max_position_embeddings - rl.max_new_tokens + 1)
-    if tokenizer.vocab_size > model_cfg.vocab_size:
-      raise ValueError(
-        f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} ids, more than "
-        f"the checkpoint's vocab_size {model_cfg.vocab_size}"
-      )
-    cfg = evaluate.EvalConfig(
-      k=args.k,
-      samples=args.samples,
-      temperature=rl.temperature,
-      top_p=rl.top_p,
-      max_turn_tokens=rl.max_new_tokens,
-      batch=args.batch,
-      seed=args.seed,
-      tools=tuple(env.tools),
-      thinking=env.thinking,
-      system=env.system,
-      statement=env.statement,
-      budget=agent_tools.Budget(max_turns=env.max_turns, max_tokens=rl.seq_len),
+    overrides = dict(f["config"].override_values)
+    run = settings(
+      load_checkpoint.run_config(f.checkpoint),
+      file_config,
+      overrides,
+      file_given=bool(f["config"].present),
     )
-    report = evaluate.evaluate(tasks, model_cfg, variables, tokenizer, cfg, args.workers)
+    shipped = tok_lib.find_tokenizer_near(f.checkpoint)
+    if shipped and "env.tokenizer" not in overrides:
+      run.env.tokenizer = shipped
+    spec = f.tasks or run.env.tasks
+    tasks = _tasks(spec, run, f.split)
+    saved_model, variables = load_checkpoint.load(f.checkpoint)
+    model_cfg = with_model(run, saved_model, overrides)
+    cfg = evaluate.EvalConfig(k=f.k, samples=f.samples, batch=f.batch, seed=f.seed)
+    with tempfile.TemporaryDirectory(prefix="cj-eval-") as scratch:  # the tokenizer's copy
+      env = program.make_env(run, scratch, tasks)  # the RL program's env; checks lengths
+      report = evaluate.evaluate(env, tasks, model_cfg, variables, run.rl, cfg)
   except (OSError, ValueError, bwrap.SandboxUnavailable) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
   meta = {
-    **vars(args),
+    **{name: f[name].value for name in ("checkpoint", "tasks", "k", "samples", "split", "out")},
+    "batch": f.batch,
+    "seed": f.seed,
+    "tasks_spec": spec,
     "settings": run.to_dict(),
     "split_projects": sorted({split.project_of(t) for t in tasks}),
   }
@@ -272,5 +308,21 @@ def main(argv=None) -> int:
   return 0
 
 
+def _explain(argv: list[str], e: BaseException) -> str:
+  """One line for a bad flag: the `--config` file's own errors as `experiments.run` words
+  them."""
+  if isinstance(e, flags.Error) and not str(e).startswith("flag --config="):
+    return str(e).strip().splitlines()[0]
+  return config_error(argv, e, _DEFAULT_CONFIG)
+
+
+def run(argv: list[str]) -> int:
+  """The command in-process on `argv` (flags only): its exit status (`cli.run`)."""
+  full = ["eval", *argv]
+  return cli.run(functools.partial(define_flags, argv=full), evaluate_checkpoint, argv, _explain)
+
+
+_parse_flags = cli.parse_flags(define_flags, _explain)  # app.run's (and docs_commands_test's)
+
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.start(define_flags, evaluate_checkpoint, _explain)

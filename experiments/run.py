@@ -21,7 +21,6 @@ filesystem all processes share) plus `--coordinator=HOST:PORT --num_processes=N
 (`composer_jax.parallel.distributed`). The launchers in `launch/` do this.
 """
 
-import glob
 import importlib
 import os
 import sys
@@ -33,6 +32,7 @@ from ml_collections import config_flags
 from composer_jax.host import environment
 from composer_jax.parallel import backend, distributed
 from composer_jax.train import checkpointing, compile_cache, host_memory, loop, workdir_lock
+from experiments.config_cli import CONFIG_DIR, config_arg, config_error, run_configs
 from experiments.configs import base
 
 # RL experiments, by environment name (`config.env.name`): the module whose `run(config,
@@ -52,54 +52,17 @@ def _rl(config, workdir: str):
 
 METHODS = {"lm": loop.train, "rl": _rl}
 
-_CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
-_NOT_RUN_CONFIGS = ("__init__.py", "base.py", "layouts.py")  # Not runnable on their own.
-
-
-def _run_configs() -> str:
-  names = sorted(map(os.path.basename, glob.glob(os.path.join(_CONFIG_DIR, "*.py"))))
-  return "configs in experiments/configs/: " + ", ".join(
-    n for n in names if n not in _NOT_RUN_CONFIGS
-  )
-
-
-def _config_arg(argv) -> str:
-  """The `--config` value on the command line (`FILE.py[:ARG]`), else the default file."""
-  for a in argv:
-    if a.startswith(("--config=", "-config=")):
-      return a.split("=", 1)[1]
-  return os.path.relpath(os.path.join(_CONFIG_DIR, "default.py"))
-
-
-def _config_error(argv, e: BaseException) -> str:
-  """One line for a config that does not load or an override that does not apply."""
-  arg = _config_arg(argv)
-  path = arg.split(":", 1)[0]
-  overrides = " ".join(a for a in argv[1:] if a.startswith("--config."))
-  if isinstance(e, (AttributeError, KeyError)):  # An override naming a missing field.
-    cause = e.__context__ if isinstance(e.__context__, KeyError) else e
-    field, _, hint = str(cause.args[0]).partition("\n")
-    if os.path.isfile(path):
-      return f"unknown config field {field} in {overrides}. {hint}".rstrip()
-  if not os.path.isfile(path):
-    return f"cannot load config file {arg!r}: no such file; {_run_configs()}"
-  if isinstance(e, SyntaxError):
-    return f"cannot load config file {arg!r}: SyntaxError: {e.msg} (line {e.lineno})"
-  # Errors raised in get_config arrive as a traceback text: its last line is the error.
-  lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-  return f"cannot load config file {arg!r}: {lines[-1] if lines else type(e).__name__}"
-
 
 def _define_config_flag():
   try:
     return config_flags.DEFINE_config_file(
       "config",
-      os.path.join(_CONFIG_DIR, "default.py"),
+      os.path.join(CONFIG_DIR, "default.py"),
       "Experiment config file (Python, get_config()).",
       lock_config=True,
     )
   except (AttributeError, KeyError) as e:  # An override naming a field that does not exist.
-    sys.exit(f"error: {_config_error(sys.argv, e)}")
+    sys.exit(f"error: {config_error(sys.argv, e)}")
 
 
 def _parse_flags(argv):
@@ -109,9 +72,9 @@ def _parse_flags(argv):
   except flags.Error as e:
     if not str(e).startswith("flag --config="):  # Other flags, and bad override values.
       sys.exit(f"error: {str(e).strip().splitlines()[0]}")
-    sys.exit(f"error: {_config_error(argv, e)}")
+    sys.exit(f"error: {config_error(argv, e)}")
   except Exception as e:  # Any failure inside the config file's code.
-    sys.exit(f"error: {_config_error(argv, e)}")
+    sys.exit(f"error: {config_error(argv, e)}")
 
 
 def _load_config(argv):
@@ -120,11 +83,11 @@ def _load_config(argv):
     config = _CONFIG.value
     keys = config.keys()
   except Exception as e:  # As above: a lazily loaded config fails here.
-    sys.exit(f"error: {_config_error(argv, e)}")
+    sys.exit(f"error: {config_error(argv, e)}")
   if "method" not in keys:
     sys.exit(
-      f"error: {_config_arg(argv)!r} is not a run config (it sets no `method`, one of "
-      f"{sorted(METHODS)}); {_run_configs()}"
+      f"error: {config_arg(argv)!r} is not a run config (it sets no `method`, one of "
+      f"{sorted(METHODS)}); {run_configs()}"
     )
   try:  # Every number in range, for every program, before any work.
     base.check_numbers(config)

@@ -61,6 +61,7 @@ def _fill(cmd: str, tmp) -> list[str]:
     "DIR": str(tmp / "dir"),
     "FILE": str(tmp / "file"),
     "ID": "x",
+    "N": "2",  # a count (--workers N)
     "/tmp/adamw": str(tmp / "adamw"),
     "/tmp/mp": str(tmp / "mp"),
     "tasks.jsonl": str(tmp / "tasks.jsonl"),

@@ -1,5 +1,6 @@
 """Model hyperparameters for the DeepSeek-V3 / Kimi-K2 family, named presets, and the run
-config's `model` section (`default_config`, read by `model_config`).
+config's `model` section: every field of a preset (`as_config`, `preset_config`), read back by
+`model_config`.
 
 `ModelConfig` is a frozen dataclass so it can be a static (hashable) jit argument and
 a field of checkpoints. Field names follow the Hugging Face `config.json` keys of
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 
 import ml_collections
+from ml_collections import config_dict
 
 ATTENTION_KINDS = ("mla", "gqa")
 MOE_DISPATCH_KINDS = ("dropless", "capacity", "dense", "expert_parallel")
@@ -346,15 +349,38 @@ def get_preset(name: str, **overrides) -> ModelConfig:
   return PRESETS[name].replace(**overrides) if overrides else PRESETS[name]
 
 
+def as_config(cfg: ModelConfig) -> ml_collections.ConfigDict:
+  """`cfg` as the run config's `model` section: every `ModelConfig` field, so each one is
+  overridable from the command line (`--config.model.num_layers=2`). `rope_scaling` is a
+  nested section (None when the preset has none); an optional number that is None
+  (`q_lora_rank`, `ep_capacity_factor`) is a typed placeholder, so it can be set too."""
+  hints = typing.get_type_hints(ModelConfig)
+  fields = {}
+  for name, value in cfg.to_dict().items():
+    numbers = [t for t in typing.get_args(hints[name]) if t in (int, float)]
+    if value is None and numbers:
+      value = config_dict.placeholder(numbers[0])
+    fields[name] = value
+  return ml_collections.ConfigDict(fields)
+
+
+def preset_config(name: str) -> ml_collections.ConfigDict:
+  """The `model` section of preset `name` (`as_config(get_preset(name))`): a config file
+  picks a preset with `c.model = preset_config('small')`, then changes fields in place."""
+  return as_config(get_preset(name))
+
+
 def default_config() -> ml_collections.ConfigDict:
-  """The run config's `model` section: `preset` (a name in `PRESETS`) and `overrides`, a dict
-  of `ModelConfig` fields applied on top (from the command line, only fields the config file
-  already sets can be overridden: `--config.model.overrides.num_layers=2`)."""
-  return ml_collections.ConfigDict({"preset": "tiny", "overrides": {}})
+  """The run config's `model` section: the `tiny` preset, every field (`as_config`)."""
+  return preset_config("tiny")
 
 
 def model_config(section) -> ModelConfig:
-  """The `ModelConfig` of a run config's `model` section: the preset with its overrides."""
-  base = get_preset(section.preset)
-  overrides = section.overrides.to_dict()
-  return ModelConfig.from_dict({**base.to_dict(), **overrides}) if overrides else base
+  """The `ModelConfig` of a run config's `model` section (`as_config`'s fields; a
+  ConfigDict or a dict). Build it once per program and pass it down.
+
+  Raises:
+    ValueError: one line naming an unknown field or a bad value.
+  """
+  fields = section.to_dict() if hasattr(section, "to_dict") else dict(section)
+  return ModelConfig.from_dict(fields)

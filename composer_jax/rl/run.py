@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from composer_jax.model.config import model_config
+from composer_jax.model.config import ModelConfig, model_config
 from composer_jax.rl import config as rl_config
 from composer_jax.rl import epochs, losses, teacher_weights
 from composer_jax.rl.env import Env
@@ -35,13 +35,14 @@ from composer_jax.train.metrics import quiet_library_logs
 _STATE_KEYS = (("optim", "name"), ("loss", "teacher"))
 
 
-def validate(config) -> None:
+def validate(config, model_cfg: ModelConfig | None = None) -> None:
   """One-line ValueErrors for RL settings that cannot work (after `train.loop.validate`):
-  raised before any work (warm-up, compiling, sampling)."""
+  raised before any work (warm-up, compiling, sampling). `model_cfg`: the run's model
+  (default `model_config(config.model)`)."""
   loop.validate(config)
   train_config.check_ranges(config, rl_config.RANGES)
   r = config.rl
-  positions = model_config(config.model).max_position_embeddings
+  positions = (model_cfg or model_config(config.model)).max_position_embeddings
   if r.prompt_len + r.max_new_tokens - 1 > positions:
     raise ValueError(
       f"rl.prompt_len={r.prompt_len} + rl.max_new_tokens={r.max_new_tokens} - 1 "
@@ -67,14 +68,14 @@ def validate(config) -> None:
   sampler_devices(config, [d.id for d in jax.devices()[:n]])
 
 
-def _restore(ckpt, step: int, config, workdir: str, env: Env) -> RLState:
+def _restore(ckpt, step: int, config, model_cfg: ModelConfig, workdir: str, env: Env) -> RLState:
   checkpointing.check_same_settings(
     ckpt.saved_config(step)["run"],
     config,
     _STATE_KEYS,
     f"--workdir {workdir} holds an RL checkpoint",
   )
-  prog = update_program(config, model_config(config.model))
+  prog = update_program(config, model_cfg)
   target = {"params": prog.progs.target.params, "opt_state": prog.progs.target.opt_state}
   if config.loss.teacher == "ema":
     target["ema"] = teacher_weights.EmaState(prog.progs.target.params)
@@ -99,24 +100,24 @@ def run(config, workdir: str, env: Env, init: dict) -> list[dict]:
     train.loop.NonFiniteLossError: NaN/inf loss.
   """
   started = time.perf_counter()
-  validate(config)
+  model_cfg = model_config(config.model)
+  validate(config, model_cfg)
   quiet_library_logs()
   t = config.train
-  model_cfg = model_config(config.model)
   compile_cache.enable(compile_cache.cache_dir(t.compile_cache_dir, workdir))
   ckpt = checkpointing.Checkpointer(workdir, keep=t.keep)
   steps = None
   try:
     state = loop.restore_newest(
-      model_cfg, ckpt, lambda step: _restore(ckpt, step, config, workdir, env), workdir
+      model_cfg, ckpt, lambda step: _restore(ckpt, step, config, model_cfg, workdir, env), workdir
     )
     if state is not None and state.step >= t.steps:
       logging.info("Checkpoint step %d >= train.steps=%d: nothing to do", state.step, t.steps)
       ckpt.close()
       return []
     loop.announce("rl", config, model_cfg, 0 if state is None else state.step, workdir)
-    state = state or initial_state(config, init)
-    steps = RLSteps(config, env, init, state)
+    state = state or initial_state(config, model_cfg, init)
+    steps = RLSteps(config, model_cfg, env, init, state)
   except BaseException:
     ckpt.close()
     raise

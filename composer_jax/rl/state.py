@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from composer_jax.model.config import model_config
+from composer_jax.model.config import ModelConfig
 from composer_jax.rl import teacher_weights
 from composer_jax.rl.programs import update_program
 
@@ -28,9 +28,10 @@ class RLState:
   rng: np.random.Generator
 
 
-def initial_state(config, init: dict) -> RLState:
-  """Step 0 from `init` = {'params', 'router'}, placed on the run's mesh."""
-  prog = update_program(config, model_config(config.model))
+def initial_state(config, model_cfg: ModelConfig, init: dict) -> RLState:
+  """Step 0 of `model_cfg` (the run's `model_config(config.model)`) from `init` = {'params',
+  'router'}, placed on the run's mesh."""
+  prog = update_program(config, model_cfg)
   state = prog.progs.init(jax.random.PRNGKey(config.train.seed), init)
   ema = teacher_weights.ema_init(state.params) if config.loss.teacher == "ema" else None
   return RLState(

@@ -1,6 +1,6 @@
 """The RL steps that the training driver runs (`train.loop.drive`, through `rl.run`).
 
-    RLSteps(config, env, init, state)
+    RLSteps(config, model_cfg, env, init, state)
         one RL step per `step` call: a batch from the sampler (`rl.rollout`: colocated, or a
         disaggregated sampler thread on its own devices), placed on the trainer's mesh
         (`rl.mesh.place_batch`), one update (or K epochs of M minibatch updates,
@@ -20,7 +20,7 @@ import time
 import jax
 import numpy as np
 
-from composer_jax.model.config import model_config
+from composer_jax.model.config import ModelConfig
 from composer_jax.rl import epochs as epochs_lib
 from composer_jax.rl import mesh as rl_mesh
 from composer_jax.rl import rollout as rollout_lib
@@ -126,9 +126,8 @@ class RLSteps:
   weights of the 'frozen' teacher. Call `close()` when done (stops a sampler thread).
   """
 
-  def __init__(self, config, env: Env, init: dict, state: RLState):
+  def __init__(self, config, model_cfg: ModelConfig, env: Env, init: dict, state: RLState):
     self._config, self._env = config, env
-    model_cfg = model_config(config.model)
     self._prog = update_program(config, model_cfg)
     trainer_ids = rl_mesh.trainer_mesh_devices(self._prog.progs.mesh)
     ids = sampler_devices(config, trainer_ids)

@@ -478,7 +478,8 @@ def trained_variables(config, workdir: str, data: Data | None = None) -> dict:
     ckpt.close()
   if not done:
     train(config, workdir, data)
-  progs = programs_lib.programs(config, model_config(config.model))
+  model_cfg = model_config(config.model)
+  progs = programs_lib.programs(config, model_cfg)
   ckpt = checkpointing.Checkpointer(workdir, keep=config.train.keep)
   try:
     step = ckpt.latest_step()
@@ -487,9 +488,7 @@ def trained_variables(config, workdir: str, data: Data | None = None) -> dict:
         f"{workdir} stopped at step {step} of {config.train.steps} (preemption "
         "signal, checkpoint saved); run again to resume"
       )
-    checkpointing.check_same_model(
-      ckpt.saved_model_config(step), model_config(config.model), workdir
-    )
+    checkpointing.check_same_model(ckpt.saved_model_config(step), model_cfg, workdir)
     state = ckpt.restore(step, progs.target)
   finally:
     ckpt.close()

@@ -15,12 +15,13 @@ Both play the same episodes, alternating in `--rounds` timed rounds after one un
 sequential. Every oracle episode must score 1 (checked).
 """
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
 
-from composer_jax.codetasks import task
+from absl import app, flags
+
+from composer_jax.codetasks import cli, task
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
 from composer_jax.envs.coding.agent import env as agent_env
 from composer_jax.envs.coding.agent import scripts as agent_scripts
@@ -28,20 +29,26 @@ from composer_jax.envs.coding.agent import tools as agent_tools
 from experiments.bench import timing
 
 
-def main(argv=None) -> dict:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--tasks", required=True, type=Path, help="task JSONL (make_tasks output)")
-  p.add_argument("--episodes", type=int, default=8)
-  p.add_argument("--workers", type=int, default=2)
-  p.add_argument("--rounds", type=int, default=3)
-  p.add_argument("--backend", default="local", choices=("local", "ray"))
-  args = p.parse_args(argv)
+def define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_string(
+    "tasks", None, "task JSONL (make_tasks output)", required=True, flag_values=fv
+  )
+  flags.DEFINE_integer("episodes", 8, "episodes per round", lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("workers", 2, "pool size", lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("rounds", 3, "alternations", lower_bound=1, flag_values=fv)
+  flags.DEFINE_enum("backend", "local", ["local", "ray"], "worker pool", flag_values=fv)
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  args = flags.FLAGS
   try:
     tasks = task.load_jsonl(args.tasks)
   except (OSError, ValueError) as e:
     raise SystemExit(f"error: {e}") from None
-  if not tasks or args.episodes < 1:
-    raise SystemExit(f"error: {args.tasks} has no tasks or --episodes={args.episodes} < 1")
+  if not tasks:
+    raise SystemExit(f"error: {args.tasks} has no tasks")
   by_project: dict[str, list] = {}
   for t in tasks:
     by_project.setdefault(t.source["name"], []).append(t)
@@ -88,8 +95,9 @@ def main(argv=None) -> dict:
     "ratio_pool_vs_sequential": round(secs["sequential"] / secs["pool"], 2),
   }
   print(json.dumps(out, indent=1))
-  return out
 
+
+_parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
 
 if __name__ == "__main__":
-  main()
+  app.run(main, flags_parser=_parse_flags)

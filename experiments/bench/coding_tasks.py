@@ -1,7 +1,7 @@
 """Benchmark: coding-task factory throughput with 1 vs N workers, and difficulty distributions.
 
   python -m experiments.bench.coding_tasks --out /tmp/cj_bench [--workers 2] \\
-      [--only webencodings,inflection,six,schema] [--max-tasks 4] [--repeats 1]
+      [--only webencodings,inflection,six,schema] [--max_tasks 4] [--repeats 1]
   python -m experiments.bench.coding_tasks --summary DIR   # distribution of a finished run
 
 Throughput: the same projects and seed through `factory.run` with a pool of 1 worker, then of N
@@ -13,7 +13,6 @@ Difficulty: per field (features, lines, direct/collateral FAIL_TO_PASS, files, c
 reach) min / quartiles / max over a factory output's tasks.jsonl, by method.
 """
 
-import argparse
 import collections
 import json
 import shutil
@@ -21,7 +20,9 @@ import statistics
 import time
 from pathlib import Path
 
-from composer_jax.codetasks import task, workers
+from absl import app, flags
+
+from composer_jax.codetasks import cli, task, workers
 from composer_jax.codetasks.synthesis import factory, generator, sources
 
 
@@ -58,17 +59,30 @@ def _quartiles(v):
   return [min(v), q[0], q[1], q[2], max(v)]
 
 
-def main():
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--out", type=Path)
-  p.add_argument("--summary", type=Path, help="only print the difficulty distribution of DIR")
-  p.add_argument("--workers", type=int, default=2)
-  p.add_argument("--only", default="webencodings,inflection,six,schema")
-  p.add_argument("--max-tasks", type=int, default=4)
-  p.add_argument("--repeats", type=int, default=1)
-  args = p.parse_args()
+def define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_string("out", None, "output directory of the factory runs", flag_values=fv)
+  cli.check_out("out", fv)
+  flags.DEFINE_string(
+    "summary", None, "only print the difficulty distribution of this factory DIR", flag_values=fv
+  )
+  flags.DEFINE_integer("workers", 2, "N of 1 vs N workers", lower_bound=2, flag_values=fv)
+  flags.DEFINE_string("only", "webencodings,inflection,six,schema", "projects", flag_values=fv)
+  flags.DEFINE_integer("max_tasks", 4, "per project", lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("repeats", 1, "runs per worker count", lower_bound=1, flag_values=fv)
+  flags.register_multi_flags_validator(
+    ["out", "summary"],
+    lambda v: bool(v["out"] or v["summary"]),
+    message="give --out (a run) or --summary (a distribution)",
+    flag_values=fv,
+  )
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  args = flags.FLAGS
   if args.summary:
-    print(json.dumps(distribution(args.summary), indent=1))
+    print(json.dumps(distribution(Path(args.summary)), indent=1))
     return
   names = args.only.split(",")
   entries = [e for e in sources.load_manifest() if e["name"] in names]
@@ -76,7 +90,7 @@ def main():
   runs = {1: [], args.workers: []}
   for r in range(args.repeats):
     for n in runs:
-      runs[n].append(throughput(entries, args.out / f"w{n}-r{r}", n, cfg))
+      runs[n].append(throughput(entries, Path(args.out) / f"w{n}-r{r}", n, cfg))
       print(json.dumps(runs[n][-1]), flush=True)
   med = {n: statistics.median(x["tasks_per_min"] for x in rs) for n, rs in runs.items()}
   result = {
@@ -84,10 +98,12 @@ def main():
     "median_tasks_per_min": med,
     "ratio": round(med[args.workers] / med[1], 2) if med[1] else None,
     "repeats": args.repeats,
-    "difficulty": distribution(args.out / f"w{args.workers}-r0"),
+    "difficulty": distribution(Path(args.out) / f"w{args.workers}-r0"),
   }
   print(json.dumps(result, indent=1))
 
 
+_parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
+
 if __name__ == "__main__":
-  main()
+  app.run(main, flags_parser=_parse_flags)

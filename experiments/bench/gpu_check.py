@@ -111,11 +111,11 @@ def _train(variant: str) -> None:
 
   train_over, model_over = VARIANTS[variant]
   config = small.get_config()
-  config.model.preset = _PRESET.value
+  config.model = model_config.as_config(model_config.get_preset(_PRESET.value, **model_over))
   config.train.update(train_over)
   if _SEQ.value:
     config.train.seq_len = _SEQ.value
-  model_cfg = model_config.get_preset(_PRESET.value, **model_over)
+  model_cfg = model_config.model_config(config.model)
   t = config.train
   progs = programs_lib.programs(config, model_cfg)
   rng = np.random.default_rng(0)

@@ -13,7 +13,6 @@ sample of factory tasks (--tasks GLOB), else the synthetic task of experiments/b
       [--baseline 263a2d1]
 """
 
-import argparse
 import glob
 import json
 import os
@@ -24,6 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from absl import app, flags
+
+from composer_jax.codetasks import cli
 from experiments.bench.sandbox import REPO, make_task, tree_at
 
 # Runs in a subprocess against either tree; prints one JSON line {kind: [seconds per grade]}.
@@ -63,14 +65,18 @@ def side(tree: Path, tasks: Path) -> dict:
   return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--tasks", default=None, help="glob of task JSONL files (factory output)")
-  p.add_argument("--n", type=int, default=6)
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--rounds", type=int, default=5)
-  p.add_argument("--baseline", default="263a2d1", help="commit of the grader to compare with")
-  args = p.parse_args(argv)
+def define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_string("tasks", None, "glob of task JSONL files (factory output)", flag_values=fv)
+  flags.DEFINE_integer("n", 6, "tasks graded", lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "task sample", lower_bound=0, flag_values=fv)
+  flags.DEFINE_integer("rounds", 5, "alternations old/new", lower_bound=1, flag_values=fv)
+  flags.DEFINE_string("baseline", "263a2d1", "commit of the grader to compare with", flag_values=fv)
+
+
+def main(argv) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  args = flags.FLAGS
   with tempfile.TemporaryDirectory(prefix="cj-bench-ovh-") as tmp:
     tmp = Path(tmp)
     tasks = tmp / "tasks.jsonl"
@@ -107,5 +113,7 @@ def main(argv=None) -> int:
   return 0
 
 
+_parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
+
 if __name__ == "__main__":
-  sys.exit(main())
+  app.run(main, flags_parser=_parse_flags)

@@ -17,7 +17,6 @@ factory (BUILD.md, "Reward integrity").
       [--tasks MORE.jsonl ...] --n 120 [--seed 0] [--out sweep.json]
 """
 
-import argparse
 import collections
 import glob
 import json
@@ -26,6 +25,9 @@ import random
 import sys
 import time
 
+from absl import app, flags
+
+from composer_jax.codetasks import cli
 from composer_jax.codetasks.sandbox import grader
 from composer_jax.codetasks.task import read_jsonl
 
@@ -53,13 +55,20 @@ def layer(g: grader.Grade) -> str:
   return "tests failed"
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--tasks", required=True, action="append", help="glob of task JSONL files")
-  p.add_argument("--n", type=int, default=120)
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--out", default=None, help="write the per-task records and summary (JSON)")
-  args = p.parse_args(argv)
+def define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_multi_string(
+    "tasks", None, "glob of task JSONL files (repeatable)", required=True, flag_values=fv
+  )
+  flags.DEFINE_integer("n", 120, "tasks sampled", lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "task sample", lower_bound=0, flag_values=fv)
+  flags.DEFINE_string("out", None, "write the per-task records and summary (JSON)", flag_values=fv)
+  cli.check_out("out", fv, directory=False)
+
+
+def main(argv) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  args = flags.FLAGS
   files = sorted({f for pattern in args.tasks for f in glob.glob(pattern)})
   tasks = [t for f in files for t in read_jsonl(f)]
   if not tasks:
@@ -130,5 +139,7 @@ def summarize(rows: list[dict]) -> dict:
   }
 
 
+_parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
+
 if __name__ == "__main__":
-  sys.exit(main())
+  app.run(main, flags_parser=_parse_flags)

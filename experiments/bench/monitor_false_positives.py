@@ -7,13 +7,12 @@ Corpora: `stdlib` (this interpreter's standard library, test packages excluded; 
 `pinned` (the non-test modules of the sdists in third_party/coding_sources.json, fetched with
 pip the first time). Prints one line per corpus, the per-rule counts, and the rates last.
 
-  python -m experiments.bench.monitor_false_positives [--corpus stdlib,pinned] [--max-changes N]
+  python -m experiments.bench.monitor_false_positives [--corpus stdlib,pinned] [--max_changes N]
 
---max-changes samples that many changes per corpus (seeded, uniform over all definitions);
+--max_changes samples that many changes per corpus (seeded, uniform over all definitions);
 0 judges every one.
 """
 
-import argparse
 import ast
 import collections
 import random
@@ -22,7 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from composer_jax.codetasks import monitor, project
+from absl import app, flags
+
+from composer_jax.codetasks import cli, monitor, project
 from composer_jax.codetasks.synthesis import sources
 
 _STDLIB_SKIP = frozenset(
@@ -99,16 +100,20 @@ def judge(files: dict[str, str], max_changes: int, seed: int):
 _PINNED_NAMES = frozenset(e["name"] for e in sources.load_manifest())
 
 
-def main():
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--corpus", default="stdlib,pinned", help="comma list of stdlib, pinned")
-  p.add_argument("--max-changes", type=int, default=600, help="per corpus; 0 = all")
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--examples", type=int, default=10, help="flagged changes to print")
-  args = p.parse_args()
+def define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_list("corpus", ["stdlib", "pinned"], "of stdlib, pinned", flag_values=fv)
+  flags.DEFINE_integer("max_changes", 600, "per corpus; 0 = all", lower_bound=0, flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "change sample", lower_bound=0, flag_values=fv)
+  flags.DEFINE_integer("examples", 10, "flagged changes to print", lower_bound=0, flag_values=fv)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  args = flags.FLAGS
   loaders = {"stdlib": stdlib_files, "pinned": pinned_files}
   rates = []
-  for name in args.corpus.split(","):
+  for name in args.corpus:
     if name not in loaders:
       raise SystemExit(f"--corpus {name!r}: not one of {sorted(loaders)}")
     files = loaders[name]()
@@ -127,5 +132,7 @@ def main():
     print(f"{name} flag rate: {flagged}/{n} = {100 * flagged / max(n, 1):.2f}% of changes critical")
 
 
+_parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
+
 if __name__ == "__main__":
-  main()
+  app.run(main, flags_parser=_parse_flags)

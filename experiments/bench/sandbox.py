@@ -15,7 +15,6 @@ rounds) so load from other processes hits both alike.
   python -m experiments.bench.sandbox [--rounds 5] [--workers 1,2] [--grades 8]
 """
 
-import argparse
 import concurrent.futures
 import json
 import os
@@ -25,6 +24,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from absl import app, flags
+
+from composer_jax.codetasks import cli
 
 REPO = Path(__file__).resolve().parents[2]
 PKG = {
@@ -170,13 +173,17 @@ def throughput(task: Path, workers: int, grades: int) -> float:
   return 60 * grades / (time.perf_counter() - s)
 
 
-def main():
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--rounds", type=int, default=5)
-  p.add_argument("--per-round", type=int, default=3, help="runs per worker call")
-  p.add_argument("--workers", default="1,2")
-  p.add_argument("--grades", type=int, default=8)
-  args = p.parse_args()
+def define_flags(fv: flags.FlagValues) -> None:
+  flags.DEFINE_integer("rounds", 5, "alternations old/new", lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("per_round", 3, "runs per worker call", lower_bound=1, flag_values=fv)
+  flags.DEFINE_list("workers", ["1", "2"], "worker counts", flag_values=fv)
+  flags.DEFINE_integer("grades", 8, "grades per throughput run", lower_bound=1, flag_values=fv)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  args = flags.FLAGS
   with tempfile.TemporaryDirectory(prefix="cj-bench-sbx-") as tmp:
     tmp = Path(tmp)
     task, old = make_task(tmp), old_tree(tmp)
@@ -194,13 +201,13 @@ def main():
       "grade_s": {"new": med["grade_new"], "old": med["grade_old"]},
       "grade_ratio_new_over_old": med["grade_new"] / med["grade_old"],
       "rounds": args.rounds,
-      "tasks_per_minute": {
-        int(w): throughput(task, int(w), args.grades) for w in args.workers.split(",")
-      },
+      "tasks_per_minute": {int(w): throughput(task, int(w), args.grades) for w in args.workers},
       "cpus": os.cpu_count(),
     }
   print(json.dumps(out, indent=1))
 
 
+_parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
+
 if __name__ == "__main__":
-  main()
+  app.run(main, flags_parser=_parse_flags)

@@ -110,7 +110,7 @@ def tasks(args, out: Path) -> Path:
           f"0:{args.projects}",
           "--methods",
           "deletion",
-          "--max-tasks",
+          "--max_tasks",
           "5",
           "--out",
           str(made),
@@ -132,41 +132,21 @@ def tasks(args, out: Path) -> Path:
   return chosen
 
 
-def eval_args(config, tasks_file: Path, checkpoint: Path, tokenizer: Path, out: Path) -> list[str]:
-  """`experiments.eval` of a policy on the held-out projects, the way it was trained (tools,
-  mode, budgets), greedy."""
-  e, r = config.env, config.rl
-  settings = {
-    "env.heldout_fraction": e.heldout_fraction,
-    "env.split_seed": e.split_seed,
-    "env.tools": ",".join(e.tools),
-    "env.system": e.system,
-    "env.statement": e.statement,
-    "env.max_turns": e.max_turns,
-    "env.thinking": e.thinking,
-    "rl.seq_len": r.seq_len,
-    "rl.max_new_tokens": r.max_new_tokens,
-    "rl.temperature": 0.0,
-  }
+def eval_args(tasks_file: Path, checkpoint: Path, tokenizer: Path, out: Path) -> list[str]:
+  """`experiments.eval` of a policy on the held-out projects, greedy; the rest of the settings
+  (tools, mode, budgets, split) are the checkpoint's own saved run config."""
   return [
     sys.executable,
     "-m",
     "experiments.eval",
-    "--tasks",
-    str(tasks_file),
-    "--split",
-    "heldout",
-    "--checkpoint",
-    str(checkpoint),
-    "--tokenizer",
-    str(tokenizer),
-    "--k",
-    "1",
-    "--samples",
-    "1",
-    "--out",
-    str(out),
-    *(f"--config.{k}={v}" for k, v in settings.items()),
+    f"--tasks={tasks_file}",
+    "--split=heldout",
+    f"--checkpoint={checkpoint}",
+    "--k=1",
+    "--samples=1",
+    f"--out={out}",
+    f"--config.env.tokenizer={tokenizer}",
+    "--config.rl.temperature=0.0",
   ]
 
 
@@ -175,8 +155,6 @@ def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:
   _, _, warmup_steps, rl_steps = SIZES[args.size]
   root = out / f"seed{seed}"
   (root / "warmup").mkdir(parents=True, exist_ok=True)
-  config = rl_coding.get_config("micro")
-  config.env.heldout_fraction = args.heldout_fraction
   for name, arm in (("warmup", "rl"), *((a, a) for a in ARMS)):
     workdir = root / arm
     workdir.mkdir(exist_ok=True)
@@ -207,7 +185,7 @@ def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:
     if not (dest / "eval.json").exists():
       checkpoint = root / ("warmup" if name == "warmup" else arm)
       _run(
-        eval_args(config, tasks_file, checkpoint, root / "rl" / "tiktoken.model", dest),
+        eval_args(tasks_file, checkpoint, root / "rl" / "tiktoken.model", dest),
         root / f"eval_{name}.log",
         f"seed {seed} eval {name}",
         progress="pass@1",

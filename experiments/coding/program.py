@@ -226,18 +226,19 @@ def fit_lengths(config, env: agent_env.CodingEnv) -> None:
       f"the model's max_position_embeddings={positions} < {need} tokens, the "
       f"longest sequence these lengths make (rl.seq_len={r.seq_len}, prompt_len="
       f"{r.prompt_len} + max_new_tokens={r.max_new_tokens} - 1, teacher_seq_len="
-      f"{r.teacher_seq_len}): lower them or raise model.overrides."
+      f"{r.teacher_seq_len}): lower them or raise model."
       "max_position_embeddings (a random init only)"
     )
 
 
 def initial_variables(config) -> dict:
   """{'params', 'router'} of `train.init_from`, else of a random init (seed `train.seed`)."""
-  progs = update_program(config, model_config(config.model)).progs
+  model_cfg = model_config(config.model)
+  progs = update_program(config, model_cfg).progs
   variables = None
   if config.train.init_from:
     target = {"params": progs.target.params, "router": progs.target.router}
-    variables = init_from.load(config.train.init_from, model_config(config.model), target)
+    variables = init_from.load(config.train.init_from, model_cfg, target)
   state = progs.init(jax.random.PRNGKey(config.train.seed), variables)
   return {"params": state.params, "router": state.router}
 

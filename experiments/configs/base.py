@@ -5,7 +5,9 @@ its package's `default_config()`, assembled here.
 program, see `rl_tool_feedback.py`). Sections (all `ml_collections.ConfigDict`, every field
 overridable as `--config.a.b=v`):
 
-* `model`: `composer_jax.model.config.default_config()` (preset + overrides).
+* `model`: every field of a `ModelConfig` preset (`composer_jax.model.config.preset_config`;
+  default `tiny`): `--config.model.num_layers=2`; a config file picks another preset with
+  `c.model = preset_config('small')`.
 * `optim`: `composer_jax.optim.config.default_config()`; `total_steps` 0 = `train.steps`.
 * `data`: `composer_jax.data.default_config()` (`paths` '' = the stdlib sources).
 * `train`: `composer_jax.train.config.default_config()` (steps, batch, logging, checkpoints,

@@ -19,13 +19,14 @@ embed dim further sharded over the 8 expert replicas, so every expert weight is 
 1024 ways. float32 master params and optimizer state, bf16 compute, full remat.
 """
 
+from composer_jax.model import config as model_config
 from experiments.configs import base
 
 
 def get_config(arg=None):
   base.parse_arg(arg)  # no options: the layout is this config's own
   c = base.get_base_config()
-  c.model.preset = "kimi_k2"
+  c.model = model_config.preset_config("kimi_k2")
   c.train.update(
     dict(
       steps=2000,

@@ -114,7 +114,7 @@ def get_config(arg=None):
   )  # only: no RL after it
   c.warmup.optim = optim.default_config()  # total_steps 0: the warm-up's steps
   c.warmup.optim.update(dict(name="adamw", adam_lr=3e-3, schedule="cosine", warmup_steps=10))
-  c.model.overrides = {"vocab_size": 512, "max_position_embeddings": 4096}
+  c.model.update(dict(vocab_size=512, max_position_embeddings=4096))
   c.train.update(dict(steps=20, log_every=1, ckpt_every=5, keep=2, seed=0))
   c.rl.update(
     dict(
@@ -142,8 +142,7 @@ def get_config(arg=None):
   c.loss.vocab_chunk_size = 512
   c.loss.teacher = "ema"
   if arg == "pod":
-    c.model.preset = "kimi_k2"
-    c.model.overrides = {}
+    c.model = model_config.preset_config("kimi_k2")
     c.env.update(
       dict(
         tasks="",
@@ -194,14 +193,7 @@ def get_config(arg=None):
       )
     )
     c.env.curriculum.min_rollouts = 0
-    # Width, depth and attention are listed, at the preset's values, so the command line can
-    # change them (`--config.model.overrides.hidden_size=128`).
-    preset = model_config.get_preset(c.model.preset)
-    c.model.overrides = {
-      "vocab_size": 512,
-      "max_position_embeddings": 1536,
-      **{k: getattr(preset, k) for k in ("hidden_size", "num_layers", "attention")},
-    }
+    c.model.max_position_embeddings = 1536
     c.train.update(dict(steps=8, log_every=1, ckpt_every=4))
     # The episode budget: prompt ~520 + append turn <= 256 + reply + room for a 256-token turn.
     c.rl.update(

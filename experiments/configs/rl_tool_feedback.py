@@ -78,7 +78,7 @@ def get_config(arg=None):
   c.method = "rl"
   c.arm, c.behaviour = arm, behaviour
   # The tiny preset with the environment's word vocabulary (34 words, padded to 64).
-  c.model.overrides = {"vocab_size": 64}
+  c.model.vocab_size = 64
   long = behaviour == "tools"
   c.env = ml_collections.ConfigDict(
     dict(

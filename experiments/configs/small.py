@@ -6,6 +6,7 @@ bf16 activations, float32 params and optimizer state, `dots` remat; 64 rows x 20
 per step (131k tokens), 4 micro-batches of 16 rows.
 """
 
+from composer_jax.model import config as model_config
 from experiments.configs import base
 
 
@@ -13,7 +14,7 @@ def get_config(arg=None):
   arg = base.parse_arg(arg, layout="single")
   c = base.get_base_config()
   base.set_layout(c, arg.layout)
-  c.model.preset = "small"
+  c.model = model_config.preset_config("small")
   c.train.update(
     dict(
       steps=20_000,

@@ -40,7 +40,7 @@ def test_pod_imports_warms_up_trains_and_evaluates(tmp_path):
   task_lib.write_jsonl(tasks_file, [deletion_task("pkg-t1"), deletion_task("pkg-t2")])
 
   c = rl_coding.get_config("pod")
-  c.model.update(preset="tiny", overrides=dict(num_layers=1, max_position_embeddings=4096))
+  c.model = model_config.as_config(CFG)
   base.set_layout(c, "single")
   c.train.update(init_from=str(imported), steps=2, ckpt_every=1)
   c.env.update(
@@ -77,21 +77,19 @@ def test_pod_imports_warms_up_trains_and_evaluates(tmp_path):
   assert not np.array_equal(
     jax.tree.leaves(warm["params"])[0], jax.tree.leaves(variables["params"])[0]
   )
-  rc = eval_cli.main(
+  rc = eval_cli.run(  # the settings: the RL workdir's own saved run config
     [
-      "--tasks",
-      str(tasks_file),
-      "--checkpoint",
-      str(workdir),
-      "--split",
-      "all",
-      "--k",
-      "1",
-      "--config.rl.temperature=0",
-      "--out",
-      str(tmp_path / "eval"),
+      f"--tasks={tasks_file}",
+      f"--checkpoint={workdir}",
+      "--split=all",
+      "--k=1",
+      "--config.rl.temperature=0.0",
+      f"--out={tmp_path / 'eval'}",
     ]
   )
   assert rc == 0
-  summary = json.loads((tmp_path / "eval" / "eval.json").read_text())["summary"]
+  report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+  summary, played = report["summary"], report["meta"]["settings"]
   assert summary["episodes"] == 2 and summary["pass@1"] == 0.0
+  assert played["env"]["tools"] == list(c.env.tools) and played["env"]["thinking"] is True
+  assert played["env"]["max_turns"] == 3 and played["rl"]["temperature"] == 0.0

@@ -36,7 +36,7 @@ def _config(tasks_file, cache, steps=STEPS):
   c.train.update(steps=steps, ckpt_every=1, compile_cache_dir=str(cache))
   c.optim.total_steps = STEPS  # one LR schedule for runs stopped early and resumed
   # CI size: 2 layers, two tools (a ~0.9k-token first prompt in byte tokens), short turns.
-  c.model.overrides.update(num_layers=2)
+  c.model.num_layers = 2
   c.env.tools = ("edit", "submit")
   c.rl.update(seq_len=1536, prompt_len=1536, teacher_seq_len=1792, max_new_tokens=16)
   c.env.max_hint_tokens = 256  # teacher rows: 1536 + 256

@@ -17,7 +17,7 @@ STEPS = 2
 
 def _config():
   c = rl_coding.get_config("micro")
-  c.model.overrides.update(num_layers=1)
+  c.model.num_layers = 1
   c.rl.update(max_new_tokens=8)  # the greedy check's turn length (CI size)
   c.warmup.update(
     steps=STEPS,

@@ -1,6 +1,7 @@
 """The run configs: every field is its own (no FieldReference links two), the LR schedule's
 length follows `train.steps` only while `optim.total_steps` is 0, one `get_config(arg)` grammar."""
 
+import dataclasses
 import glob
 import importlib
 import os
@@ -9,6 +10,7 @@ import re
 import ml_collections
 import pytest
 
+from composer_jax.model import config as model_config
 from composer_jax.train import config as train_config
 from experiments.configs import default, rl_coding, rl_tool_feedback
 
@@ -72,6 +74,18 @@ def test_setting_one_field_changes_no_other(name, make):
     assert changed == [path], f"{name}: setting {'.'.join(path)} also set {changed}"
 
 
+@pytest.mark.parametrize(
+  "name,make", list(_run_configs()), ids=lambda x: x if isinstance(x, str) else ""
+)
+def test_every_model_field_is_in_every_config(name, make):
+  """`config.model` holds every `ModelConfig` field, so `--config.model.FIELD=V` works on
+  every config; setting one reaches the model built from it."""
+  c = make()
+  assert set(c.model.keys()) == {f.name for f in dataclasses.fields(model_config.ModelConfig)}
+  c.model.num_layers = 2
+  assert model_config.model_config(c.model).num_layers == 2, name
+
+
 def test_total_steps_follows_train_steps_only_while_0():
   c = default.get_config()
   assert c.optim.total_steps == 0 and train_config.optim_config(c).total_steps == 300
@@ -114,4 +128,6 @@ def test_parse_arg_is_big_vision_grammar():
   assert (c.arm, c.behaviour, c.layout) == ("penalty", "verbose", "fsdp")
   with pytest.raises(ValueError, match=r"layout='fsdp9'; valid: \['single', 'cp2_ep8'"):
     rl_tool_feedback.get_config("sd,layout=fsdp9")
-  assert rl_coding.get_config("pod").model.preset == "kimi_k2"
+  assert model_config.model_config(rl_coding.get_config("pod").model) == model_config.get_preset(
+    "kimi_k2"
+  )

@@ -63,6 +63,8 @@ _CONFIGS = "configs in experiments/configs/: default.py, kimi_k2_continued.py, "
   "case",
   [
     "unknown_field",
+    "unknown_model_field",
+    "bad_model_value",
     "unknown_config",
     "bad_value",
     "negative_lr",
@@ -95,6 +97,12 @@ def test_bad_input_is_one_line_error(case, tmp_path):
       ["--config.train.stepz=1"],
       "unknown config field 'stepz' in --config.train.stepz=1. Did you mean \"steps\"",
     ),
+    "unknown_model_field": (
+      ["--config.model.num_layerz=2"],
+      "unknown config field 'num_layerz' in --config.model.num_layerz=2. Did you mean "
+      '"num_layers"',
+    ),
+    "bad_model_value": (["--config.model.num_heads=0"], "num_heads=0 must be > 0"),
     "unknown_config": (
       ["--config=experiments/configs/nope.py"],
       "cannot load config file 'experiments/configs/nope.py': no such file; "

@@ -1,12 +1,17 @@
-"""ModelConfig validation and preset parameter counts."""
+"""ModelConfig validation, preset parameter counts, and the run config's `model` section."""
 
+import dataclasses
 import math
 
+import jax
 import pytest
 
 from composer_jax.hf import names, quant, writer
+from composer_jax.model import config as model_config
 from composer_jax.model import transformer
-from composer_jax.model.config import ModelConfig, RopeScaling, get_preset
+from composer_jax.model.config import PRESETS, ModelConfig, RopeScaling, get_preset
+
+KEY = jax.random.key(0)
 
 
 def _hand_counts(c: ModelConfig):
@@ -110,3 +115,34 @@ def test_unknown_preset_and_field():
     get_preset("gpt5")
   with pytest.raises(ValueError, match="Unknown ModelConfig field"):
     ModelConfig.from_dict({"hidden": 3})
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_field_round_trips_through_the_run_config(name):
+  """`preset_config` holds every `ModelConfig` field (nested rope_scaling included), and
+  `model_config` builds the preset back from it, equal field for field."""
+  section = model_config.preset_config(name)
+  fields = {f.name for f in dataclasses.fields(ModelConfig)}
+  assert set(section.keys()) == fields
+  assert model_config.model_config(section) == get_preset(name)
+  assert model_config.model_config(section.to_dict()) == get_preset(name)
+
+
+def test_a_field_override_changes_the_built_model():
+  """A field set on the section (what `--config.model.hidden_size=32` does) reaches the
+  parameter shapes; an optional field that is None takes a value of its type."""
+  section = model_config.default_config()
+  before = jax.eval_shape(lambda: transformer.init(model_config.model_config(section), KEY))
+  section.hidden_size = 32
+  section.ep_capacity_factor = 2.0  # a placeholder(float) in the preset: None
+  cfg = model_config.model_config(section)
+  after = jax.eval_shape(lambda: transformer.init(cfg, KEY))
+  assert cfg.ep_capacity_factor == 2.0
+  assert before["params"]["embed"]["embedding"].shape[-1] == 64
+  assert after["params"]["embed"]["embedding"].shape[-1] == 32
+
+
+def test_unknown_field_is_one_line():
+  section = model_config.default_config().to_dict()
+  with pytest.raises(ValueError, match=r"Unknown ModelConfig field\(s\) \['num_layerz'\]"):
+    model_config.model_config({**section, "num_layerz": 2})

@@ -39,7 +39,7 @@ def _config(layout, optim="muon"):
   c.loss.log_term_grads = False  # one backward pass: the layouts compare the update itself
   base.set_layout(c, layout)
   if layout != "single" and dict(map(tuple, c.rules.expert))["experts"] == "expert":
-    c.model.overrides = {**c.model.overrides.to_dict(), "moe_dispatch": "expert_parallel"}
+    c.model.moe_dispatch = "expert_parallel"
   return c
 
 
@@ -81,7 +81,7 @@ def _update(layout, init, optim="muon"):
   config = _config(layout, optim)
   model_cfg = model_config(config.model)
   prog = update_program(config, model_cfg)
-  state = initial_state(config, init)
+  state = initial_state(config, model_cfg, init)
   batch, teacher = _batches()
   batch_g = rl_mesh.place_batch(batch, prog.per_token)
   teacher_g = rl_mesh.place_batch(teacher, prog.per_token, student_length=L)

@@ -48,7 +48,7 @@ def main(layout, coordinator, num_processes, process_id, init_path, out):
   model_cfg = model_config(config.model)
   init = load_init(model_cfg, init_path)
   prog = update_program(config, model_cfg)
-  state = initial_state(config, init)
+  state = initial_state(config, model_cfg, init)
   batch, teacher = layouts_test._batches()
   shardings = jax.tree.map(lambda t: t.sharding, prog.progs.target.params)
   args = (

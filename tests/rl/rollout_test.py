@@ -91,7 +91,7 @@ def test_episode_metrics_by_hand():
 
 def test_model_vocab_must_hold_the_env_words():
   config = rl_tool_feedback.get_config("rl")
-  config.model.overrides["vocab_size"] = 16
+  config.model.vocab_size = 16
   with pytest.raises(ValueError, match="vocab_size=16 must be >= the environment vocabulary"):
     program.make_env(config)
   with pytest.raises(ValueError, match="arm='beta'"):

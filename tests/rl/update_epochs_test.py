@@ -41,7 +41,7 @@ def _setup(layout="single", lr=0.03):
   model_cfg = model_config(config.model)
   init = jax.device_get(transformer.init(model_cfg, jax.random.key(0)))
   prog = update_program(config, model_cfg)
-  state = initial_state(config, init)
+  state = initial_state(config, model_cfg, init)
   batch, _ = layouts_test._batches()
   # Behaviour log-probs around the random model's (~ -log 64): pi_old / pi_sampler in
   # (0.6, 2.2), truncated at CAP = 1.5 on part of the tokens.
@@ -192,7 +192,7 @@ def test_teacher_prefix_reuse_equals_full_recompute_in_the_update():
   model_cfg = model_config(config.model)
   _, _, init, _, _, _, _ = _setup()
   prog = update_program(config, model_cfg)
-  state = initial_state(config, init)
+  state = initial_state(config, model_cfg, init)
   router = jax.device_put(init["router"], prog.replicated)
   batch, full = layouts_test._batches()
   _, reuse = layouts_test._batches(reuse_prefix=True)

@@ -51,7 +51,7 @@ def _config(layout, dispatch="dropless"):
   c.optim.update(dict(warmup_steps=0, weight_decay=0.1))  # step 0 moves every weight
   base.set_layout(c, layout)
   if dispatch != "dropless":
-    c.model.overrides = dict(moe_dispatch=dispatch)
+    c.model.moe_dispatch = dispatch
   return c
 
 

@@ -118,7 +118,7 @@ def test_checkpoints_hold_full_state(full_run):
 def test_different_model_config_is_rejected(full_run):
   workdir, _ = full_run
   config = tiny_config()
-  config.model.overrides = {"hidden_size": 128}
+  config.model.hidden_size = 128
   with pytest.raises(
     ValueError,
     match=r"different model config: hidden_size \(checkpoint 64, "

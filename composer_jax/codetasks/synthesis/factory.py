@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from composer_jax.codetasks import task, trees, workers
+from composer_jax.codetasks import cli, task, trees, workers
 from composer_jax.codetasks.synthesis import difficulty, generator, sources
 
 
@@ -95,11 +95,6 @@ def run_project(job: Job) -> dict:
   return rec
 
 
-def _bar(done: int, total: int, width: int = 24) -> str:
-  k = width * done // max(total, 1)
-  return "[" + "#" * k + "." * (width - k) + "]"
-
-
 def run(
   manifest: list,
   out: Path,
@@ -121,22 +116,14 @@ def run(
       todo.append(Job(entry, out, cfg, progress))
   if finished:
     print(f"resuming: {finished} finished projects skipped", file=log, flush=True)
-  start, made = time.monotonic(), 0
+  made, progress = 0, cli.Progress("make_tasks", len(todo), "projects", out=log)
   for i, (job, rec) in enumerate(pool.imap_unordered(run_project, todo), 1):
     if isinstance(rec, BaseException):  # its worker died: no status file, a re-run retries it
       err = f"worker died: {type(rec).__name__}: {rec}"
       rec = {"project": project_id(job.entry), "status": "failed", "wall_s": 0.0, "error": err}
     made += rec.get("tasks", 0)
-    elapsed = time.monotonic() - start
-    eta = elapsed / i * (len(todo) - i)
     what = f"{rec['tasks']} tasks" if rec["status"] == "ok" else f"FAILED: {rec['error']}"
-    print(
-      f"{_bar(i, len(todo))} {i}/{len(todo)} {rec['project']}: {what} ({rec['wall_s']:.0f} s); "
-      f"{made} tasks, {60 * made / elapsed:.1f}/min, elapsed {elapsed / 60:.1f} min, "
-      f"ETA {eta / 60:.1f} min",
-      file=log,
-      flush=True,
-    )
+    progress.update(i, f"{rec['project']}: {what} ({rec['wall_s']:.0f} s); {made} tasks made")
   return summarize(manifest, out)
 
 

@@ -16,7 +16,6 @@ remove functions (a whole module's gold patch would not fit a small model's turn
 outcome is reported on stderr as it is decided (--quiet: only finished projects).
 """
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -24,75 +23,112 @@ import tempfile
 import time
 from pathlib import Path
 
-from composer_jax.codetasks import task, trees, workers
+from absl import flags
+
+from composer_jax.codetasks import cli, task, trees, workers
 from composer_jax.codetasks.synthesis import factory, generator, microprojects, sources
 
 
-def _config(args) -> generator.Config:
-  bad = sorted(set(args.kinds.split(",")) - set(generator.Config.kinds))
+def define_flags(fv: flags.FlagValues) -> None:
+  """The command's flags (`cli.parse_flags`): ranges and the output path are checked at
+  parse time, one line each."""
+  flags.DEFINE_string(
+    "source", None, "sdist path, project dir, or pinned name==ver", flag_values=fv
+  )
+  flags.DEFINE_string("manifest", None, "JSON manifest of pinned sdists", flag_values=fv)
+  flags.DEFINE_string("micro", None, "micro-project seeds START:STOP, or N for 0:N", flag_values=fv)
+  flags.mark_flags_as_mutual_exclusive(
+    ["source", "manifest", "micro"], required=True, flag_values=fv
+  )
+  flags.DEFINE_string(
+    "out", None, "tasks file (--source) or directory", required=True, flag_values=fv
+  )
+  flags.DEFINE_integer("seed", 0, "generator seed", lower_bound=0, flag_values=fv)
+  flags.DEFINE_integer(
+    "max_tasks", None, "per project (None: 8; manifest 24; micro 6)", lower_bound=1, flag_values=fv
+  )
+  flags.DEFINE_integer("max_attempts", 30, "per method", lower_bound=1, flag_values=fv)
+  flags.DEFINE_list(
+    "methods", None, "deletion,bug (None: --source deletion, else both)", flag_values=fv
+  )
+  flags.DEFINE_integer(
+    "n_features", 1, ">1 deletes related features", lower_bound=1, flag_values=fv
+  )
+  flags.DEFINE_list(
+    "kinds",
+    None,
+    f"features deletion may remove, of {list(generator.Config.kinds)} (None: all; micro: function)",
+    flag_values=fv,
+  )
+  flags.DEFINE_integer(
+    "baseline_runs",
+    None,
+    "suite runs besides the coverage run (None: 2; micro 1; 0: no flakiness check)",
+    lower_bound=0,
+    flag_values=fv,
+  )
+  flags.DEFINE_integer(
+    "validation_runs",
+    None,
+    "re-runs of a kept candidate's suite (None: 2; micro 1)",
+    lower_bound=0,
+    flag_values=fv,
+  )
+  flags.DEFINE_boolean(
+    "verify", True, "grade gold = 1 and empty = 0 (--noverify: skip)", flag_values=fv
+  )
+  flags.DEFINE_integer("workers", 1, "processes (or Ray tasks)", lower_bound=1, flag_values=fv)
+  flags.DEFINE_enum("backend", "local", list(workers.BACKENDS), "worker pool", flag_values=fv)
+  flags.DEFINE_list("only", None, "project names of the manifest to run", flag_values=fv)
+  flags.DEFINE_boolean("quiet", False, "no per-candidate progress lines", flag_values=fv)
+  flags.register_validator(
+    "micro", lambda v: v is None or bool(micro_seeds(v, flags.ValidationError)), flag_values=fv
+  )
+  flags.register_multi_flags_validator(
+    ["out", "source", "manifest", "micro"],
+    lambda v: _check_out(Path(v["out"]), v["source"] is None),
+    flag_values=fv,
+  )
+
+
+def _config(f, micro: bool, manifest_mode: bool) -> generator.Config:
+  kinds = f.kinds or list(MICRO.kinds if micro else generator.Config.kinds)
+  bad = sorted(set(kinds) - set(generator.Config.kinds))
   if bad:
     raise ValueError(f"--kinds {bad}: valid ones are {list(generator.Config.kinds)}")
+  default = MICRO if micro else generator.Config
+  pick = lambda name: getattr(f, name) if getattr(f, name) is not None else getattr(default, name)
   return generator.Config(
-    seed=args.seed,
-    max_tasks=args.max_tasks,
-    max_attempts=args.max_attempts,
-    methods=tuple(args.methods.split(",")),
-    n_features=args.n_features,
-    kinds=tuple(args.kinds.split(",")),
-    baseline_runs=args.baseline_runs,
-    validation_runs=args.validation_runs,
-    verify=not args.no_verify,
+    seed=f.seed,
+    max_tasks=f.max_tasks or (MICRO.max_tasks if micro else 24 if manifest_mode else 8),
+    max_attempts=f.max_attempts,
+    methods=tuple(f.methods or (generator.METHODS if manifest_mode else ("deletion",))),
+    n_features=f.n_features,
+    kinds=tuple(kinds),
+    baseline_runs=pick("baseline_runs"),
+    validation_runs=pick("validation_runs"),
+    verify=f.verify,
   )
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  what = p.add_mutually_exclusive_group(required=True)
-  what.add_argument("--source", help="sdist path, project dir, or pinned name==ver")
-  what.add_argument("--manifest", type=Path, help="JSON manifest of pinned sdists")
-  what.add_argument("--micro", help="micro-project seeds START:STOP, or N for 0:N")
-  p.add_argument("--out", required=True, type=Path, help="tasks file (--source) or dir")
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--max-tasks", type=int, default=None, help="per project (8; manifest 24)")
-  p.add_argument("--max-attempts", type=int, default=30, help="per method")
-  p.add_argument("--methods", default=None, help="deletion,bug (--source: deletion)")
-  p.add_argument("--n-features", type=int, default=1, help=">1 deletes related features")
-  p.add_argument(
-    "--kinds",
-    default=None,
-    help="features deletion may remove (function,class,method,module; micro: function)",
-  )
-  p.add_argument(
-    "--baseline-runs", type=int, default=None, help="besides the coverage run (2; micro 1)"
-  )
-  p.add_argument("--validation-runs", type=int, default=None, help="(2; micro 1)")
-  p.add_argument("--no-verify", action="store_true", help="skip gold=1/empty=0 grading")
-  p.add_argument("--workers", type=int, default=1)
-  p.add_argument("--backend", default="local", help=f"one of {list(workers.BACKENDS)}")
-  p.add_argument("--only", default=None, help="comma-separated project names (manifest)")
-  p.add_argument("--quiet", action="store_true", help="no per-candidate progress lines")
-  args = p.parse_args(argv)
-  manifest_mode = args.manifest is not None or args.micro is not None
-  micro = args.micro is not None
-  if args.max_tasks is None:
-    args.max_tasks = MICRO.max_tasks if micro else 24 if manifest_mode else 8
-  if args.methods is None:
-    args.methods = ",".join(generator.METHODS) if manifest_mode else "deletion"
-  if args.kinds is None:
-    args.kinds = ",".join(MICRO.kinds if micro else generator.Config.kinds)
-  for name in ("baseline_runs", "validation_runs"):
-    if getattr(args, name) is None:
-      setattr(args, name, getattr(MICRO if micro else generator.Config, name))
+def make(f: flags.FlagValues) -> int:
+  """The command on parsed flags `f`: 0 made, 1 bad input (one line)."""
+  micro = f.micro is not None
+  manifest_mode = f.manifest is not None or micro
   try:
-    cfg = _config(args)
+    cfg = _config(f, micro, manifest_mode)
     generator.Generator.check_methods(cfg.methods)
-    _check_out(args.out, manifest_mode)
     if manifest_mode:
-      return _manifest(args, cfg)
+      return _manifest(f, cfg)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
-  return _single(args, cfg)
+  return _single(f, cfg)
+
+
+def run(argv: list[str]) -> int:
+  """The command in-process on `argv` (flags only): its exit status (`cli.run`)."""
+  return cli.run(define_flags, make, argv)
 
 
 # The factory settings of micro-project tasks (the --micro defaults, and `micro_tasks`): pure
@@ -113,26 +149,27 @@ def micro_tasks(spec: str, cache: Path, pool: workers.Pool, log=sys.stderr) -> P
   return out / "tasks.jsonl"
 
 
-def _check_out(out: Path, directory: bool) -> None:
-  """One-line ValueError, before any work, for an --out the results could not be written to
-  (they would be lost after the whole generation)."""
-  if directory and out.exists() and not out.is_dir():
-    raise ValueError(f"--out {out} is a file; --manifest / --micro write a directory")
-  if not directory and out.is_dir():
-    raise ValueError(f"--out {out} is a directory; --source writes one tasks file (F.jsonl)")
-  if not directory and not out.parent.is_dir():
-    raise ValueError(f"--out {out}: directory {out.parent} does not exist")
+def _check_out(out: Path, directory: bool) -> bool:
+  """At parse time: an --out the results could not be written to (they would be lost after
+  the whole generation) fails with one line."""
+  problem = cli.out_problem(str(out), directory=directory)
+  if not problem and not directory and not out.parent.is_dir():
+    problem = f"directory {out.parent} does not exist"
+  if problem:
+    what = "--manifest / --micro write a directory" if directory else "--source writes one file"
+    raise flags.ValidationError(f"--out={out}: {problem} ({what})")
+  return True
 
 
-def micro_seeds(spec: str) -> range:
-  """'START:STOP' or 'N' (= 0:N) -> the seeds; one-line ValueError otherwise."""
+def micro_seeds(spec: str, error: type[Exception] = ValueError) -> range:
+  """'START:STOP' or 'N' (= 0:N) -> the seeds; one-line `error` otherwise."""
   try:
     start, _, stop = spec.rpartition(":")
     seeds = range(int(start or 0), int(stop))
   except ValueError:
     seeds = range(0)
   if not seeds or seeds.start < 0:
-    raise ValueError(f"--micro {spec!r}: give START:STOP or N, with 0 <= START < STOP")
+    raise error(f"--micro {spec!r}: give START:STOP or N, with 0 <= START < STOP")
   return seeds
 
 
@@ -140,15 +177,15 @@ def _manifest(args, cfg) -> int:
   if args.micro is not None:
     entries = [microprojects.entry(s) for s in micro_seeds(args.micro)]
   else:
-    entries = sources.load_manifest(args.manifest)
+    entries = sources.load_manifest(Path(args.manifest))
   if args.only:
-    names = args.only.split(",")
+    names = args.only
     unknown = sorted(set(names) - {e.get("name") for e in entries if isinstance(e, dict)})
     if unknown:
       raise ValueError(f"--only {unknown}: not in {args.manifest}")
     entries = [e for e in entries if isinstance(e, dict) and e.get("name") in names]
   pool = workers.Pool(args.workers, args.backend)
-  summary = factory.run(entries, args.out, cfg, pool, progress=not args.quiet)
+  summary = factory.run(entries, Path(args.out), cfg, pool, progress=not args.quiet)
   print(factory.table(summary))
   return 0
 
@@ -182,5 +219,7 @@ def _single(args, cfg) -> int:
   return 0
 
 
+_parse_flags = cli.parse_flags(define_flags)  # app.run's parser (and tests/docs_commands_test)
+
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.start(define_flags, make)

@@ -164,19 +164,19 @@ def test_bad_input_is_one_line(mini_gen, tmp_path, capsys, monkeypatch):
   tasks.write_text(t.to_json() + "\n")
   notjsonl = tmp_path / "bad.jsonl"
   notjsonl.write_text("id,patch\nx,y\n")
-  assert grade_patch.main(["--tasks", str(notjsonl), "--id", "x", "--patch", "GOLD"]) == 1
+  assert grade_patch.run(["--tasks", str(notjsonl), "--id", "x", "--patch", "GOLD"]) == 1
   assert "bad.jsonl line 1 is not JSON" in _one_line(capsys)
-  assert grade_patch.main(["--tasks", str(tasks), "--id", "nope", "--patch", "GOLD"]) == 1
+  assert grade_patch.run(["--tasks", str(tasks), "--id", "nope", "--patch", "GOLD"]) == 1
   assert "'nope'" in _one_line(capsys)
   bad_patch = tmp_path / "p.diff"
   bad_patch.write_text("--- a/nothere.py\n+++ b/nothere.py\n@@ -1 +1 @@\n-x\n+y\n")
-  assert grade_patch.main(["--tasks", str(tasks), "--id", t.id, "--patch", str(bad_patch)]) == 2
+  assert grade_patch.run(["--tasks", str(tasks), "--id", t.id, "--patch", str(bad_patch)]) == 3
   out = json.loads(capsys.readouterr().out)
   assert out["reward"] == 0.0 and out["error"].startswith("patch does not apply")
   assert "\n" not in out["error"]
   # A machine without user namespaces: the probe's failure, injected.
   monkeypatch.setattr(bwrap, "_probe_once", lambda: "setting up uid map: Permission denied")
-  assert grade_patch.main(["--tasks", str(tasks), "--id", t.id, "--patch", "GOLD"]) == 1
+  assert grade_patch.run(["--tasks", str(tasks), "--id", t.id, "--patch", "GOLD"]) == 1
   assert "sandbox unavailable" in _one_line(capsys)
   with pytest.raises(bwrap.SandboxUnavailable):
     bwrap.run(["/bin/true"])

@@ -6,6 +6,7 @@ import io
 import json
 import math
 import os
+import re
 import tarfile
 import textwrap
 from concurrent.futures.process import BrokenProcessPool
@@ -78,7 +79,8 @@ def test_manifest_run_both_methods_and_bad_entry(factory_run):
   assert summary["failed"] == {
     "broken-1": "manifest entry broken: sha256 'not-a-hash' is not 64 lowercase hex digits"
   }
-  assert "1/2 " in log and "ETA" in log and "FAILED: manifest entry broken" in log
+  assert re.search(r"make_tasks: 1/2 projects, \S+ projects/s, elapsed \S+, ETA \S+; ", log), log
+  assert "FAILED: manifest entry broken" in log
   merged = task.read_jsonl(tmp / "out" / "tasks.jsonl")
   assert [t.id for t in merged] == [
     t.id for t in task.read_jsonl(tmp / "out" / "projects" / "minipkg-1.0.jsonl")
@@ -137,20 +139,21 @@ def test_ray_backend_matches_local():
 
 def test_cli_bad_methods_and_only(tmp_path, capsys):
   argv = ["--manifest", str(sources.MANIFEST), "--out", str(tmp_path)]
-  assert make_tasks.main([*argv, "--methods", "deletion,fuzz"]) == 1
+  assert make_tasks.run([*argv, "--methods", "deletion,fuzz"]) == 1
   assert "synthesis methods ['deletion', 'fuzz']" in capsys.readouterr().err
-  assert make_tasks.main([*argv, "--only", "nosuchproject"]) == 1
+  assert make_tasks.run([*argv, "--only", "nosuchproject"]) == 1
   assert "--only ['nosuchproject']: not in" in capsys.readouterr().err
   (tmp_path / "file").write_text("")
   for args, error in [
     (
       ["--manifest", str(sources.MANIFEST), "--out", str(tmp_path / "file")],
-      "is a file; --manifest / --micro write a directory",
+      "it is a file, not a directory (--manifest / --micro write a directory)",
     ),
-    (["--source", "x==1", "--out", str(tmp_path)], "is a directory; --source"),
+    (["--source", "x==1", "--out", str(tmp_path)], "it is a directory, not a file (--source"),
     (["--source", "x==1", "--out", str(tmp_path / "no" / "t.jsonl")], "does not exist"),
+    (["--source", "x==1", "--out", str(tmp_path / "file" / "t.jsonl")], "file is a file, so"),
   ]:
-    assert make_tasks.main(args) == 1  # before any work
+    assert make_tasks.run(args) == 2  # a bad flag: at parse time, before any work
     assert error in capsys.readouterr().err
 
 
@@ -164,7 +167,7 @@ def test_manifest_name_that_is_a_path_is_refused_before_any_work(tmp_path, capsy
     json.dumps({"sources": [{"name": name, "version": version, "sha256": "0" * 64}]})
   )
   out = tmp_path / "a" / "b" / "out"
-  assert make_tasks.main(["--manifest", str(manifest), "--out", str(out)]) == 1
+  assert make_tasks.run(["--manifest", str(manifest), "--out", str(out)]) == 1
   err = capsys.readouterr().err.strip()
   assert err.startswith("error: manifest entry") and "is not a plain file name" in err, err
   assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "m.json", "out", "projects"]

@@ -65,7 +65,7 @@ def test_grade_cli_gold_and_empty(hypot_task, tmp_path, capsys):
   task_lib.write_jsonl(tasks, [hypot_task])
   (tmp_path / "gold.diff").write_text(hypot_task.gold_patch)
   assert (
-    grade_patch.main(
+    grade_patch.run(
       ["--tasks", str(tasks), "--id", hypot_task.id, "--patch", str(tmp_path / "gold.diff")]
     )
     == 0
@@ -73,7 +73,7 @@ def test_grade_cli_gold_and_empty(hypot_task, tmp_path, capsys):
   out = json.loads(capsys.readouterr().out)
   assert out["reward"] == 1.0 and out["partial"] == 1.0 and out["error"] == ""
   assert set(out["tests"]) == set(hypot_task.FAIL_TO_PASS) | set(hypot_task.PASS_TO_PASS)
-  assert grade_patch.main(["--tasks", str(tasks), "--id", "nope", "--patch", "GOLD"]) == 1
+  assert grade_patch.run(["--tasks", str(tasks), "--id", "nope", "--patch", "GOLD"]) == 1
 
 
 def test_patch_that_does_not_apply(hypot_task):
@@ -107,7 +107,7 @@ def test_bad_sources_raise_and_write_nothing(tmp_path, files, match, capsys):
   with pytest.raises(ValueError, match=match):
     gen.prepare()
   out = tmp_path / "tasks.jsonl"
-  assert make_tasks.main(["--source", str(root), "--out", str(out), "--baseline-runs", "0"]) == 1
+  assert make_tasks.run(["--source", str(root), "--out", str(out), "--baseline_runs", "0"]) == 1
   assert not out.exists() and re.search(match, capsys.readouterr().err)
 
 

@@ -22,14 +22,13 @@ import dataclasses
 from collections.abc import Sequence
 
 import jax
-import ml_collections
 import numpy as np
 
+from composer_jax.codetasks import cli
 from composer_jax.codetasks.synthesis.split import project_of
 from composer_jax.codetasks.task import Task
 from composer_jax.envs.coding.agent import env as agent_env
 from composer_jax.envs.coding.agent import feedback as agent_feedback
-from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.model.config import ModelConfig
 from composer_jax.rl import rollout
 from composer_jax.rl.episodes import run_episodes
@@ -61,20 +60,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-  """How episodes are played: sampling, budgets, batching."""
+  """What only an evaluation has: how many episodes, in what batches, from which key. How an
+  episode is played (tools, budgets, statement, mode, sampling) is the run config's, through
+  the env the RL program's factory builds and its `rl` section."""
 
   k: int = 1
   samples: int = 0  # episodes per task; 0 = k
-  temperature: float = 1.0
-  top_p: float = 1.0
-  max_turn_tokens: int = 1024
-  budget: agent_tools.Budget = agent_tools.Budget()
-  tools: tuple[str, ...] = agent_tools.TOOL_NAMES  # offered to the policy (as in its training)
   batch: int = 8  # episodes played in lockstep per policy call
   seed: int = 0
-  thinking: bool = True  # K2.5's thinking mode, or instant (as in the policy's training)
-  system: str = ""  # the system message ('' = agent_env.SYSTEM)
-  statement: str = "full"  # the user message (agent_env.STATEMENTS), as in training
 
   @property
   def n(self) -> int:
@@ -110,40 +103,37 @@ def episode_row(task: Task, sample: int, state: agent_env.CodingState) -> dict:
 
 
 def evaluate(
+  env: agent_env.CodingEnv,
   tasks: Sequence[Task],
   model_cfg: ModelConfig,
   variables: dict,
-  tokenizer,
+  sampling,
   cfg: EvalConfig,
-  workers: int = 1,
+  log=None,
 ) -> dict:
-  """Plays `cfg.n` episodes per task with the model `variables` as the policy (sampling at
-  `cfg.temperature`, `cfg.top_p`); returns the report of `play`."""
-  prompt_len = cfg.budget.max_tokens
-  if prompt_len + cfg.max_turn_tokens - 1 > model_cfg.max_position_embeddings:
-    raise ValueError(
-      f"budget max_tokens={prompt_len} + max_turn_tokens={cfg.max_turn_tokens} - 1 exceeds the "
-      f"model's max_position_embeddings={model_cfg.max_position_embeddings}; lower them"
-    )
-  sampling = ml_collections.ConfigDict(
-    dict(max_new_tokens=cfg.max_turn_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
-  )
-  stop_ids = (tokenizer.special_tokens["<|im_end|>"],)
-  policy = rollout.make_policy(model_cfg, sampling, stop_ids, tokenizer.pad_id)
+  """Plays `cfg.n` episodes per task in `env` with the model `variables` as the policy
+  (`sampling`: the run config's `rl` section, max_new_tokens, temperature, top_p); returns
+  the report of `play`."""
+  policy = rollout.make_policy(model_cfg, sampling, env.stop_ids, env.pad_id)
   variables = jax.tree.map(jax.numpy.asarray, variables)
-  return play(tasks, lambda *a: policy(variables, *a), tokenizer, cfg, workers)
+  return play(env, tasks, lambda *a: policy(variables, *a), cfg, log)
 
 
-def play(tasks: Sequence[Task], policy, tokenizer, cfg: EvalConfig, workers: int = 1) -> dict:
-  """Plays `cfg.n` episodes per task, `cfg.batch` at a time, through `agent_env.CodingEnv`.
+def play(
+  env: agent_env.CodingEnv, tasks: Sequence[Task], policy, cfg: EvalConfig, log=None
+) -> dict:
+  """Plays `cfg.n` episodes per task, `cfg.batch` at a time, in `env` (entered here: its
+  workers run for the evaluation); one progress line per batch (`cli.Progress`, to `log`,
+  default stderr).
 
   Args:
+    env: the coding env the episodes are played in, over (at least) `tasks`: built by the RL
+      program's factory (`experiments.coding.program.make_env`), so tools, budgets, statement
+      and mode are the run config's.
     tasks: the tasks; episode `(task, sample)` for every task and sample < `cfg.n`.
     policy: an `rl.episodes` policy, `(prompts [B, P], prompt_lens [B], key) -> (tokens,
       logprobs, lengths)`.
-    tokenizer: the policy's tiktoken tokenizer.
-    cfg: samples, k, budgets, batch, seed.
-    workers: processes running the tools and the grader (`CodingEnv.step_many`).
+    cfg: samples, k, batch, seed.
 
   Returns:
     `summarize(rows, cfg.k)`: `summary` (pass@1..k and behavioural means), `tasks` (per task)
@@ -151,19 +141,9 @@ def play(tasks: Sequence[Task], policy, tokenizer, cfg: EvalConfig, workers: int
   """
   if not tasks:
     raise ValueError("no tasks to evaluate")
-  env = agent_env.CodingEnv(
-    tasks,
-    tokenizer,
-    budget=cfg.budget,
-    tools=cfg.tools,
-    max_turn_tokens=cfg.max_turn_tokens,
-    workers=workers,
-    thinking=cfg.thinking,
-    system=cfg.system or agent_env.SYSTEM,
-    statement=cfg.statement,
-  )
   jobs = [(t, s) for t in tasks for s in range(cfg.n)]
   key, rows = jax.random.key(cfg.seed), []
+  progress = cli.Progress("eval", len(jobs), "episodes", out=log)
   with env:
     for start in range(0, len(jobs), cfg.batch):
       chunk = jobs[start : start + cfg.batch]
@@ -173,10 +153,12 @@ def play(tasks: Sequence[Task], policy, tokenizer, cfg: EvalConfig, workers: int
         list(range(len(chunk))),
         policy,
         jax.random.fold_in(key, start),
-        prompt_len=cfg.budget.max_tokens,
+        prompt_len=env.budget.max_tokens,
         pad_id=env.pad_id,
       )
       rows += [episode_row(t, s, e.state) for (t, s), e in zip(chunk, episodes, strict=True)]
+      passed = sum(r["passed"] for r in rows)
+      progress.update(len(rows), f"{passed} passed")
   return summarize(rows, cfg.k)
 
 

@@ -9,6 +9,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -20,14 +22,29 @@ from composer_jax.codetasks import project
 from composer_jax.codetasks import task as task_lib
 from composer_jax.codetasks.synthesis import split
 from composer_jax.data.tokenizer import TiktokenTokenizer, write_byte_ranks
+from composer_jax.envs.coding.agent import env as agent_env
 from composer_jax.envs.coding.agent import scripts as agent_scripts
 from composer_jax.envs.coding.agent import tools as agent_tools
 from composer_jax.envs.coding.evaluation import evaluate
 from composer_jax.hf import checkpoint as hf_checkpoint
 from composer_jax.model import config as model_config
 from composer_jax.model import transformer
+from composer_jax.train import loop
 from experiments import eval as eval_cli
+from experiments.configs import default, rl_coding
 from tests.codetasks.mini_project import requires_sandbox
+
+
+@pytest.fixture(scope="module")
+def zero_checkpoint(tmp_path_factory) -> Path:
+  """A one-layer tiny model of zeros as an imported checkpoint (no compile), with a byte
+  tiktoken file beside it."""
+  ckpt = tmp_path_factory.mktemp("zero")
+  cfg = model_config.get_preset("tiny", num_layers=1, max_position_embeddings=4096)
+  shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
+  hf_checkpoint.save(str(ckpt), cfg, jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
+  write_byte_ranks(str(ckpt / "tiktoken.model"))
+  return ckpt
 
 
 @pytest.fixture(scope="module")
@@ -53,22 +70,17 @@ def test_eval_cli_writes_json_csv_png(mini_gen, random_checkpoint, tmp_path, cap
   tasks_file = tmp_path / "tasks.jsonl"
   task_lib.write_jsonl(tasks_file, mini_gen[1])
   out = tmp_path / "out"
-  rc = eval_cli.main(
+  rc = eval_cli.run(
     [
-      "--tasks",
-      str(tasks_file),
-      "--checkpoint",
-      str(random_checkpoint),
-      "--k",
-      "2",
-      "--samples",
-      "3",
-      "--config.env.heldout_fraction=1",
+      f"--tasks={tasks_file}",
+      f"--checkpoint={random_checkpoint}",
+      "--k=2",
+      "--samples=3",
+      "--config.env.heldout_fraction=1.0",
       "--config.env.max_turns=2",
       "--config.rl.seq_len=2600",
       "--config.rl.max_new_tokens=16",
-      "--out",
-      str(out),
+      f"--out={out}",
     ]
   )
   assert rc == 0, capsys.readouterr().err
@@ -90,11 +102,19 @@ def test_eval_cli_writes_json_csv_png(mini_gen, random_checkpoint, tmp_path, cap
       float(r[name] == "True") if r[name] in ("True", "False") else float(r[name]) for r in rows
     ]
     assert report["summary"][f"{name}_per_episode"] == pytest.approx(np.mean(column))
-  # Every episode ran to an end through the harness: the prompt alone is > 1500 tokens.
-  assert all(r["end"] and int(r["tokens"]) > 1500 and 1 <= int(r["turns"]) <= 2 for r in rows)
+  # Every episode ran to an end through the harness, with the RL config's four tools: the
+  # prompt alone is > 1000 tokens.
+  assert all(r["end"] and int(r["tokens"]) > 1000 and 1 <= int(r["turns"]) <= 2 for r in rows)
+  assert report["meta"]["settings"]["env"]["tools"] == list(rl_coding.get_config().env.tools)
   assert report["meta"]["split_projects"] == ["minipkg-1.0"]
-  printed = json.loads(capsys.readouterr().out)
+  captured = capsys.readouterr()
+  printed = json.loads(captured.out)
   assert printed["files"]["png"] == str(out / "eval.png")
+  # One progress line per batch of 8 episodes: done/total, rate, ETA.
+  lines = [ln for ln in captured.err.splitlines() if ln.startswith("eval: ")]
+  n = 3 * len(mini_gen[1])
+  assert len(lines) == -(-n // 8) and lines[-1].startswith(f"eval: {n}/{n} episodes, ")
+  assert all(re.search(r"episodes/s, elapsed \S+, ETA \S+; \d+ passed$", ln) for ln in lines)
 
 
 def _fake_task(name: str, project_name: str) -> task_lib.Task:
@@ -142,30 +162,22 @@ def _escaping_blob() -> str:
     ("workspace_not_base64", "task field 'workspace': not a packed project"),
     ("workspace_not_a_tar", "task field 'workspace': not a packed project"),
     ("workspace_escapes", "task field 'workspace': not a packed project"),
-    ("out_is_a_file", "is a file, not a directory"),
     ("out_is_the_checkpoint", "is the input"),
     ("out_holds_other_files", "is not empty (it holds 'notes.txt')"),
-    ("no_task_file", "does not exist; give a make_tasks JSONL"),
-    ("no_tokenizer", "has no tiktoken.model; pass --tokenizer"),
+    ("no_task_file", "is not a file; give a make_tasks JSONL or micro:START:STOP"),
     ("missing_tokenizer", "neither 'byte' nor an existing tiktoken file"),
-    ("byte_tokenizer", "needs a tiktoken file"),
+    ("byte_tokenizer", "the chat format needs 'bytes' or a tiktoken file"),
     ("not_a_checkpoint", "is none of"),
     ("empty_split", "heldout split of"),
+    ("heldout_fraction_nan", "env.heldout_fraction=nan must be in [0, 1]"),
     ("unknown_tool", "shell"),
-    (
-      "unknown_setting",
-      "--config.rl.temprature=0.5: eval reads --config.FIELD=VALUE for the "
-      "fields ['env.heldout_fraction', ",
-    ),
-    ("setting_of_another_type", "--config.env.max_turns=many: invalid literal for int()"),
+    ("architecture_override", "change the checkpoint's architecture: num_layers (checkpoint"),
   ],
 )
-def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
-  tasks_file, ckpt = tmp_path / "tasks.jsonl", tmp_path / "ckpt"
-  ckpt.mkdir()
+def test_bad_input_is_one_line(tmp_path, capsys, case, expected, zero_checkpoint):
+  tasks_file, ckpt = tmp_path / "tasks.jsonl", zero_checkpoint
   task_lib.write_jsonl(tasks_file, [_fake_task("a", "proj")])
-  write_byte_ranks(str(ckpt / "tiktoken.model"))
-  args = ["--tasks", str(tasks_file), "--checkpoint", str(ckpt), "--config.env.heldout_fraction=1"]
+  args = [f"--tasks={tasks_file}", f"--checkpoint={ckpt}", "--config.env.heldout_fraction=1.0"]
   if case == "empty_tasks":
     tasks_file.write_text("")
   elif case == "not_jsonl":
@@ -188,32 +200,76 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, expected):
     _record(tasks_file, workspace=base64.b64encode(b"plain text").decode())
   elif case == "workspace_escapes":
     _record(tasks_file, workspace=_escaping_blob())
-  elif case == "out_is_a_file":
-    args += ["--out", str(tasks_file)]
   elif case == "out_is_the_checkpoint":
-    args += ["--out", str(ckpt)]
+    args += [f"--out={ckpt}"]
   elif case == "out_holds_other_files":
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "notes.txt").write_text("mine")
-    args += ["--out", str(tmp_path / "o")]
+    args += [f"--out={tmp_path / 'o'}"]
   elif case == "no_task_file":
     tasks_file.unlink()
-  elif case == "no_tokenizer":
-    (ckpt / "tiktoken.model").unlink()
   elif case == "missing_tokenizer":
-    args += ["--tokenizer", str(tmp_path / "absent.model")]
+    args += [f"--config.env.tokenizer={tmp_path / 'absent.model'}"]
   elif case == "byte_tokenizer":
-    args += ["--tokenizer", "byte"]
+    args += ["--config.env.tokenizer=byte"]
+  elif case == "not_a_checkpoint":
+    args[1] = f"--checkpoint={tmp_path}"
   elif case == "empty_split":
-    args += ["--config.env.heldout_fraction=0"]
+    args += ["--config.env.heldout_fraction=0.0"]
+  elif case == "heldout_fraction_nan":
+    args += ["--config.env.heldout_fraction=nan"]
   elif case == "unknown_tool":
-    args += ["--config.env.tools=read_file,shell"]
-  elif case == "unknown_setting":
-    args += ["--config.rl.temprature=0.5"]
-  elif case == "setting_of_another_type":
-    args += ["--config.env.max_turns=many"]
-  assert eval_cli.main(args) == 1
+    args += ["--config.env.tools=('read_file','shell')"]
+  elif case == "architecture_override":
+    args += ["--config.model.num_layers=2"]
+  assert eval_cli.run(args) == 1
   assert expected in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize(
+  "flag, expected",
+  [
+    ("--k=1000000", "flag --k=1000000: 1000000 is not an integer in the range [1, 1000]"),
+    ("--k=0", "flag --k=0: 0 is not an integer in the range [1, 1000]"),
+    ("--samples=-1", "flag --samples=-1: -1 is not an integer in the range [0, 1000]"),
+    ("--k=3 --samples=2", "--samples must be 0 (= k) or >= --k"),
+    ("--out=FILE", "it is a file, not a directory"),
+    ("--out=FILE/sub", "is a file, so nothing can be written under it"),
+    ("--split=test", "flag --split=test: value should be one of <heldout|train|all>"),
+    (
+      "--config.rl.temprature=0.5",
+      "unknown config field 'temprature' in --config.rl.temprature=0.5. Did you mean",
+    ),
+    ("--config.env.max_turns=many", "flag --config.env.max_turns=many: invalid literal for int()"),
+    ("--config=nope.py", "cannot load config file 'nope.py': no such file; configs in"),
+  ],
+)
+def test_bad_flags_are_one_line_and_exit_2(flag, expected, tmp_path):
+  """On the command line (a subprocess): one line naming the flag, its value and the valid
+  range, exit status 2, no traceback; before any checkpoint is read."""
+  (tmp_path / "file").write_text("")
+  args = [a.replace("FILE", str(tmp_path / "file")) for a in flag.split()]
+  p = subprocess.run(
+    [sys.executable, "-m", "experiments.eval", f"--checkpoint={tmp_path}", *args],
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+  assert p.returncode == 2, p.stderr
+  assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], p.stderr
+
+
+def test_help_lists_every_flag_with_its_default():
+  p = subprocess.run(
+    [sys.executable, "-m", "experiments.eval", "--helpshort"],
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  for name, value in [("k", "1"), ("samples", "0"), ("split", "heldout"), ("batch", "8")]:
+    assert re.search(rf"--{name}: .*\n(    .*\n)*?    \(default: '{value}'\)", p.stdout), name
+  assert "rl_coding.py')" in p.stdout
 
 
 def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(
@@ -230,12 +286,11 @@ def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(
   row = dict(
     task="a", project="proj", passed=True, reward=1.0, **{m: 1 for m in evaluate.BEHAVIOUR}
   )
-  monkeypatch.setattr(
-    eval_cli.load_checkpoint, "load", lambda _: (model_config.get_preset("tiny"), {})
-  )
+  tiny = model_config.get_preset("tiny", max_position_embeddings=4096)
+  monkeypatch.setattr(eval_cli.load_checkpoint, "load", lambda _: (tiny, {}))
   monkeypatch.setattr(evaluate, "evaluate", lambda *a: evaluate.summarize([row], 1))
-  args = ["--tasks", str(tasks_file), "--checkpoint", str(ckpt), "--config.env.heldout_fraction=1"]
-  assert eval_cli.main(args) == 1  # a foreign file in the eval directory: refused first
+  args = [f"--tasks={tasks_file}", f"--checkpoint={ckpt}", "--config.env.heldout_fraction=1.0"]
+  assert eval_cli.run(args) == 1  # a foreign file in the eval directory: refused first
   assert "is not empty (it holds 'stale.csv')" in _one_line_error(capsys)
   (out / "stale.csv").unlink()
 
@@ -247,14 +302,14 @@ def test_results_replace_an_earlier_eval_whole_or_survive_a_failed_write(
     raise OSError(28, "No space left on device")
 
   monkeypatch.setattr(eval_cli, "write_report", disk_full)
-  assert eval_cli.main(args) == 1
+  assert eval_cli.run(args) == 1
   captured = capsys.readouterr()
   assert json.loads(captured.out)["summary"]["pass@1"] == 1.0
   assert captured.err.startswith(f"error: cannot write the results to {out} ")
   assert os.listdir(out) == ["eval.json"] and (out / "eval.json").read_text() == "earlier"
 
   monkeypatch.setattr(eval_cli, "write_report", write)
-  assert eval_cli.main(args) == 0
+  assert eval_cli.run(args) == 0
   assert sorted(os.listdir(out)) == ["episodes.csv", "eval.json", "eval.png"]
   assert json.loads((out / "eval.json").read_text())["summary"]["pass@1"] == 1.0
   assert not [n for n in os.listdir(ckpt) if ".partial-" in n or ".replaced-" in n]
@@ -302,10 +357,14 @@ def test_scripted_policies_are_counted_right(hypot_task, tmp_path):
     new_text="import os\n\n\ndef add_numbers(",
   )
   scripts = [[t(*gold), t(submit)], [t(submit)], [t(unused_import), t(submit)]]
-  cfg = evaluate.EvalConfig(
-    k=3, budget=agent_tools.Budget(max_turns=4, max_tokens=12000), max_turn_tokens=2500, batch=3
+  env = agent_env.CodingEnv(
+    [hypot_task],
+    tok,
+    budget=agent_tools.Budget(max_turns=4, max_tokens=12000),
+    max_turn_tokens=2500,
   )
-  report = evaluate.play([hypot_task], agent_scripts.scripted_policy(scripts, tok.pad_id), tok, cfg)
+  cfg = evaluate.EvalConfig(k=3, batch=3)
+  report = evaluate.play(env, [hypot_task], agent_scripts.scripted_policy(scripts, tok.pad_id), cfg)
   rows = report["episodes"]
   assert [r["passed"] for r in rows] == [True, False, False]
   assert [r["edits"] for r in rows] == [len(gold), 0, 1]
@@ -318,47 +377,32 @@ def test_scripted_policies_are_counted_right(hypot_task, tmp_path):
 
 
 def test_settings_are_the_runs_own_with_overrides():
-  """An RL workdir's run config gives the settings; `--config.` overrides win; without a run
-  config they are eval's defaults (the episode budget 0 then comes from the model)."""
-  run = {
-    "env": {
-      "heldout_fraction": 0.3,
-      "split_seed": 2,
-      "max_turns": 3,
-      "tools": ["edit", "submit"],
-      "tasks": "t.jsonl",
-    },
-    "rl": {"seq_len": 2900, "max_new_tokens": 512, "temperature": 0.9, "groups": 4},
-  }
-  c = eval_cli.settings(
-    run, ["--config.env.max_turns=5", "--config.rl.top_p=0.5", "--config.env.thinking=false"]
-  )
-  assert c.env.to_dict() == dict(
-    heldout_fraction=0.3,
-    split_seed=2,
-    max_turns=5,
-    tools=("edit", "submit"),
-    thinking=False,
-    system="",
-    statement="full",
-  )
-  assert c.rl.to_dict() == dict(seq_len=2900, max_new_tokens=512, temperature=0.9, top_p=0.5)
-  c = eval_cli.settings({}, ["--config.env.tools=read_file,submit"])
-  assert (
-    c.env.heldout_fraction,
-    c.env.split_seed,
-    c.env.max_turns,
-    c.rl.max_new_tokens,
-    c.rl.seq_len,
-  ) == (0.2, 0, 30, 1024, 0)
-  assert c.env.tools == ("read_file", "submit")
-  assert eval_cli.defaults().env.tools == tuple(agent_tools.TOOL_NAMES)
+  """A coding run's saved config gives the settings, `--config.` overrides win; any other
+  checkpoint gets the `--config` file's (the RL program's defaults: 2 turns, instant mode,
+  512-token turns, not a second set of eval defaults); the model is the checkpoint's."""
+  micro = rl_coding.get_config("micro")
+  saved = json.loads(json.dumps(micro.to_dict()))  # as a checkpoint holds it: lists, not tuples
+  saved["model"] = {"preset": "tiny", "overrides": {}}  # an older run config's model section
+  file_config = rl_coding.get_config("cpu")
+  overrides = {"env.max_turns": 5, "rl.top_p": 0.5, "env.thinking": True}
+  c = eval_cli.settings(saved, file_config, overrides)
+  assert c.env.tools == ("append", "submit") and c.env.statement == "compact"
+  assert (c.env.max_turns, c.rl.top_p, c.env.thinking) == (5, 0.5, True)
+  assert c.rl.seq_len == micro.rl.seq_len and c.env.curriculum.min_rollouts == 0
+  tiny = model_config.get_preset("tiny", num_layers=2)
+  used = eval_cli.with_model(c, tiny, {"model.dtype": "bfloat16"})
+  assert used == tiny.replace(dtype="bfloat16") and c.model.num_layers == 2
+  c = eval_cli.settings({"method": "lm", "train": {"steps": 300}}, file_config, {})
+  assert c.to_dict() == {**file_config.to_dict(), "env": c.env.to_dict()}
+  assert (c.env.max_turns, c.env.thinking, c.rl.max_new_tokens) == (2, False, 512)
+  with pytest.raises(ValueError, match="holds a coding run's config"):
+    eval_cli.settings(saved, file_config, {}, file_given=True)
 
 
 @pytest.mark.parametrize(
   "override, message",
   [
-    ("--config.rl.seq_len=8000", "exceeds the model's max_position_embeddings=4096"),
+    ("--config.rl.seq_len=8000", "the model's max_position_embeddings=4096 < 8"),
     # A NaN temperature sampled garbage episodes and wrote their report (rl.rollout).
     ("--config.rl.temperature=nan", "rl.temperature=nan must be finite and >= 0"),
     ("--config.rl.top_p=0", "rl.top_p=0.0 must be in (0, 1]"),
@@ -371,20 +415,62 @@ def test_settings_the_model_cannot_sample_with_are_one_line(override, message, t
   write_byte_ranks(str(tmp_path / "tiktoken.model"))
   tasks_file = tmp_path / "tasks.jsonl"
   task_lib.write_jsonl(tasks_file, [_fake_task("a", "proj")])
-  args = ["--tasks", str(tasks_file), "--checkpoint", str(tmp_path), "--split", "all", override]
-  assert eval_cli.main(args) == 1
+  args = [f"--tasks={tasks_file}", f"--checkpoint={tmp_path}", "--split=all", override]
+  assert eval_cli.run(args) == 1
   assert message in _one_line_error(capsys)
 
 
 @pytest.mark.parametrize(
-  "override, message",
+  "field, value, message",
   [
-    ("--config.env.heldout_fraction=nan", "env.heldout_fraction=nan must be in [0, 1]"),
-    ("--config.env.heldout_fraction=1.5", "env.heldout_fraction=1.5 must be in [0, 1]"),
-    ("--config.env.max_turns=0", "env.max_turns=0 must be >= 1"),
-    ("--config.rl.max_new_tokens=-1", "rl.max_new_tokens=-1 must be >= 1"),
+    ("env.heldout_fraction", float("nan"), "env.heldout_fraction=nan must be in [0, 1]"),
+    ("env.heldout_fraction", 1.5, "env.heldout_fraction=1.5 must be in [0, 1]"),
+    ("env.max_turns", 0, "env.max_turns=0 must be >= 1"),
+    ("rl.max_new_tokens", -1, "rl.max_new_tokens=-1 must be >= 1"),
   ],
 )
-def test_settings_out_of_range_are_one_line_when_read(override, message):
+def test_settings_out_of_range_are_one_line_when_read(field, value, message):
   with pytest.raises(ValueError, match=re.escape(message)):
-    eval_cli.settings({}, [override])
+    eval_cli.settings({}, rl_coding.get_config(), {field: value})
+
+
+@requires_sandbox
+@pytest.mark.slow
+def test_a_default_run_checkpoint_evaluates_with_the_tokenizer_that_ships(
+  mini_gen, tmp_path, capsys
+):
+  """The default run's checkpoint (`experiments.run`'s supervised driver on byte tokens, two
+  steps at its tiny size; its workdir holds no tokenizer file) is evaluated end to end with
+  the RL program's micro settings (`--config=rl_coding.py:micro`): the 256-byte chat tokenizer
+  that ships with the code ('bytes', the same byte ids), its factory's env, k=1 on one task."""
+  work, out = tmp_path / "default", tmp_path / "eval"
+  config = default.get_config()
+  config.train.update(steps=2, batch_size=2, seq_len=32, eval_every=0, ckpt_every=2)
+  config.optim.warmup_steps = 0
+  loop.train(config, str(work))
+  assert not (work / "tiktoken.model").exists()
+  tasks_file = tmp_path / "tasks.jsonl"
+  task_lib.write_jsonl(tasks_file, mini_gen[1][:1])
+  rc = eval_cli.run(
+    [
+      f"--checkpoint={work}",
+      f"--tasks={tasks_file}",
+      "--split=all",
+      f"--config={os.path.join(eval_cli.CONFIG_DIR, 'rl_coding.py')}:micro",
+      "--config.env.max_turns=1",
+      "--config.rl.max_new_tokens=16",
+      "--config.rl.seq_len=0",  # derived from the task: the default model has 1024 positions
+      "--config.rl.prompt_len=0",
+      "--config.rl.teacher_seq_len=0",
+      f"--out={out}",
+    ]
+  )
+  assert rc == 0, capsys.readouterr().err
+  report = json.loads((out / "eval.json").read_text())
+  played = report["meta"]["settings"]
+  assert played["env"]["tokenizer"] == "bytes" and played["env"]["tools"] == ["append", "submit"]
+  assert model_config.model_config(played["model"]) == model_config.get_preset("tiny")
+  assert report["summary"]["episodes"] == 1 and report["episodes"][0]["tokens"] > 100
+  assert sorted(os.listdir(work)) == sorted(
+    ["checkpoints", "compile_cache", "metrics.jsonl", "tensorboard"]
+  )
