@@ -34,10 +34,12 @@ RANK = {p: i for i, layer in enumerate(LAYERS) for p in layer}
 # The packages a task maker or grader installs without JAX (the `[coding]` extra's side).
 JAX_FREE = ("host", "codetasks")
 # Inside composer_jax.codetasks, low to high by the same rule: every walk, copy and removal
-# of a project tree is bounded (`trees`); a task record holds a project tree, the monitor reads one; the sandbox runs and grades tasks (its grader calls the monitor's
-# deadline worker and scrubs the workspace); synthesis makes tasks by running them in it.
+# of a project tree is bounded (`trees`) and every command speaks one dialect (`cli`); a task
+# record holds a project tree, the monitor reads one; the sandbox runs and grades tasks (its
+# grader calls the monitor's deadline worker and scrubs the workspace); synthesis makes tasks
+# by running them in it.
 CODETASKS_LAYERS = (
-  ("trees",),
+  ("trees", "cli"),
   ("project", "workers"),
   ("task", "monitor"),
   ("sandbox",),
