@@ -47,6 +47,8 @@ def validate(config) -> None:
   ):
     if r[name] < 1:
       raise ValueError(f"rl.{name}={r[name]} must be >= 1")
+  if r.gap_rows < 0:
+    raise ValueError(f"rl.gap_rows={r.gap_rows} must be >= 0 (0 = no teacher-gap rows)")
   if r.probe_count < 0 or r.probe_every < 1:
     raise ValueError(
       f"rl.probe_count={r.probe_count} must be >= 0 (0 = off) and "
