@@ -12,9 +12,10 @@ the same arm on a named parallel layout (`layouts.py`). The config is an overlay
 `base.py`'s schema: RL steps, seed and checkpoints in `train`, the RL optimizer in `optim`, the
 sampler, modes and probes in `rl`, the loss in `loss`; `env` and `warmup` are this program's own.
 
+    python -m experiments.tool_feedback.sweep --workdir=workdir/text_feedback
     python -m experiments.figures.text_feedback --workdir=workdir/text_feedback
 
-runs every arm of both behaviours for several seeds. `get_config(arg)` (`base.parse_arg`:
+runs every arm of both behaviours for several seeds, then plots them. `get_config(arg)` (`base.parse_arg`:
 'ARM[,behaviour=BEHAVIOUR][,layout=LAYOUT]', e.g. 'sd', 'penalty,behaviour=verbose'):
   arms       'rl'       beta = 0: RL only (GRPO/DAPO clipped policy gradient on the task reward);
              'sd'       RL + beta * SD, the self-distillation KL on the flagged turns, teacher =

@@ -5,6 +5,7 @@
   arm_config(arm, seed, smoke, behaviour, steps)   an arm's run config
                                                    (`experiments/configs/rl_tool_feedback.py`);
                                                    `smoke` shrinks every size (`SMOKE`).
+  expand_arms(arms, sd_coefs)                      the sd_coef sweep: each SD arm at each value.
   write_csv / read_csv                             text_feedback.csv: one row per (behaviour,
                                                    arm, seed, RL step), every metric.
 """
@@ -34,6 +35,14 @@ def arm_config(arm: str, seed: int, smoke: bool, behaviour: str = "tools", steps
       c[section].update(fields)
     c.warmup.optim.warmup_steps = 1
   return c
+
+
+def expand_arms(arms: list[str], sd_coefs: list[str]) -> list[str]:
+  """`arms` with each SD-kind arm ('sd...', 'both...') replaced by 'ARM@COEF' per coefficient."""
+  if not sd_coefs:
+    return list(arms)
+  sd = lambda a: a.split("_")[0] in ("sd", "both")
+  return [a2 for a in arms for a2 in ([f"{a}@{c}" for c in sd_coefs] if sd(a) else [a])]
 
 
 def write_csv(path: str, rows: list[dict]) -> None:

@@ -30,7 +30,7 @@ import time
 
 from absl import app, flags, logging
 
-from experiments.tool_feedback.arms import arm_config, write_csv
+from experiments.tool_feedback.arms import arm_config, expand_arms, write_csv
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Output directory.", required=True)
@@ -52,14 +52,6 @@ flags.DEFINE_integer(
   "RL steps per arm (0: the config's train.steps, 80); a reduced run on a CPU says so with its "
   "numbers.",
 )
-
-
-def expand_arms(arms: list[str], sd_coefs: list[str]) -> list[str]:
-  """`arms` with each SD-kind arm ('sd...', 'both...') replaced by 'ARM@COEF' per coefficient."""
-  if not sd_coefs:
-    return list(arms)
-  sd = lambda a: a.split("_")[0] in ("sd", "both")
-  return [a2 for a in arms for a2 in ([f"{a}@{c}" for c in sd_coefs] if sd(a) else [a])]
 
 
 def seed_rows(
