@@ -4,6 +4,7 @@ import jax
 import ml_collections
 import numpy as np
 import optax
+import pytest
 
 from composer_jax.envs.tools import probe_contexts
 from composer_jax.model import transformer
@@ -21,6 +22,7 @@ def _keep_grads() -> optax.GradientTransformation:
   )
 
 
+@pytest.mark.slow
 def test_term_grad_norms_equal_separately_computed_grads():
   config = rl_tool_feedback.get_config("sd")
   config.model.overrides = {"vocab_size": 64, "num_layers": 1}
