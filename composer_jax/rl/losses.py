@@ -332,6 +332,11 @@ def sd_term(cfg, hidden, head, teacher, teacher_batch, batch=None):
 
   `batch` (the student batch) gives the RL token count of 'batch_tokens' and the sampler
   log-probs of `sd_is_clip`; both need it."""
+  if batch is None and (cfg.sd_normalization == "batch_tokens" or cfg.sd_is_clip > 0):
+    raise ValueError(
+      f"sd_normalization={cfg.sd_normalization!r} / sd_is_clip={cfg.sd_is_clip} need the "
+      "student batch (sd_term(..., batch=))"
+    )
   out, mask = slot_outputs(cfg, hidden, head, teacher, teacher_batch)
   mask = distilled_mask(teacher_batch, mask)
   mean = lambda x: normalize(x, mask, "token_mean")

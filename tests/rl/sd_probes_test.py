@@ -204,3 +204,8 @@ def test_teacher_gap_against_a_hand_computation():
   np.testing.assert_allclose(got["teacher_gap_se"], np.std(per_row, ddof=1) / np.sqrt(2), rtol=1e-5)
   assert got["teacher_gap_rows"] == 2
   np.testing.assert_allclose(got["teacher_gap_flagged"], d[0, 1:].mean(), rtol=1e-5)
+  only_gap = dict(tb, gap_row=np.ones(rows, np.float32))
+  args = (eye[None], zs.reshape(n, v).astype(np.float32))
+  teacher = ((teacher_hidden, zt.reshape(n, v).astype(np.float32)),)
+  cfg = ml_collections.FrozenConfigDict(cfg)
+  assert np.isnan(sd_probes.teacher_gap(cfg, *args, teacher, only_gap)["teacher_gap_flagged"])
