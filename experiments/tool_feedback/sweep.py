@@ -60,8 +60,14 @@ def seed_rows(
   """One seed of one behaviour in `<workdir>/<behaviour>/seed<seed>/`: the warm-up
   (`warmup/`), then each arm's RL run (`<arm>/`, `steps` > 0: that many RL steps), each resumed
   or skipped when already there; one row per (arm, RL step `step` = steps done before it, from
-  0) of each arm's metrics.jsonl, with `behaviour`, `arm`, `seed` and the warm-up's last CE."""
+  0) of each arm's metrics.jsonl, with `behaviour`, `arm`, `seed` and the warm-up's last CE.
+
+  Raises:
+    train.loop.Preempted: a preemption signal (SIGTERM) stopped an arm after its checkpoint:
+      the sweep stops too (the later arms do not run), and a rerun resumes.
+  """
   from composer_jax.rl import run as rl_run
+  from composer_jax.train import loop
   from composer_jax.train.metrics import read_metrics
   from experiments.tool_feedback import program
 
@@ -76,9 +82,16 @@ def seed_rows(
   for arm, config in configs.items():
     run_dir = os.path.join(directory, arm)
     rl_run.run(config, run_dir, program.make_env(config), init)
+    records = read_metrics(run_dir)
+    if not records or records[-1]["step"] < config.train.steps:
+      done = records[-1]["step"] if records else 0
+      raise loop.Preempted(
+        f"{run_dir} stopped at step {done} of {config.train.steps} (preemption signal, "
+        "checkpoint saved); run the sweep again to resume"
+      )
     rows += [
       dict(behaviour=behaviour, arm=arm, seed=seed, warmup_ce=ce, **{**r, "step": r["step"] - 1})
-      for r in read_metrics(run_dir)
+      for r in records
     ]
   return rows
 
@@ -100,9 +113,14 @@ def main(argv):
   path = os.path.join(FLAGS.workdir, "text_feedback.csv")
   t0 = time.time()
   rows = []
+  from composer_jax.train import loop
+
   for behaviour in FLAGS.behaviours:
     for seed in range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds):
-      rows += seed_rows(FLAGS.workdir, behaviour, seed, arms, FLAGS.smoke, FLAGS.steps)
+      try:
+        rows += seed_rows(FLAGS.workdir, behaviour, seed, arms, FLAGS.smoke, FLAGS.steps)
+      except loop.Preempted as e:  # the warm-up's or an arm's checkpoint is saved
+        raise SystemExit(f"sweep stopped: {e}") from None
       logging.info("%s seed %d done (%.0f s)", behaviour, seed, time.time() - t0)
       write_csv(path, rows)
   smoke = " --smoke" if FLAGS.smoke else ""
