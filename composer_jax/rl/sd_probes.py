@@ -111,7 +111,7 @@ def probe_metrics(
   rows = jnp.arange(tb["probe_slot"].shape[0])
   slot = tb["probe_slot"]
   gap = ml_collections.ConfigDict(dict(cfg))
-  gap.update(divergence="reverse_kl", support="full", sd_normalization="token_mean")
+  gap.update(divergence="reverse_kl", support="full", sd_normalization="token_mean", sd_is_clip=0.0)
   _, sd = losses.sd_term(gap, student_hidden, head, teacher, tb)
   bad, good = tb["slot_target"][rows, slot], tb["good_id"]
   at_student = student_hidden[tb["student_row"], tb["slot_student_pos"][rows, slot]]
