@@ -48,6 +48,8 @@ def test_probe_metrics_match_numpy(teacher_kind):
     trust_region_alpha=0.3,
     divergence="jsd",
     support="sampled",
+    sd_is_clip=2.0,
+    sd_normalization="batch_tokens",
   )  # probes ignore these
   rng = np.random.default_rng(0)
   arr = lambda *s: rng.normal(size=s).astype(np.float32)
