@@ -242,6 +242,7 @@ def main(argv):
   del argv
   path = os.path.join(FLAGS.workdir, "text_feedback.csv")
   if FLAGS.merge:
+    os.makedirs(FLAGS.workdir, exist_ok=True)
     arms.write_csv(path, merge_rows([os.path.join(d, "text_feedback.csv") for d in FLAGS.merge]))
   if not os.path.exists(path):
     raise app.UsageError(
