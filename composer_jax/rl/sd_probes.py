@@ -26,7 +26,10 @@ flagged turn's hint; on its sampled tokens (after `skip_first_tokens`)
   teacher_gap     = mean over rows of (mean over the row's tokens of log q(y_t) - log pi(y_t)),
   teacher_gap_se  = the standard error of that mean over rows (95% interval: +- 1.96 se),
   teacher_gap_rows, and teacher_gap_flagged = the token mean of log q - log pi on the
-  distilled (flagged) turns themselves, what the failing episodes did (NaN without SD rows).
+  distilled (flagged) turns themselves, what the failing episodes did. Metrics stay finite
+  (records compare bit-exact on resume):
+  with fewer than 2 rows teacher_gap_se is 0, without SD rows teacher_gap_flagged is 0 — read
+  them with teacher_gap_rows and num_distilled_tokens.
 
 A positive teacher_gap says SD would move the student towards what succeeded (the OPSD law,
 arXiv 2605.30070: the gain is predicted by this initial gap).
@@ -221,9 +224,7 @@ def teacher_gap(cfg, student_hidden, head, teacher, teacher_batch) -> dict[str, 
   flagged = losses.distilled_mask(teacher_batch, mask)
   return dict(
     teacher_gap=mean,
-    teacher_gap_se=jnp.where(n > 1, jnp.sqrt(var / jnp.maximum(n, 1.0)), jnp.nan),
+    teacher_gap_se=jnp.where(n > 1, jnp.sqrt(var / jnp.maximum(n, 1.0)), 0.0),
     teacher_gap_rows=n,
-    teacher_gap_flagged=jnp.where(
-      flagged.sum() > 0, losses.normalize(delta, flagged, "token_mean"), jnp.nan
-    ),
+    teacher_gap_flagged=losses.normalize(delta, flagged, "token_mean"),
   )
