@@ -30,6 +30,7 @@ RANGES = {
   "rl.max_staleness": Range(0, integer=True, note="0 = on-policy"),
   "rl.probe_count": Range(0, integer=True, note="0 = off"),
   "rl.probe_every": _INT1,
+  "rl.gap_rows": Range(0, integer=True, note="0 = no teacher-gap rows"),
 }
 
 
@@ -63,6 +64,12 @@ def default_config() -> ml_collections.ConfigDict:
   # `probe_set` (0 = off), measured after every `probe_every`-th step.
   c.probe_count = 0
   c.probe_every = 1
+  # The teacher gap (`rl.sd_probes.teacher_gap`): up to `gap_rows` probe-only teacher rows per
+  # batch (successful siblings' turns with the flagged turn's hint; 0 = off), also without SD.
+  # An episode succeeds when its reward >= success_reward (also the demonstrations of
+  # `loss.sd_variant` 'sdpo').
+  c.gap_rows = 0
+  c.success_reward = 1.0
   return c
 
 
@@ -96,6 +103,14 @@ def default_loss_config() -> ml_collections.ConfigDict:
   c.ema_rate = 0.02
   c.trust_region_alpha = 0.5
   c.skip_first_tokens = 0  # do not distill the first n sampled tokens of a turn (hint leakage)
-  c.sd_normalization = "token_mean"  # same choices as rl_normalization, over distilled tokens
+  # 'batch_tokens': the SD sum / all active model tokens of the batch (RL's token_mean
+  # denominator: one per-token scale for both terms); 'token_mean' / distilled tokens only (the
+  # committed tool-calling figures up to 2026-12-05); or rl_normalization's other choices.
+  c.sd_normalization = "batch_tokens"
   c.sd_constant = 0.0  # 0 = teacher rows * slots per row
+  # 'hint' | 'sdpo' | 'rlvr' (`rl.sd_variants`): what the teacher reads, how it enters the loss.
+  c.sd_variant = "hint"
+  c.sd_demo_tokens = 48  # 'sdpo': the successful sibling's model tokens shown to the teacher
+  c.sd_is_clip = 0.0  # SD token weight min(pi_theta / pi_sampler, c) (SDPO: 2); 0 = off
+  c.rlvr_weight_clip = 2.0  # 'rlvr': advantage weights in [1/c, c]
   return c

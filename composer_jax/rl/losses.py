@@ -30,11 +30,20 @@ unchanged. Logged: penalized_tokens.
 
 SD (sampled tokens of the target turns only): divergences.token_divergence between the student
 (original context) and the teacher (same model with the hint in context, stop_gradient), the first
-`skip_first_tokens` of each turn excluded.
+`skip_first_tokens` of each turn excluded; with `sd_is_clip` c > 0 each token's divergence is
+weighted by min(pi_theta(y) / pi_sampler(y), c) under stop_gradient (SDPO's importance-weight
+clip). Teacher rows with `teacher_batch['gap_row']` = 1 are probes only (`sd_probes.teacher_gap`):
+never distilled. What the teacher reads and how it enters the objective is `sd_variant`
+(`rl.sd_variants`): 'hint' and 'sdpo' add sd_coef * SD; 'rlvr' adds no SD term and instead
+reweights the RL advantage of the distilled tokens (`advantage_weights`).
 
 Normalizers (each term its own): 'sequence_mean' (mean per sequence, then over sequences; GRPO,
-length-biased), 'token_mean' (sum / all active tokens of the batch; DAPO), 'constant' (sum / a
-fixed number; Dr. GRPO).
+length-biased), 'token_mean' (sum / all active tokens of the term; DAPO), 'constant' (sum / a
+fixed number; Dr. GRPO); for SD also 'batch_tokens' (the default): the SD sum over distilled
+tokens / all active model tokens of the batch, the RL term's token_mean denominator, so both
+terms are per-token means on one scale and a flagged token weighs as much in SD as any token in
+RL. The SD term's old 'token_mean' (/ distilled tokens only, the committed tool-calling figures
+up to 2026-12-05) makes each flagged token weigh 1 / sd_token_frac times more.
 """
 
 from __future__ import annotations
@@ -48,9 +57,10 @@ import ml_collections
 
 from composer_jax.model import vocab_chunks
 from composer_jax.model.vocab_chunks import Logits
-from composer_jax.rl import advantages, divergences, teacher_weights
+from composer_jax.rl import advantages, divergences, sd_variants, teacher_weights
 
 NORMALIZATIONS = ("sequence_mean", "token_mean", "constant")
+SD_NORMALIZATIONS = (*NORMALIZATIONS, "batch_tokens")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
@@ -165,6 +175,8 @@ _NON_NEGATIVE = (
   "advantage_eps",
   "rl_constant",
   "sd_constant",
+  "sd_is_clip",
+  "rlvr_weight_clip",
 )
 
 
@@ -172,7 +184,8 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a `default_loss_config()`."""
   choices = dict(
     rl_normalization=NORMALIZATIONS,
-    sd_normalization=NORMALIZATIONS,
+    sd_normalization=SD_NORMALIZATIONS,
+    sd_variant=sd_variants.VARIANTS,
     ref_kl_estimator=KL_ESTIMATORS,
     divergence=divergences.DIVERGENCES,
     support=divergences.SUPPORTS,
@@ -202,16 +215,22 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
       f"skip_first_tokens={cfg.skip_first_tokens} and vocab_chunk_size="
       f"{cfg.vocab_chunk_size} must be >= 0 and > 0"
     )
+  if cfg.sd_variant == "rlvr" and cfg.rlvr_weight_clip < 1:
+    raise ValueError(
+      f"rlvr_weight_clip={cfg.rlvr_weight_clip} must be >= 1 (advantage weights in [1/c, c])"
+    )
   teacher_weights.mixing_weights(cfg)
 
 
-def _rl_term(cfg, hidden, head, batch, ref):
+def _rl_term(cfg, hidden, head, batch, ref, adv_weight=None):
   """Clipped policy gradient (+ reference KL) on hidden [B, L, D] -> (scalar, metrics)."""
   b, length, d = hidden.shape
   mask = batch["model_mask"] * batch["valid"][:, None]
   logp, entropy = sampled_logprobs(cfg, hidden, head, batch["targets"])
   adv = batch["advantage"] if "advantage" in batch else batch_advantages(cfg, batch)
   adv = jnp.broadcast_to(adv[:, None], mask.shape)
+  if adv_weight is not None:
+    adv = adv * adv_weight
   if cfg.turn_penalty > 0:
     if "flagged_mask" not in batch:
       raise ValueError(
@@ -268,8 +287,10 @@ def _rl_term(cfg, hidden, head, batch, ref):
   return rl, metrics
 
 
-def sd_term(cfg, hidden, head, teacher, teacher_batch):
-  """Self-distillation on the [T, Lk] slots of `teacher_batch` -> (scalar, metrics)."""
+def slot_outputs(cfg, hidden, head, teacher, teacher_batch, *, kind=None, support=None):
+  """`divergences.token_divergence` of student vs teacher on the [T, Lk] slots of
+  `teacher_batch` (`kind` / `support` default to cfg's) -> (dict of [T, Lk], mask [T, Lk]: the
+  sampled slots after `skip_first_tokens`, probe rows included)."""
   weights = teacher_weights.mixing_weights(cfg)
   if len(teacher) != len(weights):
     raise ValueError(
@@ -286,8 +307,8 @@ def sd_term(cfg, hidden, head, teacher, teacher_batch):
       vocab_chunks.single(hs, head),
       Logits(tuple(hts), tuple(w for _, w in teacher), weights),
       y,
-      kind=cfg.divergence,
-      support=cfg.support,
+      kind=kind or cfg.divergence,
+      support=support or cfg.support,
       beta=cfg.jsd_beta,
       top_k=cfg.top_k,
       chunk_size=cfg.vocab_chunk_size,
@@ -296,17 +317,76 @@ def sd_term(cfg, hidden, head, teacher, teacher_batch):
   out = vocab_chunks.map_tokens(
     per_token, cfg.token_chunk_size, flat(hs), flat(teacher_batch["slot_target"]), *map(flat, hts)
   )
-  out = jax.tree.map(lambda x: x.reshape(rows, lk), out)
+  return jax.tree.map(lambda x: x.reshape(rows, lk), out), mask
+
+
+def distilled_mask(teacher_batch, mask: jax.Array) -> jax.Array:
+  """`mask` [T, Lk] without the probe-only rows (`gap_row`)."""
+  if "gap_row" not in teacher_batch:
+    return mask
+  return mask * (1.0 - teacher_batch["gap_row"][:, None])
+
+
+def sd_term(cfg, hidden, head, teacher, teacher_batch, batch=None):
+  """Self-distillation on the [T, Lk] slots of `teacher_batch` -> (scalar, metrics).
+
+  `batch` (the student batch) gives the RL token count of 'batch_tokens' and the sampler
+  log-probs of `sd_is_clip`; both need it."""
+  if batch is None and (cfg.sd_normalization == "batch_tokens" or cfg.sd_is_clip > 0):
+    raise ValueError(
+      f"sd_normalization={cfg.sd_normalization!r} / sd_is_clip={cfg.sd_is_clip} need the "
+      "student batch (sd_term(..., batch=))"
+    )
+  out, mask = slot_outputs(cfg, hidden, head, teacher, teacher_batch)
+  mask = distilled_mask(teacher_batch, mask)
   mean = lambda x: normalize(x, mask, "token_mean")
   hit = (out["teacher_argmax"] == teacher_batch["slot_target"]).astype(jnp.float32)
-  sd = normalize(out["divergence"], mask, cfg.sd_normalization, cfg.sd_constant)
-  metrics = dict(
+  divergence = out["divergence"]
+  metrics = {}
+  if cfg.sd_is_clip > 0:
+    sampler = batch["sampler_logprobs"][
+      teacher_batch["student_row"][:, None], teacher_batch["slot_student_pos"]
+    ]
+    w = jax.lax.stop_gradient(jnp.minimum(jnp.exp(out["logp"] - sampler), cfg.sd_is_clip))
+    divergence = w * divergence
+    metrics["sd_is_weight"] = mean(w)
+  if cfg.sd_normalization == "batch_tokens":
+    rl_tokens = (batch["model_mask"] * batch["valid"][:, None]).sum()
+    sd = jnp.where(mask > 0, divergence, 0.0).sum() / jnp.maximum(rl_tokens, 1.0)
+  else:
+    sd = normalize(divergence, mask, cfg.sd_normalization, cfg.sd_constant)
+  metrics.update(
     sd_loss=sd,
     sd_gap_kl=mean(out["reverse_kl"]),
     teacher_accuracy=mean(hit),
     num_distilled_tokens=mask.sum(),
   )
   return sd, metrics
+
+
+def advantage_weights(cfg, hidden, head, teacher, teacher_batch, batch):
+  """Self-distilled RLVR's token weights ([B, L], 1 off the distilled slots; no gradient):
+  w_t = exp(clip(sd_coef * sign(A) * (log q(y_t) - log pi(y_t)), -log c, log c)),
+  c = `rlvr_weight_clip`, A the row's advantage. The reward sets the sign of A_t = w_t A: a token
+  the teacher likes less than the student is pushed down harder in a failure and up less in a
+  success, never the other way round. -> (weights, metrics)."""
+  sg = jax.lax.stop_gradient
+  out, mask = slot_outputs(cfg, sg(hidden), head, teacher, teacher_batch, support="sampled")
+  mask = distilled_mask(teacher_batch, mask)
+  row = teacher_batch["student_row"]
+  adv = batch["advantage"] if "advantage" in batch else batch_advantages(cfg, batch)
+  sign = jnp.sign(adv)[row][:, None]
+  bound = math.log(cfg.rlvr_weight_clip)
+  w = jnp.exp(jnp.clip(cfg.sd_coef * sign * (out["logq"] - out["logp"]), -bound, bound))
+  w = sg(jnp.where(mask > 0, w, 1.0))
+  weights = jnp.ones(batch["targets"].shape, jnp.float32)
+  weights = weights.at[row[:, None], teacher_batch["slot_student_pos"]].multiply(w)
+  metrics = dict(
+    rlvr_weight_mean=normalize(w, mask, "token_mean"),
+    num_distilled_tokens=mask.sum(),
+    sd_gap_kl=normalize(out["logp"] - out["logq"], mask, "token_mean"),
+  )
+  return weights, metrics
 
 
 def make_loss_fn(cfg: ml_collections.ConfigDict) -> Callable:
@@ -323,8 +403,9 @@ def make_loss_fn(cfg: ml_collections.ConfigDict) -> Callable:
     teacher_batch: `teacher.build_teacher_batch` arrays.
     ref: (hidden [B, L, D], head [D, V]) of the reference policy, when ref_kl_coef > 0.
   Metrics: rl_loss, sd_loss, ref_kl (if on), clip_frac_low/high, entropy, tis_weight,
-    sd_gap_kl (mean KL(student || teacher) on the SD support), teacher_accuracy (teacher argmax
-    == sampled token), sd_token_frac (distilled / model tokens), token counts.
+    sd_gap_kl (mean KL(student || teacher) on the SD support; 'rlvr': its one-sample estimate),
+    teacher_accuracy (teacher argmax == sampled token), sd_is_weight (with sd_is_clip),
+    rlvr_weight_mean ('rlvr'), sd_token_frac (distilled / model tokens), token counts.
   """
   validate(cfg)
   cfg = ml_collections.FrozenConfigDict(cfg)
@@ -333,10 +414,16 @@ def make_loss_fn(cfg: ml_collections.ConfigDict) -> Callable:
   def loss_fn(student_hidden, head, batch, teacher=None, teacher_batch=None, ref=None):
     if (teacher is None) != (teacher_batch is None):
       raise ValueError("pass both teacher and teacher_batch (self-distillation) or neither")
-    loss, metrics = _rl_term(cfg, student_hidden, head, batch, ref)
+    weights, sd_metrics = None, {}
+    if teacher is not None and cfg.sd_variant == "rlvr":
+      weights, sd_metrics = advantage_weights(
+        cfg, student_hidden, head, teacher, teacher_batch, batch
+      )
+    loss, metrics = _rl_term(cfg, student_hidden, head, batch, ref, weights)
     if teacher is not None:
-      sd, sd_metrics = sd_term(cfg, student_hidden, head, teacher, teacher_batch)
-      loss = loss + cfg.sd_coef * sd
+      if cfg.sd_variant != "rlvr":
+        sd, sd_metrics = sd_term(cfg, student_hidden, head, teacher, teacher_batch, batch)
+        loss = loss + cfg.sd_coef * sd
       metrics.update(sd_metrics)
       metrics["sd_token_frac"] = sd_metrics["num_distilled_tokens"] / jnp.maximum(
         metrics["num_model_tokens"], 1.0

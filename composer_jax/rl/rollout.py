@@ -5,7 +5,9 @@
 config) through `rl.episodes.run_episodes` with key `fold_in(key, k)`; the trajectories packed
 (`rl.trajectory.pack_batch`, one static length); the environment's feedback (`Env.feedback`)
 flags faulty model turns with hints, and with sd_coef > 0 they become the teacher batch
-(`rl.teacher.build_teacher_batch`, `teacher_rows` rows: extra targets are dropped and counted);
+(`rl.teacher.build_teacher_batch`, `teacher_rows` rows: extra targets are dropped and counted)
+after the SD variant picks and extends them (`rl.sd_variants`), followed by `rl.gap_rows`
+probe-only rows of the teacher gap (`rl.sd_probes.gap_targets`, also without SD);
 with `loss.turn_penalty` > 0 they mark the tokens the per-turn penalty acts on
 (`batch['flagged_mask']`, `rl.trajectory.turn_token_mask`).
 It samples with the weights last given to `RolloutWorker.push`, which reshards them from the training
@@ -35,7 +37,7 @@ import numpy as np
 
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
-from composer_jax.rl import advantages, decode
+from composer_jax.rl import advantages, decode, sd_probes, sd_variants
 from composer_jax.rl.config import RANGES
 from composer_jax.rl.env import Env, distill_targets
 from composer_jax.rl.episodes import Episode, run_episodes
@@ -173,28 +175,47 @@ class RolloutWorker:
       batch["flagged_mask"] = turn_token_mask(
         batch, [(t.trajectory_index, t.turn) for t in targets]
       )
-    teacher_batch = None
-    if self._config.loss.sd_coef > 0:
-      kept = targets[: r.teacher_rows]
-      row["flagged_turns_dropped"] = len(targets) - len(kept)
-      teacher_batch = (
-        build_teacher_batch(
-          trajs,
-          batch,
-          kept,
-          buckets=[r.teacher_seq_len],
-          turn_buckets=[r.max_new_tokens],
-          num_rows=r.teacher_rows,
-          pad_id=env.pad_id,
-          reuse_prefix=r.teacher_prefix_reuse,
-        )
-        if kept
-        else empty_teacher_batch(
-          r.teacher_rows, r.teacher_seq_len, r.max_new_tokens, r.teacher_prefix_reuse
-        )
-      )
+    teacher_batch = self._teacher_batch(trajs, batch, targets, row)
     row["sampler/seconds"] = time.perf_counter() - t0
     return Rollout(step, self._version, episodes, batch, teacher_batch, row, rng_state)
+
+  def _teacher_batch(self, trajs, batch, targets, row: dict) -> dict[str, np.ndarray] | None:
+    """Teacher rows: the variant's targets (`rl.sd_variants`, with sd_coef > 0: `teacher_rows`,
+    extra ones dropped and counted), then up to `gap_rows` probe-only rows of the teacher gap
+    (`sd_probes.gap_targets`, `gap_row` 1); None when there are neither."""
+    r, loss = self._config.rl, self._config.loss
+    sd_rows = r.teacher_rows if loss.sd_coef > 0 else 0
+    if sd_rows + r.gap_rows == 0:
+      return None
+    kept = []
+    if sd_rows:
+      chosen = sd_variants.distill_targets(
+        loss.sd_variant,
+        targets,
+        trajs,
+        success_reward=r.success_reward,
+        demo_tokens=loss.sd_demo_tokens,
+      )
+      kept = chosen[:sd_rows]
+      row.update(flagged_turns_taught=len(chosen), flagged_turns_dropped=len(chosen) - len(kept))
+    gaps = sd_probes.gap_targets(targets, trajs, success_reward=r.success_reward, limit=r.gap_rows)
+    rows = sd_rows + r.gap_rows
+    if kept or gaps:
+      out = build_teacher_batch(
+        trajs,
+        batch,
+        kept + gaps,
+        buckets=[r.teacher_seq_len],
+        turn_buckets=[r.max_new_tokens],
+        num_rows=rows,
+        pad_id=self._env.pad_id,
+        reuse_prefix=r.teacher_prefix_reuse,
+      )
+    else:
+      out = empty_teacher_batch(rows, r.teacher_seq_len, r.max_new_tokens, r.teacher_prefix_reuse)
+    out["gap_row"] = np.zeros((rows,), np.float32)
+    out["gap_row"][len(kept) : len(kept) + len(gaps)] = 1.0
+    return out
 
 
 class AsyncRolloutWorker:

@@ -16,6 +16,24 @@ points to (`good_id`, e.g. the offered alias). The slot's sampled token is the f
   probe_teacher_p_good                         the teacher (its weights, with the hint).
   All probabilities are means over probe rows.
 
+The teacher gap (`gap_targets`, `teacher_gap`), measured on every RL batch (`rl.gap_rows` > 0),
+also in arms without SD: does the hinted teacher give more probability than the student to what
+*successful* episodes did? For each flagged turn k of an episode with a successful sibling
+(reward >= `rl.success_reward`, not itself), a probe-only teacher row (`gap_row` 1, never
+distilled) reads the sibling's corresponding turn (the model turn of the same ordinal) with the
+flagged turn's hint; on its sampled tokens (after `skip_first_tokens`)
+
+  teacher_gap     = mean over rows of (mean over the row's tokens of log q(y_t) - log pi(y_t)),
+  teacher_gap_se  = the standard error of that mean over rows (95% interval: +- 1.96 se),
+  teacher_gap_rows, and teacher_gap_flagged = the token mean of log q - log pi on the
+  distilled (flagged) turns themselves, what the failing episodes did. Metrics stay finite
+  (records compare bit-exact on resume):
+  with fewer than 2 rows teacher_gap_se is 0, without SD rows teacher_gap_flagged is 0 — read
+  them with teacher_gap_rows and num_distilled_tokens.
+
+A positive teacher_gap says SD would move the student towards what succeeded (the OPSD law,
+arXiv 2605.30070: the gain is predicted by this initial gap).
+
 `term_grad_stats(g_rl, g_sd)`: the norms of the RL and SD gradients and their cosine (are the
 two terms fighting, is SD drowned?); the SD token fraction is `losses`' `sd_token_frac`.
 """
@@ -32,7 +50,7 @@ import optax
 
 from composer_jax.model import transformer
 from composer_jax.model.config import ModelConfig
-from composer_jax.rl import losses, teacher_weights
+from composer_jax.rl import losses, sd_variants, teacher_weights
 from composer_jax.rl.teacher import DistillTarget, build_teacher_batch
 from composer_jax.rl.trajectory import Trajectory, pack_batch
 
@@ -96,7 +114,7 @@ def probe_metrics(
   rows = jnp.arange(tb["probe_slot"].shape[0])
   slot = tb["probe_slot"]
   gap = ml_collections.ConfigDict(dict(cfg))
-  gap.update(divergence="reverse_kl", support="full", sd_normalization="token_mean")
+  gap.update(divergence="reverse_kl", support="full", sd_normalization="token_mean", sd_is_clip=0.0)
   _, sd = losses.sd_term(gap, student_hidden, head, teacher, tb)
   bad, good = tb["slot_target"][rows, slot], tb["good_id"]
   at_student = student_hidden[tb["student_row"], tb["slot_student_pos"][rows, slot]]
@@ -159,4 +177,54 @@ def term_grad_stats(g_rl, g_sd) -> dict[str, jax.Array]:
   dot = optax.tree.vdot(g_rl, g_sd)
   return dict(
     rl_grad_norm=n_rl, sd_grad_norm=n_sd, rl_sd_grad_cos=dot / jnp.maximum(n_rl * n_sd, 1e-30)
+  )
+
+
+def gap_targets(
+  targets: Sequence[DistillTarget],
+  trajectories: Sequence[Trajectory],
+  *,
+  success_reward: float,
+  limit: int,
+) -> list[DistillTarget]:
+  """Probe targets of the teacher gap (module docstring): per flagged target with a successful
+  sibling, (sibling, its model turn of the same ordinal, the flagged turn's hint); each sibling
+  turn once, at most `limit`."""
+  success = sd_variants.successes(trajectories, success_reward)
+  out, seen = [], set()
+  for t in targets:
+    sibling = sd_variants.sibling_success(trajectories, t.trajectory_index, success)
+    if sibling is None:
+      continue
+    model_turns = lambda tr: [k for k in range(tr.num_turns) if tr.is_model_turn(k)]
+    ordinal = model_turns(trajectories[t.trajectory_index]).index(t.turn)
+    turns = model_turns(trajectories[sibling])
+    if ordinal < len(turns) and (sibling, turns[ordinal]) not in seen:
+      seen.add((sibling, turns[ordinal]))
+      out.append(DistillTarget(sibling, turns[ordinal], tuple(t.hint)))
+  return out[:limit]
+
+
+def teacher_gap(cfg, student_hidden, head, teacher, teacher_batch) -> dict[str, jax.Array]:
+  """teacher_gap, teacher_gap_se, teacher_gap_rows, teacher_gap_flagged (module docstring) from
+  the student hidden [B, L, D], head [D, V] and the teacher's (hidden, head) pairs on
+  `teacher_batch` (with `gap_row` [T]); no gradient."""
+  sg = jax.lax.stop_gradient
+  out, mask = losses.slot_outputs(
+    cfg, sg(student_hidden), sg(head), teacher, teacher_batch, kind="reverse_kl", support="sampled"
+  )
+  delta = out["logq"] - out["logp"]
+  gap = mask * teacher_batch["gap_row"][:, None]
+  count = gap.sum(-1)
+  has = (count > 0).astype(jnp.float32)
+  per_row = jnp.where(gap > 0, delta, 0.0).sum(-1) / jnp.maximum(count, 1.0)
+  n = has.sum()
+  mean = (per_row * has).sum() / jnp.maximum(n, 1.0)
+  var = (has * (per_row - mean) ** 2).sum() / jnp.maximum(n - 1.0, 1.0)
+  flagged = losses.distilled_mask(teacher_batch, mask)
+  return dict(
+    teacher_gap=mean,
+    teacher_gap_se=jnp.where(n > 1, jnp.sqrt(var / jnp.maximum(n, 1.0)), 0.0),
+    teacher_gap_rows=n,
+    teacher_gap_flagged=losses.normalize(delta, flagged, "token_mean"),
   )

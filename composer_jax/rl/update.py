@@ -3,7 +3,9 @@
 One optimizer step on a batch of packed trajectories: loss = RL + sd_coef * SD
 (`rl.losses.make_loss_fn`), the teacher forward on the teacher weights
 (`rl.teacher_weights`) under stop_gradient; with `loss.log_term_grads` also the RL and SD
-gradient norms and their cosine (`rl.sd_probes.term_grad_stats`). Jitted on the run's mesh by
+gradient norms and their cosine (`rl.sd_probes.term_grad_stats`: one forward, one backward per
+term through `jax.vjp`); with probe-only teacher rows (`gap_row`) the teacher gap
+(`rl.sd_probes.teacher_gap`) on the same forward. Jitted on the run's mesh by
 `rl.programs`, as `train.step` is by `train.programs`. The router bias is not trained during
 RL (it has no gradient and RL has no router-count update).
 """
@@ -57,13 +59,11 @@ def make_update(model_cfg: ModelConfig, loss_cfg, optimizer: optax.GradientTrans
         )
         for p in teacher_params
       )
-    return loss_fn(
-      hidden(params, router, batch),
-      transformer.output_head(model_cfg, params),
-      batch,
-      teacher_out,
-      teacher_batch,
-    )
+    student, head = hidden(params, router, batch), transformer.output_head(model_cfg, params)
+    loss, metrics = loss_fn(student, head, batch, teacher_out, teacher_batch)
+    if teacher_batch is not None and "gap_row" in teacher_batch:
+      metrics.update(sd_probes.teacher_gap(loss_cfg, student, head, teacher_out, teacher_batch))
+    return loss, metrics
 
   def _term_grads(params, router, batch, teacher_params, teacher_batch):
     """Total gradient and metrics with `sd_probes.term_grad_stats` of the RL part (loss minus

@@ -30,7 +30,7 @@ from composer_jax.train import placement
 from composer_jax.train import step as step_lib
 from composer_jax.train.state import TrainState, abstract_state, init_state
 
-# Enough for every program of a text-feedback figure (`experiments/figures/text_feedback.py`:
+# Enough for every program of a text-feedback sweep (`experiments/tool_feedback/sweep.py`:
 # the warm-up's and RL's programs, an update and a probe per arm: 10 for 4 arms), so its
 # seeds after the first compile nothing; the oldest settings are dropped beyond that.
 _CACHE_SIZE = 16

@@ -12,9 +12,10 @@ the same arm on a named parallel layout (`layouts.py`). The config is an overlay
 `base.py`'s schema: RL steps, seed and checkpoints in `train`, the RL optimizer in `optim`, the
 sampler, modes and probes in `rl`, the loss in `loss`; `env` and `warmup` are this program's own.
 
+    python -m experiments.tool_feedback.sweep --workdir=workdir/text_feedback
     python -m experiments.figures.text_feedback --workdir=workdir/text_feedback
 
-runs every arm of both behaviours for several seeds. `get_config(arg)` (`base.parse_arg`:
+runs every arm of both behaviours for several seeds, then plots them. `get_config(arg)` (`base.parse_arg`:
 'ARM[,behaviour=BEHAVIOUR][,layout=LAYOUT]', e.g. 'sd', 'penalty,behaviour=verbose'):
   arms       'rl'       beta = 0: RL only (GRPO/DAPO clipped policy gradient on the task reward);
              'sd'       RL + beta * SD, the self-distillation KL on the flagged turns, teacher =
@@ -22,11 +23,20 @@ runs every arm of both behaviours for several seeds. `get_config(arg)` (`base.pa
                         report's teacher; `loss.ema_rate` 0.02);
              'penalty'  RL + a dense per-turn penalty: advantage A - c on the flagged turns'
                         tokens (`loss.turn_penalty` c = 1, about one advantage std);
-             'both'     RL + SD + the penalty.
-             ARM_TEACHER  the arm with that SD teacher (`composer_jax.rl.teacher_weights`):
-                        e.g. 'sd_live' (the current weights), 'sd_ema' (their EMA, = 'sd'),
-                        'sd_frozen' (the warmed-up weights: the ablation),
-                        'both_trust_region'.
+             'both'     RL + SD + the penalty;
+             'lr0'      RL at learning rate 0: the parameters never move, so its spread over
+                        seeds and steps is the noise floor the other arms are read against.
+             KIND[_VARIANT][_TEACHER][@SD_COEF]  an arm with that SD variant
+                        (`composer_jax.rl.sd_variants`, `loss.sd_variant`): 'sd_hint' (= 'sd',
+                        the per-turn hint teacher), 'sd_sdpo' (SDPO's reprompted teacher: hint
+                        + a successful sibling's turns, SDPO's settings `SDPO`), 'sd_rlvr'
+                        (self-distilled RLVR: the teacher reweights the flagged tokens'
+                        advantages); that SD teacher (`composer_jax.rl.teacher_weights`): e.g.
+                        'sd_live', 'sd_ema' (= 'sd'), 'sd_frozen' (the ablation),
+                        'both_trust_region'; that `loss.sd_coef`: 'sd_hint@0.3'.
+  The SD term is on RL's per-token scale (`loss.sd_normalization` 'batch_tokens'); the
+  committed figures up to 2026-12-05 used 'token_mean' (`--config.loss.sd_normalization=
+  token_mean` reproduces them).
   behaviours 'tools'    (default) the report's scenario: tasks of 8 tool calls (capabilities
                         with repeats) with a 20-turn budget, so a call to an unavailable tool
                         costs (almost) nothing in the reward; hint = the reminder listing every
@@ -37,8 +47,9 @@ Ablations are config args of every arm (`--config.loss.X=...` through `python -m
 experiments.run`): beta `loss.sd_coef`; divergence `loss.divergence` (reverse_kl, forward_kl,
 jsd) x support `loss.support` (full, topk, sampled); teacher `loss.teacher` (frozen, ema, live,
 trust_region); lr `optim.adam_lr`; `loss.skip_first_tokens`; the penalty `loss.turn_penalty`.
-Every arm logs the probes (`rl.sd_probes`: held-out flagged contexts, `rl.probe_count`) and the
-RL / SD gradient norms and cosine (`loss.log_term_grads`).
+Every arm logs the probes (`rl.sd_probes`: held-out flagged contexts, `rl.probe_count`), the
+teacher gap on each batch (`rl.gap_rows`: does the hinted teacher favour what successful
+siblings did?) and the RL / SD gradient norms and cosine (`loss.log_term_grads`).
 
 What the arms measured (the earlier setting and the full figure): RESULTS.md, "RL with
 targeted text feedback".
@@ -47,23 +58,44 @@ targeted text feedback".
 import ml_collections
 
 from composer_jax import optim
-from composer_jax.rl import teacher_weights
+from composer_jax.rl import sd_variants, teacher_weights
 from experiments.configs import base
 
-# arm -> (sd_coef, turn_penalty)
-ARMS = {"rl": (0.0, 0.0), "sd": (1.0, 0.0), "penalty": (0.0, 1.0), "both": (1.0, 1.0)}
+# arm kind -> (sd_coef, turn_penalty); 'lr0' is RL at learning rate 0 (the noise floor).
+ARMS = {
+  "rl": (0.0, 0.0),
+  "lr0": (0.0, 0.0),
+  "sd": (1.0, 0.0),
+  "penalty": (0.0, 1.0),
+  "both": (1.0, 1.0),
+}
 BEHAVIOURS = ("tools", "verbose")
+# SDPO's published settings (arXiv 2601.20802, /work/shared/REFERENCE.md) for the 'sdpo' variant;
+# top-K 20 of the 64-word vocabulary (SDPO: 100 of a full one).
+SDPO = dict(divergence="jsd", jsd_beta=0.5, support="topk", top_k=20, ema_rate=0.05, sd_is_clip=2.0)
 
 
-def split_arm(arm: str) -> tuple[str, str | None]:
-  """'sd_live' -> ('sd', 'live'), 'rl' -> ('rl', None): the arm's kind and its SD teacher."""
-  kind, _, teacher = arm.partition("_")
-  if kind not in ARMS or (teacher and teacher not in teacher_weights.TEACHERS):
+def split_arm(arm: str) -> tuple[str, str | None, str | None, float | None]:
+  """'KIND[_VARIANT][_TEACHER][@SD_COEF]' -> (kind, SD variant, SD teacher, sd_coef), None where
+  not given: 'sd_sdpo' -> ('sd', 'sdpo', None, None), 'sd_live' -> ('sd', None, 'live', None),
+  'sd_hint@0.3' -> ('sd', 'hint', None, 0.3)."""
+  name, at, coef = arm.partition("@")
+  kind, *rest = name.split("_")
+  variant = rest.pop(0) if rest and rest[0] in sd_variants.VARIANTS else None
+  teacher = rest.pop(0) if rest and rest[0] in teacher_weights.TEACHERS else None
+  value = None
+  if at:
+    try:
+      value = float(coef)
+    except ValueError:
+      value = -1.0
+  if kind not in ARMS or rest or (value is not None and not value >= 0):
     raise ValueError(
-      f"arm={arm!r}; valid: {sorted(ARMS)}, optionally with _TEACHER, TEACHER "
-      f"in {teacher_weights.TEACHERS} (e.g. 'sd_live')"
+      f"arm={arm!r}; valid: KIND[_VARIANT][_TEACHER][@SD_COEF], KIND in {sorted(ARMS)}, "
+      f"VARIANT in {sorted(sd_variants.VARIANTS)}, TEACHER in {teacher_weights.TEACHERS}, "
+      "SD_COEF >= 0 (e.g. 'sd_sdpo', 'sd_live', 'sd_hint@0.3')"
     )
-  return kind, teacher or None
+  return kind, variant, teacher, value
 
 
 def get_config(arg=None):
@@ -71,7 +103,7 @@ def get_config(arg=None):
   'single' = one device)."""
   arg = base.parse_arg(arg, arm="sd", behaviour="tools", layout="single")
   arm, behaviour = arg.arm, arg.behaviour
-  kind, teacher = split_arm(arm)
+  kind, variant, teacher, coef = split_arm(arm)
   if behaviour not in BEHAVIOURS:
     raise ValueError(f"behaviour={behaviour!r}; valid: {list(BEHAVIOURS)}")
   c = base.get_base_config()
@@ -127,6 +159,7 @@ def get_config(arg=None):
       top_p=1.0,
       probe_count=32,
       probe_every=1,
+      gap_rows=32,
       **shapes,
     )
   )
@@ -145,6 +178,14 @@ def get_config(arg=None):
     )
   )
   c.loss.sd_coef, c.loss.turn_penalty = ARMS[kind]
+  if coef is not None:
+    c.loss.sd_coef = coef
+  if kind == "lr0":
+    c.optim.adam_lr = 0.0
+  c.loss.sd_variant = variant or "hint"
+  if variant == "sdpo":
+    c.loss.update(SDPO)
+    c.rl.teacher_seq_len += c.loss.sd_demo_tokens  # the demonstration sits before the turn
   c.loss.log_term_grads = True
   c.loss.vocab_chunk_size = 64
   # Distill the tool token and <eot> (after 'answer': 'result' or <eot>), not the first token,

@@ -69,8 +69,24 @@ def _np_normalize(x, mask, kind, constant):
   return x.sum() / (constant or mask.size)
 
 
+def _np_rlvr_weights(cfg, batch, tb, m, adv):
+  """Self-distilled RLVR's [B, L] advantage weights, by the formula (losses.advantage_weights)."""
+  f = lambda x: np.asarray(x, np.float64)
+  weights = np.ones(batch["targets"].shape)
+  for t, j in zip(*np.nonzero(tb["slot_mask"])):
+    if j < cfg.skip_first_tokens or tb.get("gap_row", np.zeros(len(tb["slot_mask"])))[t]:
+      continue
+    row, pos, y = tb["student_row"][t], tb["slot_student_pos"][t, j], tb["slot_target"][t, j]
+    p = _log_softmax(f(m["h"][row, pos]) @ f(m["w"]))[y]
+    q = _log_softmax(f(m["th"][t, tb["slot_teacher_pos"][t, j]]) @ f(m["w"]))[y]
+    c = np.log(cfg.rlvr_weight_clip)
+    weights[row, pos] *= np.exp(np.clip(cfg.sd_coef * np.sign(adv[row]) * (q - p), -c, c))
+  return weights
+
+
 def _np_loss(cfg, batch, tb, m, use_old):
-  """Straight-line float64 reference of RL + sd_coef * SD (reverse KL, full vocabulary)."""
+  """Straight-line float64 reference of RL + sd_coef * SD (reverse KL, full vocabulary; with
+  sd_is_clip the clipped importance weight per token; 'rlvr': reweighted advantages, no SD)."""
   f = lambda x: np.asarray(x, np.float64)
   b, length = batch["targets"].shape
   logp_all = _log_softmax(f(m["h"]) @ f(m["w"]))
@@ -84,6 +100,8 @@ def _np_loss(cfg, batch, tb, m, use_old):
   old = f(batch["old_logprobs"]) if use_old else logp
   w = np.exp(logp - old)
   a = adv[:, None]
+  if cfg.sd_variant == "rlvr":
+    a = a * _np_rlvr_weights(cfg, batch, tb, m, adv)
   surr = np.minimum(w * a, np.clip(w, 1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high) * a)
   tis = np.minimum(np.exp(old - batch["sampler_logprobs"]), cfg.tis_cap) if cfg.tis_cap else 1.0
   mask = batch["model_mask"] * batch["valid"][:, None]
@@ -108,8 +126,10 @@ def _np_loss(cfg, batch, tb, m, use_old):
     k = {"k1": d, "k2": d**2 / 2, "k3": np.exp(-d) + d - 1}[cfg.ref_kl_estimator]
     rl += cfg.ref_kl_coef * _np_normalize(k, mask, cfg.rl_normalization, cfg.rl_constant)
   div, sd_mask, hits = np.zeros(tb["slot_mask"].shape), np.zeros(tb["slot_mask"].shape), []
+  is_w = np.ones(tb["slot_mask"].shape)
+  gap = tb.get("gap_row", np.zeros(len(tb["slot_mask"])))
   for t, j in zip(*np.nonzero(tb["slot_mask"])):
-    if j < cfg.skip_first_tokens:
+    if j < cfg.skip_first_tokens or gap[t]:
       continue
     zs = f(m["h"][tb["student_row"][t], tb["slot_student_pos"][t, j]]) @ f(m["w"])
     zt = f(m["th"][t, tb["slot_teacher_pos"][t, j]]) @ f(m["w"])
@@ -119,13 +139,31 @@ def _np_loss(cfg, batch, tb, m, use_old):
     p, q = _log_softmax(zs), _log_softmax(zt)
     div[t, j], sd_mask[t, j] = (np.exp(p) * (p - q)).sum(), 1.0
     hits.append(zt.argmax() == tb["slot_target"][t, j])
-  sd = _np_normalize(div, sd_mask, cfg.sd_normalization, cfg.sd_constant)
+    if cfg.sd_is_clip:  # the sampler's log-prob at the student position of this token
+      y = tb["slot_target"][t, j]
+      sampler = batch["sampler_logprobs"][tb["student_row"][t], tb["slot_student_pos"][t, j]]
+      is_w[t, j] = min(np.exp(p[y] - sampler), cfg.sd_is_clip)
   metrics = dict(sd_gap_kl=div.sum() / sd_mask.sum(), teacher_accuracy=np.mean(hits), **off_policy)
+  if cfg.sd_is_clip:
+    metrics["sd_is_weight"] = is_w[sd_mask > 0].mean()
+    div = div * is_w
+  if cfg.sd_normalization == "batch_tokens":  # SD sum / every model token of the batch
+    sd = div[sd_mask > 0].sum() / mask.sum()
+  else:
+    sd = _np_normalize(div, sd_mask, cfg.sd_normalization, cfg.sd_constant)
+  if cfg.sd_variant == "rlvr":  # no SD term; the teacher only reweighted the advantages
+    return rl, rl, None, {k: v for k, v in off_policy.items()}
   return rl + cfg.sd_coef * sd, rl, sd, metrics
 
 
 CASES = {
-  "token_mean": dict(),
+  # Defaults: RL over all model tokens (DAPO), SD summed over the distilled tokens / the same
+  # count ('batch_tokens'); the last teacher row a probe-only gap row.
+  "token_mean": dict(gap=True),
+  # The old SD scale (/ distilled tokens only), SDPO's importance-weight clip.
+  "sd_token_mean_is_clip": dict(sd_normalization="token_mean", sd_is_clip=1.1, sd_coef=0.7),
+  # Self-distilled RLVR: the teacher reweights the flagged tokens' advantages.
+  "rlvr": dict(sd_variant="rlvr", sd_coef=2.0, rlvr_weight_clip=1.5, gap=True),
   "sequence_mean_dr_grpo_skip": dict(
     rl_normalization="sequence_mean",
     sd_normalization="sequence_mean",
@@ -150,7 +188,8 @@ CASES = {
 @functools.cache
 def _loss_fn(case):
   cfg = default_loss_config()
-  cfg.update(dict(vocab_chunk_size=5, teacher="live", tis_cap=2.0) | CASES[case])
+  case_cfg = {k: v for k, v in CASES[case].items() if k != "gap"}
+  cfg.update(dict(vocab_chunk_size=5, teacher="live", tis_cap=2.0) | case_cfg)
   return cfg, losses.make_loss_fn(cfg)
 
 
@@ -169,6 +208,8 @@ def _call(case, m, batch, tb, use_old=True):
 def test_loss_matches_numpy(case):
   batch, tb, m = _data()
   cfg, _ = _loss_fn(case)
+  if CASES[case].get("gap"):  # teacher row 2 probes the teacher gap only: never distilled
+    tb = dict(tb, gap_row=np.array([0, 0, 1, 0], np.float32))
   for use_old in (True, False) if case == "token_mean" else (True,):
     loss, metrics = _call(case, m, batch, tb, use_old)
     total, rl, sd, sd_metrics = _np_loss(cfg, batch, tb, m, use_old)
@@ -176,11 +217,22 @@ def test_loss_matches_numpy(case):
     np.testing.assert_allclose(
       metrics["rl_loss"] + cfg.ref_kl_coef * metrics.get("ref_kl", 0), rl, rtol=1e-4
     )
-    np.testing.assert_allclose(metrics["sd_loss"], sd, rtol=1e-4)
+    if sd is not None:
+      np.testing.assert_allclose(metrics["sd_loss"], sd, rtol=1e-4)
     for name, value in sd_metrics.items():
       np.testing.assert_allclose(metrics[name], value, rtol=1e-4, atol=1e-7, err_msg=name)
   assert metrics["num_model_tokens"] == batch["model_mask"].sum()
-  assert 0 < metrics["sd_token_frac"] < 1 and 0 < metrics["teacher_accuracy"] < 1
+  gap = tb.get("gap_row", np.zeros(len(tb["slot_mask"])))
+  distilled = tb["slot_mask"][:, cfg.skip_first_tokens :] * (1 - gap)[:, None]
+  assert metrics["num_distilled_tokens"] == distilled.sum()
+  assert 0 < metrics["sd_token_frac"] < 1
+  if cfg.sd_variant == "rlvr":  # the weights move the RL loss, by a bounded amount
+    plain, _ = _loss_fn(case)[1](m["h"], m["w"], batch)
+    assert abs(float(loss) - float(plain)) > 1e-5
+    assert abs(metrics["rlvr_weight_mean"] - 1) > 0.05 and "sd_loss" not in metrics
+    assert 1 / 1.5 <= metrics["rlvr_weight_mean"] <= 1.5
+  else:
+    assert 0 < metrics["teacher_accuracy"] < 1
   if case == "token_mean":  # RL only: the same RL value without a teacher
     rl_only, _ = _loss_fn(case)[1](m["h"], m["w"], batch)
     np.testing.assert_allclose(rl_only, _np_loss(cfg, batch, tb, m, True)[1], rtol=1e-4)

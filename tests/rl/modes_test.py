@@ -44,6 +44,7 @@ def _config(mode="colocated", staleness=0):
       mode=mode,
       max_staleness=staleness,
       probe_count=0,
+      gap_rows=0,
       sampler_devices=(4, 5, 6, 7) if mode == "disaggregated" else (),
     )
   )
@@ -164,8 +165,9 @@ _forward = jax.jit(transformer.forward, static_argnums=0)
 def _hand_sd_loss(config, router, params, batch, teacher_params, teacher_batch):
   """float64 numpy SD term: KL(student || teacher) (the report's direction), the student =
   the model at `params` on the batch rows, the teacher = the model at `teacher_params` on its
-  rows (the hint before the turn); token mean over the turn's sampled tokens from
-  `skip_first_tokens` on."""
+  rows (the hint before the turn); summed over the turn's sampled tokens from
+  `skip_first_tokens` on, divided by the batch's model tokens (`sd_normalization`
+  'batch_tokens', RL's token count)."""
   cfg = model_config(config.model)
 
   def log_probs(p, b):
@@ -183,7 +185,8 @@ def _hand_sd_loss(config, router, params, batch, teacher_params, teacher_batch):
       q = teacher[t, teacher_batch["slot_teacher_pos"][t, j]]
       terms.append(np.sum(np.exp(p) * (p - q)))
   assert terms, "no distilled tokens"
-  return np.mean(terms)
+  assert config.loss.sd_normalization == "batch_tokens"
+  return np.sum(terms) / (batch["model_mask"] * batch["valid"][:, None]).sum()
 
 
 @pytest.mark.slow  # ~40 s of CPU alone; less beside `colocated` (same update and sampler)

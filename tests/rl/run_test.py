@@ -25,7 +25,7 @@ def _config(steps=STEPS, **model_overrides):
   c.warmup.optim.warmup_steps = 1
   c.train.update(steps=steps, ckpt_every=2, log_every=2)
   c.optim.total_steps = STEPS  # one LR schedule for runs stopped early and resumed
-  c.rl.update(groups=2, group_size=2, teacher_rows=4)
+  c.rl.update(groups=2, group_size=2, teacher_rows=4, gap_rows=4)
   c.loss.teacher = "ema"  # the EMA weights are part of the checkpointed state
   c.model.update(model_overrides)
   return c

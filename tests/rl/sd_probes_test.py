@@ -48,6 +48,8 @@ def test_probe_metrics_match_numpy(teacher_kind):
     trust_region_alpha=0.3,
     divergence="jsd",
     support="sampled",
+    sd_is_clip=2.0,
+    sd_normalization="batch_tokens",
   )  # probes ignore these
   rng = np.random.default_rng(0)
   arr = lambda *s: rng.normal(size=s).astype(np.float32)
@@ -142,3 +144,71 @@ def test_sd_term_alone_closes_the_probe_gap():
   assert kls[0] > 0.01, kls
   assert all(b < a for a, b in zip(kls, kls[1:])), kls
   assert kls[-1] < 0.5 * kls[0], kls
+
+
+def _gap_trajs():
+  """Group 0: a failure (its turn 3 flagged), a success (model turns 1, 3) and a second
+  success; group 1: a lone flagged failure (no sibling succeeds)."""
+  turns = lambda a, b: [Turn([1, 3]), Turn([6, a], [-0.5] * 2), Turn([4]), Turn([6, b], [-0.7] * 2)]
+  return [
+    Trajectory.from_turns(turns(7, 8), 0.0, 0),
+    Trajectory.from_turns(turns(7, 9), 1.0, 0),
+    Trajectory.from_turns(turns(8, 9), 1.0, 0),
+    Trajectory.from_turns(turns(8, 8), 0.0, 1),
+  ]
+
+
+def test_gap_targets_pick_the_successful_siblings_corresponding_turn():
+  trajs = _gap_trajs()
+  flagged = [DistillTarget(0, 3, (10,)), DistillTarget(3, 1, (11,)), DistillTarget(1, 1, (12,))]
+  got = sd_probes.gap_targets(flagged, trajs, success_reward=1.0, limit=8)
+  # Row 0's 2nd model turn -> the first other success (row 1), its 2nd model turn (3); row 3 has
+  # no successful sibling; row 1 (itself a success) reads row 2, never itself.
+  assert got == [DistillTarget(1, 3, (10,)), DistillTarget(2, 1, (12,))]
+  assert sd_probes.gap_targets(flagged, trajs, success_reward=1.0, limit=1) == got[:1]
+
+
+def test_teacher_gap_against_a_hand_computation():
+  rng = np.random.default_rng(3)
+  rows, lk, v = 4, 3, 5
+  # Per slot: student and teacher logits chosen directly (hidden = one-hot rows, head = logits).
+  zs, zt = rng.normal(size=(rows, lk, v)), rng.normal(size=(rows, lk, v))
+  targets = rng.integers(0, v, size=(rows, lk))
+  slot_mask = np.array([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]], np.float32)
+  gap_row = np.array([0, 1, 1, 1], np.float32)
+  n = rows * lk
+  eye = np.eye(n, dtype=np.float32)
+  tb = dict(
+    student_row=np.zeros(rows, np.int32),
+    slot_student_pos=np.arange(n, dtype=np.int32).reshape(rows, lk),
+    slot_teacher_pos=np.tile(np.arange(lk, dtype=np.int32), (rows, 1))
+    + 3 * np.arange(rows)[:, None],
+    slot_target=targets.astype(np.int32),
+    slot_mask=slot_mask,
+    gap_row=gap_row,
+  )
+  # Teacher row t reads positions 3t..3t+2 of its own [T, n] hidden rows (slot_teacher_pos).
+  teacher_hidden = np.broadcast_to(eye, (rows, n, n))
+  cfg = default_loss_config()
+  cfg.update(skip_first_tokens=1, vocab_chunk_size=2)
+  got = sd_probes.teacher_gap(
+    ml_collections.FrozenConfigDict(cfg),
+    eye[None],
+    zs.reshape(n, v).astype(np.float32),
+    ((teacher_hidden, zt.reshape(n, v).astype(np.float32)),),
+    tb,
+  )
+  lp, lq = _log_softmax(zs), _log_softmax(zt)
+  d = np.take_along_axis(lq - lp, targets[..., None], -1)[..., 0]
+  # Slot 0 of every turn skipped; row 3 then has no token; rows 1 (1 token) and 2 (2 tokens).
+  per_row = [d[1, 1], d[2, 1:].mean()]
+  np.testing.assert_allclose(got["teacher_gap"], np.mean(per_row), rtol=1e-5)
+  np.testing.assert_allclose(got["teacher_gap_se"], np.std(per_row, ddof=1) / np.sqrt(2), rtol=1e-5)
+  assert got["teacher_gap_rows"] == 2
+  np.testing.assert_allclose(got["teacher_gap_flagged"], d[0, 1:].mean(), rtol=1e-5)
+  only_gap = dict(tb, gap_row=np.ones(rows, np.float32))
+  args = (eye[None], zs.reshape(n, v).astype(np.float32))
+  teacher = ((teacher_hidden, zt.reshape(n, v).astype(np.float32)),)
+  cfg = ml_collections.FrozenConfigDict(cfg)
+  # Finite without SD rows (records compare bit-exact on resume).
+  assert sd_probes.teacher_gap(cfg, *args, teacher, only_gap)["teacher_gap_flagged"] == 0

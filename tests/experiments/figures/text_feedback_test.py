@@ -1,5 +1,6 @@
-"""Smoke test of the text-feedback figure: the whole pipeline at toy size, outputs checked, and
-a figure run that stopped resumes where it stopped."""
+"""Smoke test of the text-feedback sweep and its figure: the whole pipeline at toy size
+(`experiments.tool_feedback.sweep` runs, `experiments.figures.text_feedback` plots), outputs
+checked, and a sweep that stopped resumes where it stopped."""
 
 import csv
 import os
@@ -19,18 +20,9 @@ def _rows(path):
     return list(csv.DictReader(f))
 
 
-def _figure(workdir):
+def _module(name, *args):
   return subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "experiments.figures.text_feedback",
-      f"--workdir={workdir}",
-      "--smoke",
-      "--seeds=2",
-      "--arms=sd_live,penalty",
-      "--behaviours=verbose",
-    ],
+    [sys.executable, "-m", name, *args],
     check=True,
     cwd=ROOT,
     timeout=900,
@@ -39,9 +31,24 @@ def _figure(workdir):
   )
 
 
+def _figure(workdir):
+  """(the sweep's stderr, the figure's stdout)."""
+  sweep = _module(
+    "experiments.tool_feedback.sweep",
+    f"--workdir={workdir}",
+    "--smoke",
+    "--seeds=2",
+    "--arms=sd_live,penalty",
+    "--behaviours=verbose",
+  )
+  assert "plot it: python -m experiments.figures.text_feedback" in sweep.stdout
+  plot = _module("experiments.figures.text_feedback", f"--workdir={workdir}", "--smoke")
+  return sweep.stderr, plot.stdout
+
+
 @pytest.mark.slow
 def test_smoke_runs_end_to_end_and_resumes(tmp_path):
-  out = _figure(tmp_path).stdout
+  _, out = _figure(tmp_path)
   assert (tmp_path / "text_feedback.png").stat().st_size > 10_000
   rows = _rows(tmp_path / "text_feedback.csv")
   # 2 arms x 2 seeds x 2 RL steps (CI: the short-episode behaviour; the notebook test runs the
@@ -55,7 +62,14 @@ def test_smoke_runs_end_to_end_and_resumes(tmp_path):
   for r in rows:
     rate = r["unavailable_rate"] if r["behaviour"] == "tools" else r["verbose_rate"]
     assert 0 <= float(rate) <= 1 and 0 <= float(r["reward"]) <= 1
-    for k in ("loss", "probe_kl", "probe_p_good", "probe_p_good_hint", "rl_grad_norm"):
+    for k in (
+      "loss",
+      "probe_kl",
+      "probe_p_good",
+      "probe_p_good_hint",
+      "rl_grad_norm",
+      "teacher_gap_rows",
+    ):
       assert np.isfinite(float(r[k])), k
     assert float(r["probe_kl"]) >= 0
   sd = [r for r in rows if r["arm"] == "sd_live"]
@@ -84,7 +98,7 @@ def test_smoke_runs_end_to_end_and_resumes(tmp_path):
   shutil.rmtree(arm / "checkpoints" / "2")
   lines = (arm / "metrics.jsonl").read_text().splitlines(keepends=True)
   (arm / "metrics.jsonl").write_text(lines[0])
-  log = _figure(tmp_path).stderr
+  log, _ = _figure(tmp_path)
   assert log.count("nothing to do") == 3 and "Resuming from" in log  # 3 runs were complete
   again = _rows(tmp_path / "text_feedback.csv")
   timing = lambda r: {k: v for k, v in r.items() if "seconds" not in k}
@@ -174,3 +188,29 @@ def test_merge_concatenates_split_runs_and_rejects_overlaps(tmp_path):
   ]
   with pytest.raises(ValueError, match=r"\('tools', 'sd', 1, 0\) is in both .*b and .*c"):
     fig.merge_rows([str(tmp_path / n) for n in "abc"])
+
+
+def test_variant_arms_and_the_sd_coef_sweep():
+  from experiments.configs import rl_tool_feedback
+  from experiments.figures import text_feedback as fig
+  from experiments.tool_feedback import arms
+
+  sdpo, rlvr, lr0 = (rl_tool_feedback.get_config(a) for a in ("sd_sdpo", "sd_rlvr@0.3", "lr0"))
+  assert (sdpo.loss.sd_variant, sdpo.loss.divergence, sdpo.loss.support) == ("sdpo", "jsd", "topk")
+  assert (sdpo.loss.ema_rate, sdpo.loss.sd_is_clip, sdpo.loss.teacher) == (0.05, 2.0, "ema")
+  assert sdpo.rl.teacher_seq_len == 176 + sdpo.loss.sd_demo_tokens
+  assert (rlvr.loss.sd_variant, rlvr.loss.sd_coef) == ("rlvr", 0.3)
+  assert (lr0.optim.adam_lr, lr0.loss.sd_coef) == (0.0, 0.0)
+  assert rl_tool_feedback.get_config("sd").loss.sd_normalization == "batch_tokens"
+  assert fig.arm_label("sd_sdpo_live@0.3") == "RL + targeted SD (sdpo, live teacher, sd_coef 0.3)"
+  assert arms.expand_arms(["lr0", "rl", "sd_hint", "both"], ["0.1", "1"]) == [
+    "lr0",
+    "rl",
+    "sd_hint@0.1",
+    "sd_hint@1",
+    "both@0.1",
+    "both@1",
+  ]
+  for bad in ("sd_opsd", "sd_hint@x", "sd@-1"):
+    with pytest.raises(ValueError, match="KIND\\[_VARIANT\\]\\[_TEACHER\\]\\[@SD_COEF\\]"):
+      rl_tool_feedback.split_arm(bad)
