@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # expert-parallel MoE) on it; the optimizer reads parameter shardings, the trainer joins them.
 # `chat` (the Kimi chat format) needs only the tokenizer from `data`.
 LAYERS = (
+  ("host",),  # processes, files and environment checks, no JAX: under everything
   ("data", "parallel"),
   ("model", "chat"),
   ("optim", "hf"),
