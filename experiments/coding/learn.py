@@ -16,7 +16,7 @@ OUT; a re-run resumes each stage where it stopped):
      OUT/split/{train,val,heldout}.jsonl.
   2. per seed S, the warm-up (`rl_coding.py:micro --config.warmup.only=True` on the train
      tasks' oracle episodes) in chunks of `warmup_every` steps; after each chunk its policy
-     plays the curve tasks (val + held-out + as many train tasks as val), greedy and sampled
+     plays the curve tasks (`curve_tasks` of each split: val, held-out, train), greedy and sampled
      at the RL temperature (`samples` episodes a task): OUT/seedS/warmup_curve.jsonl. It
      stops at the first chunk whose sampled val pass@1 reaches `VAL_BAND[0]`
      (OUT/seedS/warmup_choice.json: its step and whether it is inside `VAL_BAND`); the
@@ -64,12 +64,13 @@ class Size:
   groups: int  # distinct tasks per RL step
   group_size: int  # episodes per task
   samples: int  # sampled episodes per task in eval: pass@1 and pass@samples at T=1
+  curve_tasks: int  # the warm-up curve's tasks per split (val, held-out, train), at most
 
 
 SIZES = {
-  "smoke": Size(4, 2, 1, 4, 4, 1, 2, 2, 2),
-  "reduced": Size(24, 12, 3, 100, 600, 6, 8, 4, 4),
-  "full": Size(48, 12, 3, 100, 1500, 20, 8, 4, 4),
+  "smoke": Size(4, 2, 1, 4, 4, 1, 2, 2, 2, 2),
+  "reduced": Size(24, 12, 3, 200, 800, 6, 8, 4, 4, 16),
+  "full": Size(48, 12, 3, 100, 1500, 20, 8, 4, 4, 48),
 }
 
 
@@ -102,6 +103,7 @@ _HELDOUT = flags.DEFINE_float(
   upper_bound=0.9,
 )
 _PARALLEL = flags.DEFINE_integer("parallel", 2, "stages run at once", lower_bound=1)
+_SEEDS = flags.DEFINE_integer("seeds", 0, "seeds (0: the size's)", lower_bound=0)
 _PUBLISH = flags.DEFINE_string(
   "publish", "", "copy summary.json + the figure to experiments/figures/results/NAME/"
 )
@@ -151,7 +153,7 @@ def make_splits(stages: Stages, size: Size, out: Path) -> dict[str, Path]:
       + ", ".join(f"{k} {count(v)}" for k, v in parts.items())
       + "; every split needs a project: raise --size or lower --heldout_fraction"
     )
-  parts["curve"] = val + held + train[: len(val)]
+  parts["curve"] = sum((ts[: size.curve_tasks] for ts in (val, held, train)), [])
   (out / "split").mkdir(exist_ok=True)
   for name, ts in parts.items():
     task_lib.write_jsonl(files[name], ts)
@@ -159,7 +161,9 @@ def make_splits(stages: Stages, size: Size, out: Path) -> dict[str, Path]:
   return files
 
 
-def eval_command(checkpoint: Path, tasks_file: Path, out: Path, greedy: bool, k: int) -> list:
+def eval_command(
+  checkpoint: Path, tokenizer: Path, tasks_file: Path, out: Path, greedy: bool, k: int
+) -> list:
   """`experiments.eval` of `checkpoint` on every task of `tasks_file`, played as the policy
   was trained (tools, mode, budgets: the micro config), greedy (pass@1) or at the RL
   temperature with `k` episodes a task (pass@1 estimated from them, and pass@k)."""
@@ -178,7 +182,7 @@ def eval_command(checkpoint: Path, tasks_file: Path, out: Path, greedy: bool, k:
   }
   return [
     sys.executable, "-m", "experiments.eval", "--tasks", str(tasks_file), "--split", "all",
-    "--checkpoint", str(checkpoint), "--tokenizer", str(checkpoint / "tiktoken.model"),
+    "--checkpoint", str(checkpoint), "--tokenizer", str(tokenizer),
     "--k", str(1 if greedy else k), "--samples", str(1 if greedy else k), "--batch", "32",
     "--out", str(out), *(f"--config.{key}={v}" for key, v in settings.items()),
   ]  # fmt: skip
@@ -188,7 +192,8 @@ def _evaluate(stages, checkpoint: Path, tasks_file: Path, dest: str, root: Path,
   for mode in ("greedy", "sampled"):
     out = root / f"{dest}_{mode}"
     if not (out / "eval.json").exists():
-      cmd = eval_command(checkpoint, tasks_file, out, mode == "greedy", k)
+      tokenizer = root / "warmup_run" / "tiktoken.model"  # the warm-up program wrote it
+      cmd = eval_command(checkpoint, tokenizer, tasks_file, out, mode == "greedy", k)
       stages.run(cmd, root / f"{dest}_{mode}.log", f"{root.name} eval {dest} {mode}", "pass@1")
 
 
@@ -237,15 +242,18 @@ def warmup_stage(stages: Stages, size: Size, seed: int, files, out: Path) -> int
   (root / "warmup").mkdir(parents=True, exist_ok=True)
   prog = _linked(root, "warmup_run")
   curve = root / "warmup_curve.jsonl"
+  done = {p["step"]: p for p in coding_agent.read_jsonl(curve)}  # checked before a stop
   for step in range(size.warmup_every, size.warmup_max + 1, size.warmup_every):
-    cmd = _run_command("warmup", prog, files, size, seed, step, out)
-    stages.run(cmd, root / "warmup.log", f"seed{seed} warm-up to {step}")
-    dest = f"curve/step{step}"
-    (root / "curve").mkdir(exist_ok=True)
-    _evaluate(stages, root / "warmup", files["curve"], dest, root, size.samples)
-    point = {"step": step, **coding_agent.split_pass1(root / dest, files)}
-    with open(curve, "a") as f:
-      f.write(json.dumps(point) + "\n")
+    point = done.get(step)
+    if point is None:
+      cmd = _run_command("warmup", prog, files, size, seed, step, out)
+      stages.run(cmd, root / "warmup.log", f"seed{seed} warm-up to {step}")
+      dest = f"curve/step{step}"
+      (root / "curve").mkdir(exist_ok=True)
+      _evaluate(stages, root / "warmup", files["curve"], dest, root, size.samples)
+      point = {"step": step, **coding_agent.split_pass1(root / dest, files)}
+      with open(curve, "a") as f:
+        f.write(json.dumps(point) + "\n")
     say(f"seed{seed} warm-up step {step}: {coding_agent.describe_point(point)}")
     if point["val_sampled"] >= VAL_BAND[0]:
       break
@@ -255,22 +263,28 @@ def warmup_stage(stages: Stages, size: Size, seed: int, files, out: Path) -> int
 
 
 def arm_stage(stages: Stages, size: Size, seed: int, arm: str, step: int, files, out: Path):
-  """Stage 3 for one seed and arm: RL from the chosen warm-up, then its held-out evals."""
+  """Stage 3 for one seed and arm: RL from the chosen warm-up, then its held-out evals. The
+  arm 'warmup' is that warm-up's held-out evals, unless the curve's already cover every
+  held-out task (then the summary reads those)."""
   root = out / f"seed{seed}"
   if all((root / f"eval_{arm}_{m}" / "eval.json").exists() for m in ("greedy", "sampled")):
+    return
+  if arm == "warmup":
+    if len(coding_agent.read_jsonl(files["heldout"])) > size.curve_tasks:
+      _evaluate(stages, root / "warmup", files["heldout"], "eval_warmup", root, size.samples)
     return
   workdir = _linked(root, arm)
   stages.run(
     _run_command(arm, workdir, files, size, seed, step, out), root / f"{arm}.log",
     f"seed{seed} {arm}",
   )  # fmt: skip
-  shutil.copyfile(root / "warmup_run" / "tiktoken.model", workdir / "tiktoken.model")
   _evaluate(stages, workdir, files["heldout"], f"eval_{arm}", root, size.samples)
 
 
 def planned_stages(size: Size) -> int:
+  """Stages of a run that warms up to `warmup_max` (an early stop runs fewer)."""
   chunks = size.warmup_max // size.warmup_every
-  return 1 + size.seeds * (chunks * 3 + len(ARMS) * 3) + 1
+  return 1 + size.seeds * (chunks * 3 + 2 + len(ARMS) * 3)
 
 
 def experiment(stages: Stages, size: Size, out: Path) -> Path:
@@ -280,7 +294,7 @@ def experiment(stages: Stages, size: Size, out: Path) -> Path:
     jobs = [
       pool.submit(arm_stage, stages, size, s, arm, steps[s], files, out)
       for s in range(size.seeds)
-      for arm in ARMS
+      for arm in ("warmup", *ARMS)
     ]
     for job in jobs:
       job.result()
@@ -304,6 +318,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}; flags only (--size, --out)")
   size, out = SIZES[_SIZE.value], Path(_OUT.value).resolve()
+  if _SEEDS.value:
+    size = dataclasses.replace(size, seeds=_SEEDS.value)
   if out.exists() and not out.is_dir():
     raise SystemExit(f"error: --out={out} is a file; give a directory (new, or an earlier run's)")
   say(f"{_SIZE.value} size: {size}")

@@ -5,7 +5,7 @@ directory of `experiments.coding.learn`.
 
 Reads, per seed S: the chosen warm-up (`seedS/warmup_choice.json`) and its curve
 (`seedS/warmup_curve.jsonl`); per arm the held-out evals `seedS/eval_ARM_{greedy,sampled}/
-eval.json` (for the arm `warmup`: the curve's evals at the chosen step, held-out tasks only);
+eval.json` (for the arm `warmup`, if it has none: the curve's evals at the chosen step);
 per RL arm `seedS/ARM/metrics.jsonl` (the RL probes). Writes, under "arms", per arm
 `{"pass1", "ci95", "seeds", "tasks"}` (greedy held-out pass@1, 95% paired bootstrap interval
 over tasks and seeds: `intervals.paired_bootstrap`), under "vs_warmup" the paired difference
@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 from absl import app, flags
 
-from composer_jax.envs.coding import task as task_lib
 from experiments.figures.intervals import paired_bootstrap
 
 FIGURE = "coding_agent.png"
@@ -49,14 +48,17 @@ def _episodes(eval_dir: Path) -> list[dict]:
     return json.load(f)["episodes"]
 
 
-def _jsonl(path: Path) -> list[dict]:
-  if not path.exists():
-    return []
-  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def read_jsonl(path: Path) -> list[dict]:
+  return [json.loads(line) for line in _lines(path)] if path.exists() else []
 
 
 def split_ids(files: dict) -> dict[str, list[str]]:
-  return {s: [t.id for t in task_lib.read_jsonl(files[s])] for s in SPLITS}
+  """Split -> the ids of its tasks (the `id` of each JSONL record), in file order."""
+  return {s: [json.loads(line)["id"] for line in _lines(files[s])] for s in SPLITS}
+
+
+def _lines(path: Path) -> list[str]:
+  return [line for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def split_pass1(prefix: Path, files: dict) -> dict[str, float]:
@@ -84,7 +86,9 @@ def _per_task(episodes: list[dict], ids: list[str]) -> np.ndarray:
 
 
 def _eval_dir(root: Path, arm: str, mode: str) -> Path:
-  if arm == "warmup":
+  """The held-out eval of `arm`; for the warm-up, its own or (when the curve's evals hold
+  every held-out task) the curve's at the chosen step."""
+  if arm == "warmup" and not (root / f"eval_warmup_{mode}").exists():
     step = json.loads((root / "warmup_choice.json").read_text())["step"]
     return root / "curve" / f"step{step}_{mode}"
   return root / f"eval_{arm}_{mode}"
@@ -106,7 +110,9 @@ def write_summary(out: Path, files: dict, arms: list[str], k: int) -> dict:
     greedy[arm], sampled[arm] = np.stack(g), np.stack(s)
     behaviour[arm] = {key: float(np.mean([x[key] for x in b])) for key in BEHAVIOUR}
     if arm != "warmup":
-      rl[arm] = _rl_curve([_jsonl(out / f"seed{seed}" / arm / "metrics.jsonl") for seed in seeds])
+      rl[arm] = _rl_curve(
+        [read_jsonl(out / f"seed{seed}" / arm / "metrics.jsonl") for seed in seeds]
+      )
   arms_ci, diffs = paired_bootstrap(greedy, "warmup")
   summary = {
     "tasks_heldout": len(held),
@@ -120,7 +126,7 @@ def write_summary(out: Path, files: dict, arms: list[str], k: int) -> dict:
     "warmup": {
       f"seed{seed}": {
         "choice": json.loads((out / f"seed{seed}" / "warmup_choice.json").read_text()),
-        "curve": _jsonl(out / f"seed{seed}" / "warmup_curve.jsonl"),
+        "curve": read_jsonl(out / f"seed{seed}" / "warmup_curve.jsonl"),
       }
       for seed in seeds
     },
@@ -181,7 +187,8 @@ def plot(path: Path, summary: dict) -> None:
     steps = [p["step"] for p in w["curve"]]
     for split, style in (("val", "-"), ("train", ":"), ("heldout", "--")):
       for mode, color in (("greedy", "tab:blue"), ("sampled", "tab:orange")):
-        ys = [p[f"{split}_{mode}"] for p in w["curve"]]
+        ys = [p.get(f"{split}_{mode}") for p in w["curve"]]
+        ys = [np.nan if y is None else y for y in ys]
         ax.plot(steps, ys, style, color=color, label=f"{split} {mode}" if seed == "seed0" else None)
   ax.set_title("warm-up pass@1 vs steps", fontsize=10)
   ax.set_xlabel("warm-up step")
