@@ -99,3 +99,15 @@ def stop_children(grace_s: float = 10.0) -> None:
 
 
 atexit.register(stop_children)
+
+
+def start_ticks(pid: int) -> int | None:
+  """When process `pid` started (clock ticks after boot, /proc/PID/stat field 22), None when no
+  such process runs (a zombie counts as gone). Two records of one pid with different start
+  times are two processes: the pid was reused."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      fields = f.read().rsplit(")", 1)[1].split()
+  except (FileNotFoundError, ProcessLookupError, IndexError):
+    return None
+  return None if fields[0] == "Z" else int(fields[19])

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import sys
 import tempfile
 from concurrent import futures
@@ -46,6 +45,7 @@ from absl import app, flags
 from composer_jax.envs.coding import task as task_lib
 from composer_jax.envs.coding.agent import scripts as agent_scripts
 from composer_jax.envs.coding.tasks import microprojects, split
+from composer_jax.host import files
 from composer_jax.train import workdir_lock
 from experiments.coding import program
 from experiments.coding.stages import StageFailed, Stages, say
@@ -252,13 +252,14 @@ def warmup_stage(stages: Stages, size: Size, seed: int, files, out: Path) -> int
       (root / "curve").mkdir(exist_ok=True)
       _evaluate(stages, root / "warmup", files["curve"], dest, root, size.samples)
       point = {"step": step, **coding_agent.split_pass1(root / dest, files)}
-      with open(curve, "a") as f:
-        f.write(json.dumps(point) + "\n")
+      with files.open_append(str(curve)) as f:
+        f.write((json.dumps(point) + "\n").encode())
     say(f"seed{seed} warm-up step {step}: {coding_agent.describe_point(point)}")
     if point["val_sampled"] >= VAL_BAND[0]:
       break
   band = VAL_BAND[0] <= point["val_sampled"] <= VAL_BAND[1]
-  choice.write_text(json.dumps({"step": step, "in_band": band, "band": VAL_BAND, **point}))
+  record = {"step": step, "in_band": band, "band": VAL_BAND, **point}
+  files.write_bytes(str(choice), json.dumps(record).encode())
   return step
 
 
@@ -309,8 +310,8 @@ def publish(out: Path, name: str) -> Path:
   """Copies OUT's summary.json and figure into experiments/figures/results/NAME/."""
   dest = Path(__file__).resolve().parents[1] / "figures" / "results" / name
   dest.mkdir(parents=True, exist_ok=True)
-  for file in ("summary.json", coding_agent.FIGURE):
-    shutil.copyfile(out / file, dest / file)
+  for name in ("summary.json", coding_agent.FIGURE):
+    files.write_bytes(str(dest / name), files.read_bytes(str(out / name)))
   return dest
 
 
@@ -320,8 +321,10 @@ def main(argv):
   size, out = SIZES[_SIZE.value], Path(_OUT.value).resolve()
   if _SEEDS.value:
     size = dataclasses.replace(size, seeds=_SEEDS.value)
-  if out.exists() and not out.is_dir():
-    raise SystemExit(f"error: --out={out} is a file; give a directory (new, or an earlier run's)")
+  try:
+    files.check_output_dir(str(out), "--out")
+  except ValueError as e:
+    raise SystemExit(f"error: {e}") from None
   say(f"{_SIZE.value} size: {size}")
   env = {"JAX_COMPILATION_CACHE_DIR": str(out / "compile_cache")}
   try:

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from composer_jax.host import processes
+from composer_jax.host import files, processes
 from composer_jax.train import workdir_lock
 
 _T0 = time.monotonic()
@@ -69,7 +69,8 @@ class Stages:
     `progress` (and `error` lines); raises StageFailed on a non-zero exit."""
     say(f"{label}: started (log {log})")
     start = time.monotonic()
-    with open(log, "a", buffering=1) as sink:  # line-buffered: the log is live
+    fd = files.open_fd(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # never via a link
+    with os.fdopen(fd, "a", buffering=1) as sink:  # line-buffered: the log is live
       proc = processes.popen(
         cmd,
         stdout=processes.subprocess.PIPE,
@@ -87,8 +88,8 @@ class Stages:
     wall = time.monotonic() - start
     with self._mutex:
       self._done.append(wall)
-      with open(self.out / "stage_times.jsonl", "a") as f:
-        f.write(json.dumps({"stage": label, "wall_s": round(wall, 1)}) + "\n")
+      with files.open_append(str(self.out / "stage_times.jsonl")) as f:
+        f.write((json.dumps({"stage": label, "wall_s": round(wall, 1)}) + "\n").encode())
       left = max(0, self.planned - len(self._done))
       eta = sum(self._done) / len(self._done) * left / self.parallel / 60
       say(f"ETA {eta:.0f} min ({len(self._done)} of ~{self.planned} stages done)")

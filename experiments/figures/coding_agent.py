@@ -17,6 +17,7 @@ turns, tool errors, turns, critical monitor flags per episode, submitted fractio
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from absl import app, flags
 
+from composer_jax.host import files
 from experiments.figures.intervals import paired_bootstrap
 
 FIGURE = "coding_agent.png"
@@ -37,9 +39,12 @@ RL_KEYS = (
   "critical_flag_rate",
   "is_weight_mean",
   "is_weight_max",
-  "sampler/seconds",
-  "grading_s",
-  "seconds",
+  "tasks_distinct",
+  "grade_cache_hits",
+  "sampler/seconds",  # the step's sampling, tool calls and grading
+  "env_s",  # of which tool calls and grading
+  "grading_s_total",  # of which grading
+  "seconds",  # the whole step on the host (sampling + dispatching the update)
 )
 
 
@@ -132,11 +137,17 @@ def write_summary(out: Path, files: dict, arms: list[str], k: int) -> dict:
     },
     "rl": rl,
   }
-  tmp = out / "summary.json.partial"
-  tmp.write_text(json.dumps(summary, indent=1, sort_keys=True))
-  os.replace(tmp, out / "summary.json")  # renamed into place: a link there is replaced
-  plot(out / FIGURE, summary)
+  _write(out / "summary.json", json.dumps(summary, indent=1).encode())
+  _write(out / FIGURE, plot(summary))
   return summary
+
+
+def _write(path: Path, data: bytes) -> None:
+  """`data` into `path`, renamed into place when complete (a link at `path` is replaced, at
+  the partial file refused: `host.files`)."""
+  tmp = f"{path}.partial"
+  files.write_bytes(tmp, data)
+  os.replace(tmp, path)
 
 
 def _rl_curve(runs: list[list[dict]]) -> dict[str, list[float]]:
@@ -162,7 +173,9 @@ def describe(summary: dict) -> list[str]:
   return lines
 
 
-def plot(path: Path, summary: dict) -> None:
+def plot(summary: dict) -> bytes:
+  """The figure (PNG bytes): pass@1 per arm, the paired differences, the warm-up curves and
+  the RL training reward per step."""
   import matplotlib
 
   matplotlib.use("Agg")
@@ -189,7 +202,7 @@ def plot(path: Path, summary: dict) -> None:
       for mode, color in (("greedy", "tab:blue"), ("sampled", "tab:orange")):
         ys = [p.get(f"{split}_{mode}") for p in w["curve"]]
         ys = [np.nan if y is None else y for y in ys]
-        ax.plot(steps, ys, style, color=color, label=f"{split} {mode}" if seed == "seed0" else None)
+        ax.plot(steps, ys, style, marker=".", color=color, label=f"{split} {mode}" if seed == "seed0" else None)
   ax.set_title("warm-up pass@1 vs steps", fontsize=10)
   ax.set_xlabel("warm-up step")
   ax.legend(fontsize=6)
@@ -205,8 +218,10 @@ def plot(path: Path, summary: dict) -> None:
     fontsize=10,
   )
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  png = io.BytesIO()
+  fig.savefig(png, format="png", dpi=110)
   plt.close(fig)
+  return png.getvalue()
 
 
 # Not `required`: learn imports this module, and its flags are parsed with learn's.

@@ -47,7 +47,8 @@ def test_out_that_is_a_file_is_one_line(tmp_path):
   (tmp_path / "f").write_text("x")
   res = _learn(f"--out={tmp_path / 'f'}")
   assert res.returncode == 1 and res.stderr.strip().splitlines() == [
-    f"error: --out={tmp_path / 'f'} is a file; give a directory (new, or an earlier run's)"
+    f"error: --out={tmp_path / 'f'}: it is a regular file, not a directory; pass a directory "
+    "(new, or this run's own)"
   ]
 
 
@@ -146,7 +147,9 @@ def test_smoke_runs_every_stage_writes_only_out_and_resumes(tmp_path):
   assert curve and {"val_sampled", "train_greedy", "heldout_sampled"} <= set(curve[0])
   for arm in learn.ARMS:  # per RL step: reward, timing, task ids drawn
     assert len(summary["rl"][arm]["reward"]) == learn.SIZES["smoke"].rl_steps
-    drawn = [json.loads(x) for x in (out / "seed0" / arm / "episodes.jsonl").read_text().split()]
+    drawn = [
+      json.loads(x) for x in (out / "seed0" / arm / "episodes.jsonl").read_text().splitlines()
+    ]
     assert len(drawn[0]["tasks"]) == learn.SIZES["smoke"].groups * learn.SIZES["smoke"].group_size
   assert (out / "coding_agent.png").stat().st_size > 0
   assert _tree(ROOT) == before  # nothing written into the source tree

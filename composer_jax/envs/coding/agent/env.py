@@ -288,8 +288,9 @@ class CodingEnv:
     jobs = [self._job(s, t) for s, t in zip(states, turns, strict=True)]
     start = time.monotonic()
     outs = self.workers.map(agent_episode.act, [job for job, _ in jobs])
-    self._env_s += time.monotonic() - start
-    return [self._reply(s, parsed, out) for s, (_, parsed), out in zip(states, jobs, outs)]
+    replies = [self._reply(s, parsed, out) for s, (_, parsed), out in zip(states, jobs, outs)]
+    self._env_s += time.monotonic() - start  # tool calls, monitor and grading
+    return replies
 
   def reward(self, state: CodingState) -> float:
     return state.reward
