@@ -202,7 +202,14 @@ def plot(summary: dict) -> bytes:
       for mode, color in (("greedy", "tab:blue"), ("sampled", "tab:orange")):
         ys = [p.get(f"{split}_{mode}") for p in w["curve"]]
         ys = [np.nan if y is None else y for y in ys]
-        ax.plot(steps, ys, style, marker=".", color=color, label=f"{split} {mode}" if seed == "seed0" else None)
+        ax.plot(
+          steps,
+          ys,
+          style,
+          marker=".",
+          color=color,
+          label=f"{split} {mode}" if seed == "seed0" else None,
+        )
   ax.set_title("warm-up pass@1 vs steps", fontsize=10)
   ax.set_xlabel("warm-up step")
   ax.legend(fontsize=6)

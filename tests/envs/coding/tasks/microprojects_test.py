@@ -104,7 +104,7 @@ def test_micro_tasks_through_the_factory_and_grader(tmp_path, capsys):
     [microprojects.entry(8)], tmp_path, cfg, workers.Pool(1), log=sys.stderr, progress=True
   )
   err = capsys.readouterr().err
-  assert "baseline: 11 tests pass" in err and "1 tried, 1 kept" in err and "2 tried, 2 kept" in err
+  assert "baseline: 15 tests pass" in err and "1 tried, 1 kept" in err and "2 tried, 2 kept" in err
   assert summary["by_method"] == {"deletion": 1, "bug": 1}, summary["projects"]
   tasks = task.read_jsonl(tmp_path / "tasks.jsonl")
   plan = microprojects.plan(8)
