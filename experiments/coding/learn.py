@@ -1,8 +1,8 @@
 """Does RL make a better coding agent? Micro-project tasks, a warm-up chosen for RL, RL arms
 against an lr-0 control, held-out pass@1 with paired bootstrap intervals.
 
-    python -m experiments.coding.learn --size=smoke   --out=workdir/coding_smoke    # ~4 min
-    python -m experiments.coding.learn --size=reduced --out=workdir/coding_reduced  # <= 60 min
+    python -m experiments.coding.learn --size=smoke   --out=workdir/coding_smoke    # every stage
+    python -m experiments.coding.learn --size=reduced --out=workdir/coding_reduced  # README
     python -m experiments.coding.learn --size=full    --out=workdir/coding_full \\
         --publish=coding_agent_full       # also copies summary.json + figure into the repo
 
@@ -28,7 +28,8 @@ OUT; a re-run resumes each stage where it stopped):
      and seeds, the paired difference to the warm-up, pass@k, behaviour, the warm-up curves
      and the RL probes) and OUT/coding_agent.png (`experiments.figures.coding_agent`).
 Nothing is written outside OUT, except by `--publish=NAME`: summary.json and the figure
-copied into experiments/figures/results/NAME/ after the run.
+copied into experiments/figures/results/NAME/ after the run. Measured (RESULTS, 2026-12-08):
+smoke 23 min on 2 shared CPU cores at load 13-15; reduced and full not yet timed.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Size:
 SIZES = {
   "smoke": Size(4, 2, 1, 4, 4, 1, 2, 2, 2, 2),
   "reduced": Size(24, 12, 3, 200, 800, 6, 8, 4, 4, 16),
-  "full": Size(48, 12, 3, 100, 1500, 20, 8, 4, 4, 48),
+  "full": Size(48, 12, 3, 150, 1500, 20, 8, 4, 4, 24),
 }
 
 
