@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 import tempfile
 from concurrent import futures
@@ -311,9 +312,23 @@ def publish(out: Path, name: str) -> Path:
   """Copies OUT's summary.json and figure into experiments/figures/results/NAME/."""
   dest = Path(__file__).resolve().parents[1] / "figures" / "results" / name
   dest.mkdir(parents=True, exist_ok=True)
-  for name in ("summary.json", coding_agent.FIGURE):
-    files.write_bytes(str(dest / name), files.read_bytes(str(out / name)))
+  for file in ("summary.json", coding_agent.FIGURE):
+    files.write_bytes(str(dest / file), files.read_bytes(str(out / file)))
   return dest
+
+
+def _check_run(out: Path, size: Size) -> None:
+  """OUT/size.json records the size a run was started with; a re-run with another is refused
+  (its tasks, splits and warm-ups would be reused silently)."""
+  record = out / "size.json"
+  if record.exists():
+    was = json.loads(files.read_bytes(str(record)))
+    if was != dataclasses.asdict(size):
+      raise SystemExit(
+        f"error: --out={out} holds a run of another size ({was}); pass a new --out to run {size}"
+      )
+  else:
+    files.write_bytes(str(record), json.dumps(dataclasses.asdict(size)).encode())
 
 
 def main(argv):
@@ -322,6 +337,11 @@ def main(argv):
   size, out = SIZES[_SIZE.value], Path(_OUT.value).resolve()
   if _SEEDS.value:
     size = dataclasses.replace(size, seeds=_SEEDS.value)
+  if _PUBLISH.value and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", _PUBLISH.value):
+    raise SystemExit(
+      f"error: --publish={_PUBLISH.value!r}: give a directory name (letters, digits, _ . -) "
+      "for experiments/figures/results/NAME"
+    )
   try:
     files.check_output_dir(str(out), "--out")
   except ValueError as e:
@@ -330,6 +350,7 @@ def main(argv):
   env = {"JAX_COMPILATION_CACHE_DIR": str(out / "compile_cache")}
   try:
     with Stages(out, planned_stages(size), _PARALLEL.value, env) as stages:
+      _check_run(out, size)
       experiment(stages, size, out)
   except (StageFailed, workdir_lock.WorkdirLockedError, workdir_lock.WorkdirUnusableError) as e:
     raise SystemExit(f"error: {e}") from None

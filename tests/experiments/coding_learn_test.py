@@ -35,6 +35,7 @@ def _learn(*flags, **kw):
     (["--size=huge"], "--size=huge: value should be one of"),
     (["--heldout_fraction=0.1"], "--heldout_fraction=0.1"),
     (["--parallel=0"], "--parallel=0"),
+    (["--publish=../x"], "--publish='../x': give a directory name"),
   ],
 )
 def test_bad_flags_are_one_line(flags, message, tmp_path):
