@@ -47,7 +47,7 @@ from absl import app, flags
 from composer_jax.envs.coding import task as task_lib
 from composer_jax.envs.coding.agent import scripts as agent_scripts
 from composer_jax.envs.coding.tasks import microprojects, split
-from composer_jax.host import files
+from composer_jax.host import files as host_files
 from composer_jax.train import workdir_lock
 from experiments.coding import program
 from experiments.coding.stages import StageFailed, Stages, say
@@ -254,14 +254,14 @@ def warmup_stage(stages: Stages, size: Size, seed: int, files, out: Path) -> int
       (root / "curve").mkdir(exist_ok=True)
       _evaluate(stages, root / "warmup", files["curve"], dest, root, size.samples)
       point = {"step": step, **coding_agent.split_pass1(root / dest, files)}
-      with files.open_append(str(curve)) as f:
+      with host_files.open_append(str(curve)) as f:
         f.write((json.dumps(point) + "\n").encode())
     say(f"seed{seed} warm-up step {step}: {coding_agent.describe_point(point)}")
     if point["val_sampled"] >= VAL_BAND[0]:
       break
   band = VAL_BAND[0] <= point["val_sampled"] <= VAL_BAND[1]
   record = {"step": step, "in_band": band, "band": VAL_BAND, **point}
-  files.write_bytes(str(choice), json.dumps(record).encode())
+  host_files.write_bytes(str(choice), json.dumps(record).encode())
   return step
 
 
@@ -313,7 +313,7 @@ def publish(out: Path, name: str) -> Path:
   dest = Path(__file__).resolve().parents[1] / "figures" / "results" / name
   dest.mkdir(parents=True, exist_ok=True)
   for file in ("summary.json", coding_agent.FIGURE):
-    files.write_bytes(str(dest / file), files.read_bytes(str(out / file)))
+    host_files.write_bytes(str(dest / file), host_files.read_bytes(str(out / file)))
   return dest
 
 
@@ -322,13 +322,13 @@ def _check_run(out: Path, size: Size) -> None:
   (its tasks, splits and warm-ups would be reused silently)."""
   record = out / "size.json"
   if record.exists():
-    was = json.loads(files.read_bytes(str(record)))
+    was = json.loads(host_files.read_bytes(str(record)))
     if was != dataclasses.asdict(size):
       raise SystemExit(
         f"error: --out={out} holds a run of another size ({was}); pass a new --out to run {size}"
       )
   else:
-    files.write_bytes(str(record), json.dumps(dataclasses.asdict(size)).encode())
+    host_files.write_bytes(str(record), json.dumps(dataclasses.asdict(size)).encode())
 
 
 def main(argv):
@@ -343,7 +343,7 @@ def main(argv):
       "for experiments/figures/results/NAME"
     )
   try:
-    files.check_output_dir(str(out), "--out")
+    host_files.check_output_dir(str(out), "--out")
   except ValueError as e:
     raise SystemExit(f"error: {e}") from None
   say(f"{_SIZE.value} size: {size}")
