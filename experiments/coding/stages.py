@@ -49,6 +49,7 @@ class Stages:
     self._done: list[float] = []
     self._mutex = threading.Lock()
     self._lock = None
+    self._stopping = threading.Event()  # SIGTERM came: no stage starts or counts as done
 
   def __enter__(self):
     self._lock = workdir_lock.acquire(str(self.out))  # one line if a live run holds OUT
@@ -61,12 +62,16 @@ class Stages:
 
   def _on_sigterm(self, signum, frame):
     say("SIGTERM: stopping the stages (they save a checkpoint first)")
+    self._stopping.set()
     processes.stop_children()
     sys.exit(128 + signum)
 
   def run(self, cmd: list[str], log: Path, label: str, progress: str = "] step ") -> None:
     """Runs `cmd` with stdout + stderr appended to `log`; echoes its lines containing
-    `progress` (and `error` lines); raises StageFailed on a non-zero exit."""
+    `progress` (and `error` lines); raises StageFailed on a non-zero exit, and after SIGTERM
+    (a stage that saved and exited 0 on it is not done: the re-run resumes it)."""
+    if self._stopping.is_set():
+      raise StageFailed(f"{label}: not started (SIGTERM)")
     say(f"{label}: started (log {log})")
     start = time.monotonic()
     fd = files.open_fd(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # never via a link
@@ -83,7 +88,7 @@ class Stages:
         sink.write(line)
         if progress in line or line.startswith("error"):
           say(f"{label}: {line.split('] ', 1)[-1].strip()[:110]}")
-    if proc.wait():
+    if proc.wait() or self._stopping.is_set():
       raise StageFailed(f"{label} failed (exit {proc.returncode}); see {log}")
     wall = time.monotonic() - start
     with self._mutex:
