@@ -21,7 +21,7 @@ program's (`experiments.coding.program.make_env`): tools, budgets (`env.max_turn
 `rl.seq_len`, `rl.max_new_tokens`; lengths at 0 derived from the tasks, all checked against
 the model before any episode), statement, system message, thinking mode, feedback kinds;
 without the curriculum (every task is played `--samples` times), its tools and grader on
-`env.workers` processes. Sampling: `rl.temperature`, `rl.top_p`. Split: `env.heldout_fraction`, `env.split_seed` (`envs.coding.tasks.split`, as RL
+`env.workers` processes. Sampling: `rl.temperature`, `rl.top_p`. Split: `env.heldout_fraction`, `env.split_seed` (`codetasks.synthesis.split`, as RL
 used them); `--split`. Tokenizer: `--config.env.tokenizer` when given, else the checkpoint's
 own `tiktoken.model` (an RL workdir keeps its tokenizer there), else the config's
 `env.tokenizer` ('bytes': the 256-byte tokenizer that ships with the code, the one a

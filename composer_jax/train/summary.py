@@ -56,10 +56,19 @@ def start_line(
   kinds = sorted({d.platform for d in devices})
   resumed = f", resumed at {start_step}" if start_step else ""
   return (
-    f"Run {what} | model {run_config['model']['preset']}: {_count(total)} params "
+    f"Run {what} | model {_model(run_config['model'])}: {_count(total)} params "
     f"({_count(active)} active) | layout {run_config.get('layout', '?')} on {len(devices)} "
     f"{'/'.join(kinds)} device{'s' * (len(devices) != 1)} | steps {start_step + 1}-"
     f"{t['steps']}{resumed}, {batch} | workdir {workdir}"
+  )
+
+
+def _model(m: dict) -> str:
+  """The run config's `model` section (every field of `model.config.ModelConfig`) in a few
+  words: depth, width, attention, experts."""
+  return (
+    f"{m['num_layers']} layers, hidden {m['hidden_size']}, {m['attention'].upper()}, "
+    f"{m['n_routed_experts']} experts top-{m['num_experts_per_tok']}"
   )
 
 

@@ -1,75 +1,114 @@
-"""Does the coding agent learn? Micro-project tasks, SFT warm-up, RL and RL + SD, held-out pass@1.
+"""Does RL make a better coding agent? Micro-project tasks, a warm-up chosen for RL, RL arms
+against an lr-0 control, held-out pass@1 with paired bootstrap intervals.
 
-    python -m experiments.coding.learn --out workdir/coding_learn          # reduced size
-    python -m experiments.coding.learn --out workdir/coding_learn --full   # full size
+    python -m experiments.coding.learn --size=smoke   --out=workdir/coding_smoke    # every stage
+    python -m experiments.coding.learn --size=reduced --out=workdir/coding_reduced  # README
+    python -m experiments.coding.learn --size=full    --out=workdir/coding_full \\
+        --publish=coding_agent_full       # also copies summary.json + figure into the repo
 
-Stages, each reused when its outputs exist (a stopped run continues where it was):
+Stages (subprocesses, `experiments.coding.stages`: they die with this run; one live run per
+OUT; a re-run resumes each stage where it stopped):
   1. tasks: `make_tasks --micro 0:P --methods deletion` (P micro-projects through the task
-     factory and its validation), or `--tasks FILE`; the deletion tasks whose oracle episode
-     fits the budgets go to OUT/tasks.jsonl. RL and eval split them by project hash
-     (`envs.coding.split`, `--heldout-fraction`): RL trains on the train projects only.
-  2. per seed S (seeds in parallel): the supervised warm-up on the train tasks' oracle episodes
-     (`experiments.run rl_coding.py:micro,arm=rl --config.warmup.only=True`, in
-     OUT/seedS/warmup), then `rl_coding.py:micro,arm=rl` (RL on the train tasks) in
-     OUT/seedS/rl and `rl_coding.py:micro,arm=sd` (RL + targeted self-distillation, EMA
-     teacher) in OUT/seedS/sd from that warm-up (linked into both workdirs).
-  3. eval, after each of them: greedy pass@1 and behaviour on the held-out tasks
-     (`experiments.eval`) in OUT/seedS/eval_{warmup,rl,sd}.
-  4. figure: `experiments.figures.coding_agent` over OUT (PNG + CSV; 95% t-intervals over
-     seeds) in experiments/figures/results/coding_agent_{reduced,full}.
-Every stage runs as a subprocess with its log in OUT (progress lines are printed as they come)
-and its wall time appended to OUT/stage_times.jsonl.
+     factory and its sandboxed validation); the tasks whose oracle episode fits the budgets
+     are split by project hash (`codetasks.synthesis.split`) into held-out projects
+     (`--heldout_fraction`; the templates `microprojects.HELDOUT_ONLY` occur only there),
+     validation projects (`VAL_FRACTION` of the rest, split seed 1) and train projects:
+     OUT/split/{train,val,heldout}.jsonl.
+  2. per seed S, the warm-up (`rl_coding.py:micro --config.warmup.only=True` on the train
+     tasks' oracle episodes) in chunks of `warmup_every` steps; after each chunk its policy
+     plays the curve tasks (`curve_tasks` of each split: val, held-out, train), greedy and sampled
+     at the RL temperature (`samples` episodes a task): OUT/seedS/warmup_curve.jsonl. It
+     stops at the first chunk whose sampled val pass@1 reaches `VAL_BAND[0]`
+     (OUT/seedS/warmup_choice.json: its step and whether it is inside `VAL_BAND`); the
+     held-out projects never choose it.
+  3. per seed and arm of `ARMS` (a data table: an arm is a config and overrides), RL from that
+     warm-up on the train tasks in OUT/seedS/ARM, then its held-out eval, greedy (pass@1) and
+     sampled (pass@k at T=1): OUT/seedS/eval_ARM_{greedy,sampled}.
+  4. summary: OUT/summary.json (per arm pass@1 with a 95% paired bootstrap interval over tasks
+     and seeds, the paired difference to the warm-up, pass@k, behaviour, the warm-up curves
+     and the RL probes) and OUT/coding_agent.png (`experiments.figures.coding_agent`).
+Nothing is written outside OUT, except by `--publish=NAME`: summary.json and the figure
+copied into experiments/figures/results/NAME/ after the run. Measured (RESULTS, 2026-12-08):
+smoke 23 min on 2 shared CPU cores at load 13-15; reduced and full not yet timed.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
-import os
-import subprocess
+import re
 import sys
 import tempfile
-import time
 from concurrent import futures
 from pathlib import Path
 
+from absl import app, flags
+
 from composer_jax.codetasks import task as task_lib
-from composer_jax.codetasks.synthesis import split
+from composer_jax.codetasks.synthesis import microprojects, split
 from composer_jax.envs.coding.agent import scripts as agent_scripts
+from composer_jax.host import files as host_files
+from composer_jax.train import workdir_lock
 from experiments.coding import program
+from experiments.coding.stages import StageFailed, Stages, say
 from experiments.configs import rl_coding
-
-# name: (micro-projects, seeds, warm-up steps, RL steps)
-SIZES = {"reduced": (16, 3, 800, 2), "full": (48, 5, 1500, 60)}
-ARMS = ("rl", "sd")
-_T0 = time.monotonic()
+from experiments.figures import coding_agent
 
 
-def say(text: str) -> None:
-  print(f"[{(time.monotonic() - _T0) / 60:5.1f} min] {text}", flush=True)
+@dataclasses.dataclass(frozen=True)
+class Size:
+  projects: int  # micro-projects 0..P-1
+  tasks_per_project: int  # make_tasks --max_tasks
+  seeds: int
+  warmup_every: int  # warm-up steps between validation checks (and checkpoints)
+  warmup_max: int  # the warm-up's schedule length and its last check
+  rl_steps: int
+  groups: int  # distinct tasks per RL step
+  group_size: int  # episodes per task
+  samples: int  # sampled episodes per task in eval: pass@1 and pass@samples at T=1
+  curve_tasks: int  # the warm-up curve's tasks per split (val, held-out, train), at most
 
 
-def _run(cmd: list[str], log: Path, label: str, progress: str = "] step ") -> None:
-  """Runs `cmd` with output to `log`, printing its lines that contain `progress`; its wall
-  time goes to `stage_times.jsonl` beside `log`."""
-  say(f"{label}: {' '.join(cmd[2:5])} ... (log {log})")
-  start = time.monotonic()
-  with open(log, "a") as out:
-    proc = subprocess.Popen(
-      cmd,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT,
-      text=True,
-      env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    for line in proc.stdout:
-      out.write(line)
-      if progress in line or line.startswith("error"):
-        say(f"{label}: {line.split('] ', 1)[-1].strip()[:110]}")
-  if proc.wait():
-    raise SystemExit(f"{label} failed (exit {proc.returncode}); see {log}")
-  with open(log.parent / "stage_times.jsonl", "a") as f:
-    f.write(json.dumps({"stage": label, "wall_s": round(time.monotonic() - start, 1)}) + "\n")
+SIZES = {
+  "smoke": Size(4, 2, 1, 4, 4, 1, 2, 2, 2, 2),
+  "reduced": Size(24, 12, 3, 200, 800, 6, 8, 4, 4, 16),
+  "full": Size(48, 12, 3, 150, 1500, 20, 8, 4, 4, 24),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+  """An RL arm: `rl_coding.py:micro,arm=<config>` with `--config.<key>=<value>` overrides."""
+
+  config: str
+  overrides: tuple[tuple[str, object], ...] = ()
+
+
+# The warm-up itself is the arm 'warmup' (no RL); `lr0` is RL at learning rate 0 from the same
+# warm-up: the noise floor of every other arm. An SD variant is one entry `sd_<variant>`.
+ARMS = {
+  "lr0": Arm("rl", (("optim.adam_lr", 0.0),)),
+  "rl": Arm("rl"),
+  "sd_hint": Arm("sd"),
+}
+VAL_FRACTION = 0.2  # of the train projects, for choosing the warm-up (split seed 1)
+VAL_BAND = (0.2, 0.5)  # sampled val pass@1 at which the warm-up stops
+
+_SIZE = flags.DEFINE_enum("size", "smoke", list(SIZES), "experiment size (SIZES)")
+_OUT = flags.DEFINE_string("out", None, "output directory (a re-run resumes)", required=True)
+_HELDOUT = flags.DEFINE_float(
+  "heldout_fraction",
+  microprojects.HELDOUT_FRACTION,
+  f"projects held out (>= microprojects.HELDOUT_FRACTION={microprojects.HELDOUT_FRACTION}, "
+  "so the held-out-only templates stay held out)",
+  lower_bound=microprojects.HELDOUT_FRACTION,
+  upper_bound=0.9,
+)
+_PARALLEL = flags.DEFINE_integer("parallel", 2, "stages run at once", lower_bound=1)
+_SEEDS = flags.DEFINE_integer("seeds", 0, "seeds (0: the size's)", lower_bound=0)
+_PUBLISH = flags.DEFINE_string(
+  "publish", "", "copy summary.json + the figure to experiments/figures/results/NAME/"
+)
 
 
 def fitting(tasks: list) -> list:
@@ -89,144 +128,224 @@ def fitting(tasks: list) -> list:
       continue
     if len(turn) <= config.rl.max_new_tokens and len(episode.tokens) <= config.warmup.seq_len:
       keep.append(t)
-  say(f"tasks: {len(keep)} of {len(tasks)} deletion tasks fit the budgets")
   return keep
 
 
-def tasks(args, out: Path) -> Path:
-  chosen = out / "tasks.jsonl"
-  if chosen.exists():
-    return chosen
-  source = args.tasks
-  if not source:
-    made = out / "tasks"
-    if not (made / "tasks.jsonl").exists():
-      _run(
-        [
-          sys.executable,
-          "-m",
-          "composer_jax.codetasks.synthesis.make_tasks",
-          "--micro",
-          f"0:{args.projects}",
-          "--methods",
-          "deletion",
-          "--max_tasks",
-          "5",
-          "--out",
-          str(made),
-        ],
-        out / "make_tasks.log",
-        "tasks",
-        progress=": kept",
-      )
-    source = made / "tasks.jsonl"
-  everything = fitting([t for t in task_lib.read_jsonl(source) if t.method == "deletion"])
-  train, held = split.split_by_project(everything, args.heldout_fraction)
-  if not train or not held:
+def make_splits(stages: Stages, size: Size, out: Path) -> dict[str, Path]:
+  """Stage 1: OUT/split/{train,val,heldout,curve}.jsonl (module docstring)."""
+  files = {k: out / "split" / f"{k}.jsonl" for k in ("train", "val", "heldout", "curve")}
+  if all(f.exists() for f in files.values()):
+    return files
+  made = out / "tasks"
+  if not (made / "tasks.jsonl").exists():
+    stages.run(
+      [sys.executable, "-m", "composer_jax.codetasks.synthesis.make_tasks", "--micro",
+       f"0:{size.projects}", "--methods", "deletion", "--max_tasks",
+       str(size.tasks_per_project), "--out", str(made)],
+      out / "make_tasks.log", "tasks", progress=": kept",
+    )  # fmt: skip
+  everything = fitting([t for t in task_lib.read_jsonl(made / "tasks.jsonl")])
+  rest, held = split.split_by_project(everything, _HELDOUT.value)
+  train, val = split.split_by_project(rest, VAL_FRACTION, seed=1)
+  parts = {"train": train, "val": val, "heldout": held}
+  count = lambda ts: f"{len(ts)} tasks of {len({split.project_of(t) for t in ts})} projects"
+  if not all(parts.values()):
     raise SystemExit(
-      f"{source}: {len(train)} train / {len(held)} held-out deletion tasks; "
-      "give more projects or another --heldout-fraction"
+      f"{made / 'tasks.jsonl'}: "
+      + ", ".join(f"{k} {count(v)}" for k, v in parts.items())
+      + "; every split needs a project: raise --size or lower --heldout_fraction"
     )
-  task_lib.write_jsonl(chosen, everything)
-  say(f"tasks: {len(train)} train, {len(held)} held-out (projects split by hash)")
-  return chosen
+  parts["curve"] = sum((ts[: size.curve_tasks] for ts in (val, held, train)), [])
+  (out / "split").mkdir(exist_ok=True)
+  for name, ts in parts.items():
+    task_lib.write_jsonl(files[name], ts)
+  say("tasks: " + ", ".join(f"{k} {count(parts[k])}" for k in ("train", "val", "heldout")))
+  return files
 
 
-def eval_args(tasks_file: Path, checkpoint: Path, tokenizer: Path, out: Path) -> list[str]:
-  """`experiments.eval` of a policy on the held-out projects, greedy; the rest of the settings
-  (tools, mode, budgets, split) are the checkpoint's own saved run config."""
+def eval_command(
+  checkpoint: Path, tokenizer: Path, tasks_file: Path, out: Path, greedy: bool, k: int
+) -> list:
+  """`experiments.eval` of `checkpoint` on every task of `tasks_file`, played as the policy
+  was trained (eval reads the checkpoint's own saved run config: tools, mode, budgets),
+  greedy (pass@1) or at the RL temperature with `k` episodes a task (pass@1 estimated from
+  them, and pass@k)."""
   return [
-    sys.executable,
-    "-m",
-    "experiments.eval",
-    f"--tasks={tasks_file}",
-    "--split=heldout",
-    f"--checkpoint={checkpoint}",
-    "--k=1",
-    "--samples=1",
-    f"--out={out}",
-    f"--config.env.tokenizer={tokenizer}",
-    "--config.rl.temperature=0.0",
-  ]
+    sys.executable, "-m", "experiments.eval", f"--tasks={tasks_file}", "--split=all",
+    f"--checkpoint={checkpoint}", f"--config.env.tokenizer={tokenizer}",
+    f"--k={1 if greedy else k}", f"--samples={1 if greedy else k}", "--batch=32",
+    f"--out={out}", *(["--config.rl.temperature=0.0"] if greedy else []),
+  ]  # fmt: skip
 
 
-def seed_run(args, seed: int, tasks_file: Path, out: Path) -> None:
-  """The warm-up (`warmup.only`) and its eval, then each arm and its eval."""
-  _, _, warmup_steps, rl_steps = SIZES[args.size]
+def _evaluate(stages, checkpoint: Path, tasks_file: Path, dest: str, root: Path, k: int):
+  for mode in ("greedy", "sampled"):
+    out = root / f"{dest}_{mode}"
+    if not (out / "eval.json").exists():
+      tokenizer = root / "warmup_run" / "tiktoken.model"  # the warm-up program wrote it
+      cmd = eval_command(checkpoint, tokenizer, tasks_file, out, mode == "greedy", k)
+      stages.run(cmd, root / f"{dest}_{mode}.log", f"{root.name} eval {dest} {mode}", "pass@1")
+
+
+def _run_command(arm: str, workdir: Path, files, size: Size, seed: int, steps: int, out: Path):
+  spec = ARMS.get(arm, Arm("rl"))
+  overrides = {
+    "env.tasks": files["train"],
+    "env.heldout_fraction": 0.0,  # the file holds the train projects only
+    "train.seed": seed,
+    "train.steps": size.rl_steps,
+    "train.compile_cache_dir": out / "compile_cache",
+    "warmup.steps": steps,
+    "warmup.only": arm == "warmup",
+    "warmup.optim.total_steps": size.warmup_max,
+    "warmup.optim.warmup_steps": min(10, size.warmup_max // 4),
+    "warmup.ckpt_every": size.warmup_every,
+    "warmup.check_every": size.warmup_every,
+    "warmup.keep": size.warmup_max // size.warmup_every + 1,
+    "rl.groups": size.groups,
+    "rl.group_size": size.group_size,
+    **dict(spec.overrides),
+  }
+  return [
+    sys.executable, "-m", "experiments.run",
+    f"--config=experiments/configs/rl_coding.py:micro,arm={spec.config}",
+    f"--workdir={workdir}", *(f"--config.{k}={v}" for k, v in overrides.items()),
+  ]  # fmt: skip
+
+
+def _linked(root: Path, name: str) -> Path:
+  """OUT/seedS/NAME with its `warmup` linking to the seed's warm-up (a relative link, inside
+  OUT)."""
+  workdir = root / name
+  workdir.mkdir(parents=True, exist_ok=True)
+  if not (workdir / "warmup").is_symlink():
+    (workdir / "warmup").symlink_to("../warmup", target_is_directory=True)
+  return workdir
+
+
+def warmup_stage(stages: Stages, size: Size, seed: int, files, out: Path) -> int:
+  """Stage 2 for one seed: the chosen warm-up step (module docstring)."""
   root = out / f"seed{seed}"
+  choice = root / "warmup_choice.json"
+  if choice.exists():
+    return json.loads(choice.read_text())["step"]
   (root / "warmup").mkdir(parents=True, exist_ok=True)
-  for name, arm in (("warmup", "rl"), *((a, a) for a in ARMS)):
-    workdir = root / arm
-    workdir.mkdir(exist_ok=True)
-    if not (workdir / "warmup").exists():
-      (workdir / "warmup").symlink_to(root / "warmup", target_is_directory=True)
-    overrides = [
-      f"--config.env.tasks={tasks_file}",
-      f"--config.train.seed={seed}",
-      f"--config.env.heldout_fraction={args.heldout_fraction}",
-      f"--config.warmup.steps={warmup_steps}",
-      f"--config.warmup.optim.total_steps={warmup_steps}",
-      f"--config.train.steps={rl_steps}",
-      f"--config.warmup.only={name == 'warmup'}",
+  prog = _linked(root, "warmup_run")
+  curve = root / "warmup_curve.jsonl"
+  done = {p["step"]: p for p in coding_agent.read_jsonl(curve)}  # checked before a stop
+  for step in range(size.warmup_every, size.warmup_max + 1, size.warmup_every):
+    point = done.get(step)
+    if point is None:
+      cmd = _run_command("warmup", prog, files, size, seed, step, out)
+      stages.run(cmd, root / "warmup.log", f"seed{seed} warm-up to {step}")
+      dest = f"curve/step{step}"
+      (root / "curve").mkdir(exist_ok=True)
+      _evaluate(stages, root / "warmup", files["curve"], dest, root, size.samples)
+      point = {"step": step, **coding_agent.split_pass1(root / dest, files)}
+      with host_files.open_append(str(curve)) as f:
+        f.write((json.dumps(point) + "\n").encode())
+    say(f"seed{seed} warm-up step {step}: {coding_agent.describe_point(point)}")
+    if point["val_sampled"] >= VAL_BAND[0]:
+      break
+  band = VAL_BAND[0] <= point["val_sampled"] <= VAL_BAND[1]
+  record = {"step": step, "in_band": band, "band": VAL_BAND, **point}
+  host_files.write_bytes(str(choice), json.dumps(record).encode())
+  return step
+
+
+def arm_stage(stages: Stages, size: Size, seed: int, arm: str, step: int, files, out: Path):
+  """Stage 3 for one seed and arm: RL from the chosen warm-up, then its held-out evals. The
+  arm 'warmup' is that warm-up's held-out evals, unless the curve's already cover every
+  held-out task (then the summary reads those)."""
+  root = out / f"seed{seed}"
+  if all((root / f"eval_{arm}_{m}" / "eval.json").exists() for m in ("greedy", "sampled")):
+    return
+  if arm == "warmup":
+    if len(coding_agent.read_jsonl(files["heldout"])) > size.curve_tasks:
+      _evaluate(stages, root / "warmup", files["heldout"], "eval_warmup", root, size.samples)
+    return
+  workdir = _linked(root, arm)
+  stages.run(
+    _run_command(arm, workdir, files, size, seed, step, out), root / f"{arm}.log",
+    f"seed{seed} {arm}",
+  )  # fmt: skip
+  _evaluate(stages, workdir, files["heldout"], f"eval_{arm}", root, size.samples)
+
+
+def planned_stages(size: Size) -> int:
+  """Stages of a run that warms up to `warmup_max` (an early stop runs fewer)."""
+  chunks = size.warmup_max // size.warmup_every
+  return 1 + size.seeds * (chunks * 3 + 2 + len(ARMS) * 3)
+
+
+def experiment(stages: Stages, size: Size, out: Path) -> Path:
+  files = make_splits(stages, size, out)
+  with futures.ThreadPoolExecutor(_PARALLEL.value) as pool:
+    steps = list(pool.map(lambda s: warmup_stage(stages, size, s, files, out), range(size.seeds)))
+    jobs = [
+      pool.submit(arm_stage, stages, size, s, arm, steps[s], files, out)
+      for s in range(size.seeds)
+      for arm in ("warmup", *ARMS)
     ]
-    _run(
-      [
-        sys.executable,
-        "-m",
-        "experiments.run",
-        f"--config=experiments/configs/rl_coding.py:micro,arm={arm}",
-        f"--workdir={workdir}",
-        *overrides,
-      ],
-      root / f"{name}.log",
-      f"seed {seed} {name}",
-    )
-    dest = root / f"eval_{name}"
-    if not (dest / "eval.json").exists():
-      checkpoint = root / ("warmup" if name == "warmup" else arm)
-      _run(
-        eval_args(tasks_file, checkpoint, root / "rl" / "tiktoken.model", dest),
-        root / f"eval_{name}.log",
-        f"seed {seed} eval {name}",
-        progress="pass@1",
+    for job in jobs:
+      job.result()
+  summary = coding_agent.write_summary(out, files, ["warmup", *ARMS], size.samples)
+  say(f"summary: {out / 'summary.json'}")
+  for line in coding_agent.describe(summary):
+    say(line)
+  return out / "summary.json"
+
+
+def publish(out: Path, name: str) -> Path:
+  """Copies OUT's summary.json and figure into experiments/figures/results/NAME/."""
+  dest = Path(__file__).resolve().parents[1] / "figures" / "results" / name
+  dest.mkdir(parents=True, exist_ok=True)
+  for file in ("summary.json", coding_agent.FIGURE):
+    host_files.write_bytes(str(dest / file), host_files.read_bytes(str(out / file)))
+  return dest
+
+
+def _check_run(out: Path, size: Size) -> None:
+  """OUT/size.json records the size a run was started with; a re-run with another is refused
+  (its tasks, splits and warm-ups would be reused silently)."""
+  record = out / "size.json"
+  if record.exists():
+    was = json.loads(host_files.read_bytes(str(record)))
+    if was != dataclasses.asdict(size):
+      raise SystemExit(
+        f"error: --out={out} holds a run of another size ({was}); pass a new --out to run {size}"
       )
-      say(f"seed {seed} eval {name}: done")
+  else:
+    host_files.write_bytes(str(record), json.dumps(dataclasses.asdict(size)).encode())
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--out", required=True, help="output directory (reused: stages resume)")
-  p.add_argument("--full", action="store_true", help="full size (SIZES['full'])")
-  p.add_argument("--tasks", default="", help="a make_tasks JSONL instead of making micro tasks")
-  p.add_argument("--heldout-fraction", type=float, default=0.25)
-  p.add_argument("--parallel", type=int, default=3, help="seeds run at once")
-  args = p.parse_args(argv)
-  args.size = "full" if args.full else "reduced"
-  args.projects, seeds, _, _ = SIZES[args.size]
-  out = Path(args.out).resolve()
-  out.mkdir(parents=True, exist_ok=True)
-  os.chdir(Path(__file__).resolve().parents[2])  # experiments/configs/... paths
-  say(f"{args.size} size: {SIZES[args.size]} (projects, seeds, warm-up steps, RL steps)")
-  tasks_file = tasks(args, out)
-  with futures.ThreadPoolExecutor(args.parallel) as pool:
-    for f in [pool.submit(seed_run, args, s, tasks_file, out) for s in range(seeds)]:
-      f.result()
-  results = Path("experiments/figures/results") / f"coding_agent_{args.size}"
-  _run(
-    [
-      sys.executable,
-      "-m",
-      "experiments.figures.coding_agent",
-      f"--workdir={out}",
-      f"--results_dir={results}",
-    ],
-    out / "figure.log",
-    "figure",
-    progress="pass@1",
-  )
-  say(f"done: {results / 'coding_agent.png'}")
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}; flags only (--size, --out)")
+  size, out = SIZES[_SIZE.value], Path(_OUT.value).resolve()
+  if _SEEDS.value:
+    size = dataclasses.replace(size, seeds=_SEEDS.value)
+  if _PUBLISH.value and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", _PUBLISH.value):
+    raise SystemExit(
+      f"error: --publish={_PUBLISH.value!r}: give a directory name (letters, digits, _ . -) "
+      "for experiments/figures/results/NAME"
+    )
+  try:
+    host_files.check_output_dir(str(out), "--out")
+  except ValueError as e:
+    raise SystemExit(f"error: {e}") from None
+  say(f"{_SIZE.value} size: {size}")
+  env = {"JAX_COMPILATION_CACHE_DIR": str(out / "compile_cache")}
+  try:
+    with Stages(out, planned_stages(size), _PARALLEL.value, env) as stages:
+      _check_run(out, size)
+      experiment(stages, size, out)
+  except (StageFailed, workdir_lock.WorkdirLockedError, workdir_lock.WorkdirUnusableError) as e:
+    raise SystemExit(f"error: {e}") from None
+  if _PUBLISH.value:
+    say(f"published: {publish(out, _PUBLISH.value)}")
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  app.run(main)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import jax
@@ -35,6 +36,13 @@ from composer_jax.rl import run as rl_run
 from composer_jax.rl.programs import update_program
 from composer_jax.train import init_from
 from experiments.coding import warmup
+
+NO_WARMUP = (
+  "warning: warmup.steps=0 and no train.init_from: RL starts from a random init, whose "
+  "episodes never pass, so the reward will stay 0; warm up first "
+  "(rl_coding.py:micro has warmup.steps=800, or --config.warmup.steps=N) or give "
+  "--config.train.init_from=CKPT; the whole experiment: python -m experiments.coding.learn"
+)
 
 
 def load_tokenizer(config, workdir: str):
@@ -159,6 +167,7 @@ def make_env(config, workdir: str, tasks=None) -> agent_env.CodingEnv:
   )
   fit_lengths(config, env)
   env.budget = _budget(e, r.seq_len)
+  env.episode_log = os.path.join(workdir, "episodes.jsonl")  # per RL batch: task ids, flags
   return env
 
 
@@ -246,7 +255,11 @@ def initial_variables(config) -> dict:
 def run(config, workdir: str) -> list[dict]:
   """The supervised warm-up (`warmup.steps` > 0: `experiments/coding/warmup.py`, in
   `<workdir>/warmup`), then, unless `warmup.only`, RL on coding episodes in `workdir`; both
-  resume from their newest checkpoints."""
+  resume from their newest checkpoints. Without either a warm-up or `train.init_from` it says
+  first, on stderr, that the reward will stay 0 (a random policy never writes a passing
+  patch) and how to warm up."""
+  if not config.warmup.steps and not config.train.init_from:
+    print(NO_WARMUP, file=sys.stderr, flush=True)
   env = make_env(config, workdir)  # derives the token lengths left at 0 from the tasks
   rl_run.validate(config)
   with env:

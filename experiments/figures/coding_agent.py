@@ -1,183 +1,250 @@
-"""Figure: held-out pass@1 of the coding agent after the warm-up, after RL, after RL + SD.
+"""The coding-agent result: OUT/summary.json and OUT/coding_agent.png from the output
+directory of `experiments.coding.learn`.
 
-    python -m experiments.figures.coding_agent --workdir=OUT   # OUT of experiments.coding.learn
+    python -m experiments.figures.coding_agent --workdir=OUT   # (learn does this itself)
 
-Reads, per seed S, `OUT/seedS/eval_{warmup,rl,sd}/eval.json` (greedy episodes on the held-out
-tasks: pass@1 and behaviour) and the runs' metrics (`OUT/seedS/warmup/metrics.jsonl`: the
-warm-up's last CE and greedy well-formedness check; `OUT/seedS/{rl,sd}/metrics.jsonl`: the RL
-steps' training reward, malformed turns and flagged-turn counts, the probes of why RL moves or
-not). Writes `OUT/coding_agent_seeds.csv` (one row per seed and arm), and
-`coding_agent.csv` (per arm: mean and 95% Student-t half-width over seeds; paired differences
-against the warm-up) and `coding_agent.png` in `--results_dir`.
+Reads, per seed S: the chosen warm-up (`seedS/warmup_choice.json`) and its curve
+(`seedS/warmup_curve.jsonl`); per arm the held-out evals `seedS/eval_ARM_{greedy,sampled}/
+eval.json` (for the arm `warmup`, if it has none: the curve's evals at the chosen step);
+per RL arm `seedS/ARM/metrics.jsonl` (the RL probes). Writes, under "arms", per arm
+`{"pass1", "ci95", "seeds", "tasks"}` (greedy held-out pass@1, 95% paired bootstrap interval
+over tasks and seeds: `intervals.paired_bootstrap`), under "vs_warmup" the paired difference
+of each arm to the warm-up in the same form, and per arm "pass1_sampled" and "passk" (T=1,
+k = the sampled evals' episodes a task), "behaviour" (greedy held-out episodes: malformed
+turns, tool errors, turns, critical monitor flags per episode, submitted fraction) and "rl"
+(per RL step, mean over seeds: reward, entropy, flagged turns, importance weight, seconds).
 """
 
 from __future__ import annotations
 
-import csv
-import glob
+import io
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 from absl import app, flags
 
-from experiments.figures.intervals import interval
+from composer_jax.host import files
+from experiments.figures.intervals import paired_bootstrap
 
-ARMS = ("warmup", "rl", "sd")
-LABELS = {"warmup": "warm-up (SFT)", "rl": "+ RL", "sd": "+ RL + SD"}
-EVAL = (
-  "pass@1",
-  "malformed_turns_per_episode",
-  "tool_errors_per_episode",
-  "turns_per_episode",
-  "submitted_per_episode",
+FIGURE = "coding_agent.png"
+SPLITS = ("train", "val", "heldout")
+BEHAVIOUR = ("malformed_turns", "tool_errors", "turns", "critical_flags", "submitted")
+RL_KEYS = (
+  "reward",
+  "entropy",
+  "flagged_turns",
+  "malformed_per_episode",
+  "critical_flag_rate",
+  "is_weight_mean",
+  "is_weight_max",
+  "tasks_distinct",
+  "grade_cache_hits",
+  "sampler/seconds",  # the step's sampling, tool calls and grading
+  "env_s",  # of which tool calls and grading
+  "grading_s_total",  # of which grading
+  "seconds",  # the whole step on the host (sampling + dispatching the update)
 )
-TRAIN = ("train_reward", "train_malformed", "warmup_ce", "warmup_check_malformed")
 
 
-def _jsonl(path: str) -> list[dict]:
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+def _episodes(eval_dir: Path) -> list[dict]:
+  with open(eval_dir / "eval.json") as f:
+    return json.load(f)["episodes"]
 
 
-def _last(records: list[dict], key: str) -> float:
-  values = [r[key] for r in records if key in r]
-  return float(values[-1]) if values else float("nan")
+def read_jsonl(path: Path) -> list[dict]:
+  return [json.loads(line) for line in _lines(path)] if path.exists() else []
 
 
-def _mean(records: list[dict], key: str) -> float:
-  values = [r[key] for r in records if key in r]
-  return float(np.mean(values)) if values else float("nan")
+def split_ids(files: dict) -> dict[str, list[str]]:
+  """Split -> the ids of its tasks (the `id` of each JSONL record), in file order."""
+  return {s: [json.loads(line)["id"] for line in _lines(files[s])] for s in SPLITS}
 
 
-def seed_rows(workdir: str) -> list[dict]:
-  """One row per (seed, arm) with an eval.json: the eval summary and the training probes."""
-  rows = []
-  for seed_dir in sorted(glob.glob(os.path.join(workdir, "seed*"))):
-    seed = int(os.path.basename(seed_dir)[4:])
-    warm = _jsonl(os.path.join(seed_dir, "warmup", "metrics.jsonl"))
-    for arm in ARMS:
-      path = os.path.join(seed_dir, f"eval_{arm}", "eval.json")
-      if not os.path.exists(path):
-        continue
-      with open(path) as f:
-        summary = json.load(f)["summary"]
-      rl = _jsonl(os.path.join(seed_dir, arm, "metrics.jsonl")) if arm != "warmup" else []
-      rows.append(
-        dict(
-          seed=seed,
-          arm=arm,
-          episodes=summary["episodes"],
-          **{k: float(summary[k]) for k in EVAL},
-          train_reward=_mean(rl, "reward"),
-          train_malformed=_mean(rl, "malformed_per_episode"),
-          warmup_ce=_last(warm, "ce"),
-          warmup_check_malformed=_last(warm, "check/malformed"),
-        )
-      )
-  return rows
+def _lines(path: Path) -> list[str]:
+  return [line for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def summarize(rows: list[dict]) -> list[dict]:
-  """Per arm: mean and 95% half-width over seeds of every value; `d_pass@1` is the paired
-  (same seed) difference to the warm-up."""
-  by = {(r["seed"], r["arm"]): r for r in rows}
-  out = []
-  for arm in ARMS:
-    arm_rows = [r for r in rows if r["arm"] == arm]
-    if not arm_rows:
-      continue
-    row = {"arm": arm, "seeds": len(arm_rows)}
-    for key in EVAL + TRAIN:
-      row[key], row[f"{key}_ci95"] = interval([r[key] for r in arm_rows])
-    diffs = [
-      r["pass@1"] - by[(r["seed"], "warmup")]["pass@1"]
-      for r in arm_rows
-      if (r["seed"], "warmup") in by
-    ]
-    row["d_pass@1"], row["d_pass@1_ci95"] = interval(diffs)
-    out.append(row)
+def split_pass1(prefix: Path, files: dict) -> dict[str, float]:
+  """pass@1 per split of the evals `PREFIX_greedy` and `PREFIX_sampled`."""
+  out = {}
+  for name, ids in split_ids(files).items():
+    for mode in ("greedy", "sampled"):
+      rows = [e for e in _episodes(Path(f"{prefix}_{mode}")) if e["task"] in set(ids)]
+      out[f"{name}_{mode}"] = float(np.mean([e["passed"] for e in rows])) if rows else None
   return out
 
 
-def _write_csv(path: str, rows: list[dict]) -> None:
-  with open(path, "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
+def describe_point(p: dict) -> str:
+  fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
+  return ", ".join(f"{k} {fmt(p.get(k))}" for k in p if k != "step")
 
 
-def plot(path: str, summary: list[dict], rows: list[dict], title: str) -> None:
+def _per_task(episodes: list[dict], ids: list[str]) -> np.ndarray:
+  """[tasks, samples] passed (0/1) in the order of `ids`."""
+  by: dict[str, list[float]] = {i: [] for i in ids}
+  for e in episodes:
+    if e["task"] in by:
+      by[e["task"]].append(float(e["passed"]))
+  return np.array([by[i] for i in ids])
+
+
+def _eval_dir(root: Path, arm: str, mode: str) -> Path:
+  """The held-out eval of `arm`; for the warm-up, its own or (when the curve's evals hold
+  every held-out task) the curve's at the chosen step."""
+  if arm == "warmup" and not (root / f"eval_warmup_{mode}").exists():
+    step = json.loads((root / "warmup_choice.json").read_text())["step"]
+    return root / "curve" / f"step{step}_{mode}"
+  return root / f"eval_{arm}_{mode}"
+
+
+def write_summary(out: Path, files: dict, arms: list[str], k: int) -> dict:
+  """OUT/summary.json and OUT/coding_agent.png (module docstring); returns the summary."""
+  held = split_ids(files)["heldout"]
+  seeds = sorted(int(p.name[4:]) for p in out.glob("seed*") if (p / "warmup_choice.json").exists())
+  greedy, sampled, behaviour, rl = {}, {}, {}, {}
+  for arm in arms:
+    g, s, b = [], [], []
+    for seed in seeds:
+      root = out / f"seed{seed}"
+      eps = [e for e in _episodes(_eval_dir(root, arm, "greedy")) if e["task"] in set(held)]
+      g.append(_per_task(eps, held)[:, 0])
+      s.append(_per_task(_episodes(_eval_dir(root, arm, "sampled")), held))
+      b.append({key: float(np.mean([float(e[key]) for e in eps])) for key in BEHAVIOUR})
+    greedy[arm], sampled[arm] = np.stack(g), np.stack(s)
+    behaviour[arm] = {key: float(np.mean([x[key] for x in b])) for key in BEHAVIOUR}
+    if arm != "warmup":
+      rl[arm] = _rl_curve(
+        [read_jsonl(out / f"seed{seed}" / arm / "metrics.jsonl") for seed in seeds]
+      )
+  arms_ci, diffs = paired_bootstrap(greedy, "warmup")
+  summary = {
+    "tasks_heldout": len(held),
+    "seeds": seeds,
+    "k": k,
+    "arms": arms_ci,
+    "vs_warmup": diffs,
+    "pass1_sampled": {a: float(v.mean()) for a, v in sampled.items()},
+    f"pass{k}": {a: float(v.max(axis=2).mean()) for a, v in sampled.items()},
+    "behaviour": behaviour,
+    "warmup": {
+      f"seed{seed}": {
+        "choice": json.loads((out / f"seed{seed}" / "warmup_choice.json").read_text()),
+        "curve": read_jsonl(out / f"seed{seed}" / "warmup_curve.jsonl"),
+      }
+      for seed in seeds
+    },
+    "rl": rl,
+  }
+  _write(out / "summary.json", json.dumps(summary, indent=1).encode())
+  _write(out / FIGURE, plot(summary))
+  return summary
+
+
+def _write(path: Path, data: bytes) -> None:
+  """`data` into `path`, renamed into place when complete (a link at `path` is replaced, at
+  the partial file refused: `host.files`)."""
+  tmp = f"{path}.partial"
+  files.write_bytes(tmp, data)
+  os.replace(tmp, path)
+
+
+def _rl_curve(runs: list[list[dict]]) -> dict[str, list[float]]:
+  """Per RL step, the mean over seeds of `RL_KEYS` (None where no seed logged it)."""
+  steps = max((len(r) for r in runs), default=0)
+  curve = {}
+  for key in RL_KEYS:
+    values = [[r[i][key] for r in runs if i < len(r) and key in r[i]] for i in range(steps)]
+    curve[key] = [float(np.mean(v)) if v else None for v in values]
+  return curve
+
+
+def describe(summary: dict) -> list[str]:
+  lines, k = [], summary["k"]
+  for arm, s in summary["arms"].items():
+    d = summary["vs_warmup"][arm]
+    lines.append(
+      f"{arm}: held-out pass@1 {s['pass1']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] "
+      f"(vs warm-up {d['pass1']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]), "
+      f"pass@{k} {summary[f'pass{k}'][arm]:.3f}, "
+      f"{s['seeds']} seeds x {s['tasks']} tasks"
+    )
+  return lines
+
+
+def plot(summary: dict) -> bytes:
+  """The figure (PNG bytes): pass@1 per arm, the paired differences, the warm-up curves and
+  the RL training reward per step."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  panels = (
-    ("pass@1", "held-out pass@1 (greedy)"),
-    ("malformed_turns_per_episode", "malformed turns / episode"),
-    ("tool_errors_per_episode", "tool errors / episode"),
-    ("turns_per_episode", "turns / episode"),
-  )
-  fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6))
-  x = np.arange(len(summary))
-  for ax, (key, name) in zip(axes, panels, strict=True):
-    ax.bar(
-      x,
-      [s[key] for s in summary],
-      yerr=[s[f"{key}_ci95"] for s in summary],
-      capsize=5,
-      color=["0.6", "tab:blue", "tab:orange"][: len(summary)],
-    )
-    for i, s in enumerate(summary):
-      seeds = [r[key] for r in rows if r["arm"] == s["arm"]]
-      ax.scatter([i] * len(seeds), seeds, color="k", s=10, zorder=3)
-    ax.set_xticks(x, [LABELS[s["arm"]] for s in summary])
+  arms = list(summary["arms"])
+  fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
+  x = np.arange(len(arms))
+  for ax, key, name in (
+    (axes[0], "arms", "held-out pass@1 (greedy), 95% CI"),
+    (axes[1], "vs_warmup", "paired difference to warm-up"),
+  ):
+    rows = [summary[key][a] for a in arms]
+    mid = np.array([r["pass1"] for r in rows])
+    err = np.abs(np.array([r["ci95"] for r in rows]).T - mid)
+    ax.bar(x, mid, yerr=err, capsize=5, color="0.6")
+    ax.set_xticks(x, arms)
+    ax.axhline(0, color="k", lw=0.5)
     ax.set_title(name, fontsize=10)
-  fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-
-
-def write_outputs(workdir: str, results_dir: str) -> dict:
-  rows = seed_rows(workdir)
-  if not rows:
-    raise ValueError(f"{workdir}: no seed*/eval_*/eval.json; run experiments.coding.learn first")
-  summary = summarize(rows)
-  os.makedirs(results_dir, exist_ok=True)
-  _write_csv(os.path.join(workdir, "coding_agent_seeds.csv"), rows)
-  _write_csv(os.path.join(results_dir, "coding_agent.csv"), summary)
-  seeds = sorted({r["seed"] for r in rows})
-  held = int(rows[0]["episodes"])
-  title = (
-    f"Coding agent on held-out micro-project tasks ({held} tasks, greedy): mean and 95% "
-    f"t-interval over {len(seeds)} seeds (dots: seeds)"
+  ax = axes[2]
+  for seed, w in summary["warmup"].items():
+    steps = [p["step"] for p in w["curve"]]
+    for split, style in (("val", "-"), ("train", ":"), ("heldout", "--")):
+      for mode, color in (("greedy", "tab:blue"), ("sampled", "tab:orange")):
+        ys = [p.get(f"{split}_{mode}") for p in w["curve"]]
+        ys = [np.nan if y is None else y for y in ys]
+        ax.plot(
+          steps,
+          ys,
+          style,
+          marker=".",
+          color=color,
+          label=f"{split} {mode}" if seed == "seed0" else None,
+        )
+  ax.set_title("warm-up pass@1 vs steps", fontsize=10)
+  ax.set_xlabel("warm-up step")
+  ax.legend(fontsize=6)
+  ax = axes[3]
+  for arm, curve in summary["rl"].items():
+    ax.plot(np.arange(1, len(curve["reward"]) + 1), curve["reward"], "o-", label=arm)
+  ax.set_title("RL training reward (mean over seeds)", fontsize=10)
+  ax.set_xlabel("RL step")
+  ax.legend(fontsize=7)
+  fig.suptitle(
+    f"Coding agent, {summary['tasks_heldout']} held-out micro-project tasks, "
+    f"{len(summary['seeds'])} seeds",
+    fontsize=10,
   )
-  png = os.path.join(results_dir, "coding_agent.png")
-  plot(png, summary, rows, title)
-  for s in summary:
-    print(
-      f"{s['arm']}: pass@1 {s['pass@1']:.3f} ± {s['pass@1_ci95']:.3f} "
-      f"(vs warm-up {s['d_pass@1']:+.3f} ± {s['d_pass@1_ci95']:.3f}), malformed/ep "
-      f"{s['malformed_turns_per_episode']:.2f}, seeds {s['seeds']}"
-    )
-  return {"png": png, "summary": summary}
+  fig.tight_layout()
+  png = io.BytesIO()
+  fig.savefig(png, format="png", dpi=110)
+  plt.close(fig)
+  return png.getvalue()
 
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "experiments.coding.learn's --out", required=True)
-_RESULTS = flags.DEFINE_string(
-  "results_dir",
-  os.path.join(os.path.dirname(__file__), "results"),
-  "where the PNG and summary CSV go",
-)
+# Not `required`: learn imports this module, and its flags are parsed with learn's.
+_WORKDIR = flags.DEFINE_string("workdir", "", "experiments.coding.learn's --out")
 
 
 def main(argv):
   del argv
-  write_outputs(_WORKDIR.value, _RESULTS.value)
+  out = Path(_WORKDIR.value)
+  if not _WORKDIR.value or not (out / "split").is_dir():
+    raise app.UsageError(f"--workdir={_WORKDIR.value!r}: give the --out of a learn run")
+  files = {s: out / "split" / f"{s}.jsonl" for s in SPLITS}
+  arms = ["warmup"] + sorted({p.name[5:-7] for p in out.glob("seed0/eval_*_greedy") if p.is_dir()})
+  meta = json.loads((_eval_dir(out / "seed0", "warmup", "sampled") / "eval.json").read_text())
+  for line in describe(write_summary(out, files, arms, int(meta["meta"]["k"]))):
+    print(line)
 
 
 if __name__ == "__main__":

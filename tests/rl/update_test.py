@@ -5,8 +5,8 @@ import ml_collections
 import numpy as np
 import optax
 import pytest
-from composer_jax.envs.tools import probe_contexts
 
+from composer_jax.envs.toolcall import probe_contexts
 from composer_jax.model import transformer
 from composer_jax.model.config import model_config
 from composer_jax.rl.update import make_update

@@ -362,7 +362,10 @@ def test_kill_during_save_sigterm_and_torn_metrics_resume_bit_exact(full_run, tm
   assert "5" in os.listdir(ckpt_dir)  # the SIGTERM save (no periodic save was due)
   stderr = _finish(_cli(workdir))  # resumes from 5
   # What runs, in one line at the start, and the run's summary at the end.
-  assert "Run supervised | model tiny: " in stderr and "steps 6-6, resumed at 5" in stderr
+  assert (
+    "Run supervised | model 3 layers, hidden 64, MLA, 8 experts top-2: " in stderr
+    and "steps 6-6, resumed at 5" in stderr
+  )
   for line in (
     "Run summary: steps 6-6 done",
     "validation loss  final",

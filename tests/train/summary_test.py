@@ -52,11 +52,13 @@ def test_start_line_names_driver_model_layout_devices_and_steps():
     "supervised", config.to_dict(), (1_234_567, 890_000), jax.devices()[:2], 3, "/w"
   )
   assert line == (
-    "Run supervised | model tiny: 1.23M params (890.00k active) | layout single on 2 cpu "
+    "Run supervised | model 3 layers, hidden 64, MLA, 8 experts top-2: 1.23M params (890.00k active) | layout single on 2 cpu "
     "devices | steps 4-300, resumed at 3, 16x128 tokens/step | workdir /w"
   ), line
   rl = rl_tool_feedback.get_config().to_dict()
   line = summary.start_line("rl", rl, (10, 10), jax.devices()[:1], 0, "/w")
   episodes = rl["rl"]["groups"] * rl["rl"]["group_size"]
-  assert line.startswith("Run rl (toolcall) | model tiny: 10 params (10 active) | ")
+  assert line.startswith(
+    "Run rl (toolcall) | model 3 layers, hidden 64, MLA, 8 experts top-2: 10 params (10 active) | "
+  )
   assert f"1 cpu device | steps 1-{rl['train']['steps']}, {episodes} episodes/step |" in line

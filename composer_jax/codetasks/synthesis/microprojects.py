@@ -10,8 +10,8 @@ Why such tasks are learnable by a small model: every function is 1-5 lines whose
 docstring states its behaviour exactly (constants included), so a deletion task's stub says
 what to write, a bug task's failing test names the function, and the gold edit is a few
 hundred bytes. Why they are not memorisable by name: each project draws its package and module
-names, each function's family (30 families: arithmetic, sequences, strings, mappings;
-arity 1-3), its name (verb x noun per family), parameter names, constants (scales, offsets,
+names, each function's family (36 families: arithmetic, sequences, strings, mappings;
+arity 1-3; two of them, `HELDOUT_ONLY`, only in held-out projects), its name (verb x noun per family), parameter names, constants (scales, offsets,
 thresholds, labels, separators), module placement, module re-exports and test style (names or
 module imports, plain asserts or parametrized tables) from its seed. Test expectations are
 computed by running the generated functions themselves (code this module wrote, never input).
@@ -26,7 +26,17 @@ import dataclasses
 import random
 import string
 
-VERSION = "2"  # bump when the generated trees change (the entry records it)
+from composer_jax.codetasks.synthesis import split
+
+VERSION = "3"  # bump when the generated trees change (the entry records it)
+
+# Templates only held-out projects use, so held-out pass@1 measures writing code from a
+# docstring, not recalling a trained template: a project whose name `split.is_heldout` at
+# HELDOUT_FRACTION (split seed 0) holds all of them. `is_heldout` is monotone in the fraction,
+# so these projects stay held out at any fraction >= HELDOUT_FRACTION (what
+# `experiments.coding.learn` requires).
+HELDOUT_ONLY = frozenset({"scale_above", "join_upper"})
+HELDOUT_FRACTION = 0.25
 
 _INT = ("n", "x", "value", "count", "amount", "num", "size", "k")
 _INT2 = (("a", "b"), ("x", "y"), ("left", "right"), ("first", "second"), ("m", "n"))
@@ -229,6 +239,32 @@ FAMILIES = (
          "Return $a rotated left by $K positions (an empty list stays empty).",
          ("if not $a:", "    return []", "k = $K % len($a)", "return $a[k:] + $a[:k]"),
          lambda r: dict(K=r.randint(1, 5)), lambda r, c: (_ilist(r),)),
+  Family("shift_items", ("list",), ("shift", "offset", "raise", "lift"),
+         ("items", "values", "all", "each"),
+         "Return each item of $a plus $K, in order.", ("return [v + $K for v in $a]",),
+         lambda r: dict(K=_nonzero(r, -9, 9)), lambda r, c: (_ilist(r),)),
+  Family("max_or", ("list",), ("largest", "top", "maximum", "best"), ("item", "of", "value"),
+         "Return the largest item of $a, or $K if $a is empty.",
+         ("if not $a:", "    return $K", "return max($a)"),
+         lambda r: dict(K=r.randint(-5, 5)), lambda r, c: (_ilist(r),)),
+  Family("sum_below", ("list",), ("sum", "total", "add"), ("below", "under", "small", "low"),
+         "Return the sum of the items of $a that are less than $K.",
+         ("return sum(v for v in $a if v < $K)",),
+         lambda r: dict(K=r.randint(-3, 12)), lambda r, c: (_ilist(r),)),
+  Family("count_long", ("str",), ("count", "tally", "number_of"), ("long", "wide", "big"),
+         "Return how many words of $a have more than $K characters.",
+         ("return sum(1 for w in $a.split() if len(w) > $K)",),
+         lambda r: dict(K=r.randint(1, 4)), lambda r, c: (_text(r),)),
+  # Held-out only (`HELDOUT_ONLY`): compositions of what the families above state one by one.
+  Family("scale_above", ("list",), ("boost", "amplify", "grow", "stretch"),
+         ("above", "large", "high", "big"),
+         "Return the items of $a greater than $K, each multiplied by $M, in order.",
+         ("return [v * $M for v in $a if v > $K]",),
+         lambda r: dict(K=r.randint(-3, 8), M=r.randint(2, 7)), lambda r, c: (_ilist(r),)),
+  Family("join_upper", ("str",), ("shout", "loud", "caps"), ("words", "joined", "all"),
+         "Return the words of $a upper-cased, joined by $SEP.",
+         ("return $SEP.join(w.upper() for w in $a.split())",),
+         lambda r: dict(SEP=repr(r.choice(_SEPS))), lambda r, c: (_text(r),)),
 )
 # fmt: on
 
@@ -376,7 +412,14 @@ def plan(seed: int) -> Plan:
   package = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3)))
   mods = rng.sample(_MODULES, rng.randint(2, 4))
   n_funcs = rng.randint(6, 12)
-  families = rng.sample(FAMILIES, n_funcs)
+  dist = f"{package}-{seed}"
+  if split.is_heldout(dist, HELDOUT_FRACTION):  # every held-out-only template, then others
+    reserved = [f for f in FAMILIES if f.key in HELDOUT_ONLY]
+    seen = [f for f in FAMILIES if f.key not in HELDOUT_ONLY]
+    families = reserved + rng.sample(seen, n_funcs - len(reserved))
+    rng.shuffle(families)
+  else:
+    families = rng.sample([f for f in FAMILIES if f.key not in HELDOUT_ONLY], n_funcs)
   taken: set[str] = set(mods) | {package}
   modules: dict[str, list[Function]] = {m: [] for m in mods}
   for i, fam in enumerate(families):
@@ -391,7 +434,7 @@ def plan(seed: int) -> Plan:
   return Plan(
     seed,
     package,
-    f"{package}-{seed}",
+    dist,
     version,
     rng.choice(_TOPICS),
     modules,

@@ -10,7 +10,14 @@ import pytest
 
 from composer_jax.codetasks import project, task, workers
 from composer_jax.codetasks.sandbox import grader
-from composer_jax.codetasks.synthesis import factory, generator, make_tasks, microprojects, sources
+from composer_jax.codetasks.synthesis import (
+  factory,
+  generator,
+  make_tasks,
+  microprojects,
+  sources,
+  split,
+)
 from tests.codetasks.mini_project import FAST, requires_sandbox
 
 
@@ -33,6 +40,22 @@ def test_seeded_and_varied():
   files = microprojects.project_files(8)
   assert f'name = "{plans[8].dist}"' in files["pyproject.toml"]
   assert "[tool.pytest.ini_options]" in files["pyproject.toml"]
+
+
+def test_heldout_only_templates_and_the_family_size():
+  """The held-out-only templates occur in every held-out project and in no other, at the
+  smallest held-out fraction and at any larger one (`is_heldout` is monotone); 48 projects hold
+  several hundred functions, over 60 of them in held-out projects."""
+  plans = [microprojects.plan(s) for s in range(48)]
+  fns = lambda p: [f for fs in p.modules.values() for f in fs]
+  held = [p for p in plans if split.is_heldout(p.dist, microprojects.HELDOUT_FRACTION)]
+  assert len(microprojects.FAMILIES) >= 36 and len(microprojects.HELDOUT_ONLY) >= 2
+  for p in plans:
+    keys = {f.family.key for f in fns(p)}
+    assert (p in held) == (microprojects.HELDOUT_ONLY <= keys), p.dist
+    assert (p in held) == bool(microprojects.HELDOUT_ONLY & keys), p.dist
+    assert p not in held or split.is_heldout(p.dist, 0.5)
+  assert sum(len(fns(p)) for p in plans) >= 300 and sum(len(fns(p)) for p in held) >= 60
 
 
 def test_suite_passes(tmp_path):
@@ -81,7 +104,7 @@ def test_micro_tasks_through_the_factory_and_grader(tmp_path, capsys):
     [microprojects.entry(8)], tmp_path, cfg, workers.Pool(1), log=sys.stderr, progress=True
   )
   err = capsys.readouterr().err
-  assert "baseline: 11 tests pass" in err and "1 tried, 1 kept" in err and "2 tried, 2 kept" in err
+  assert "baseline: 15 tests pass" in err and "1 tried, 1 kept" in err and "2 tried, 2 kept" in err
   assert summary["by_method"] == {"deletion": 1, "bug": 1}, summary["projects"]
   tasks = task.read_jsonl(tmp_path / "tasks.jsonl")
   plan = microprojects.plan(8)

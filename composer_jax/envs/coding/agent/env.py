@@ -29,9 +29,11 @@ Ray; `with env:` keeps the workers up between steps); `rl.episodes.run_episodes`
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import re
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -79,6 +81,7 @@ class CodingState:
   grade: dict | None = None
   flags: list[dict] = dataclasses.field(default_factory=list)
   grading_s: float = 0.0
+  grade_cached: bool = False
 
   @property
   def task(self) -> Task:
@@ -172,6 +175,8 @@ class CodingEnv:
       agent_feedback.FEEDBACK_KINDS, feedback_kinds, feedback_options
     )
     self.workers = workers_lib.Pool(workers, backend)
+    self.episode_log = ""  # a JSONL path: episode_metrics appends each batch's tasks there
+    self._env_s = 0.0  # wall time in tool calls and judging since the last episode_metrics
 
   # -- worker pool lifetime ------------------------------------------------------------------
   def __enter__(self):
@@ -255,6 +260,7 @@ class CodingEnv:
         return state, reply
     state.done, state.end, state.reward = True, out.end, out.reward
     state.grade, state.flags, state.grading_s = out.grade, out.flags, out.grading_s
+    state.grade_cached = out.grade_cached
     return state, []
 
   def _render_reply(self, parsed, calls) -> list[int]:
@@ -280,8 +286,11 @@ class CodingEnv:
   def step_many(self, states, turns) -> list[tuple[CodingState, list[int]]]:
     """`step` of many episodes, their calls and grading run concurrently on the pool."""
     jobs = [self._job(s, t) for s, t in zip(states, turns, strict=True)]
+    start = time.monotonic()
     outs = self.workers.map(agent_episode.act, [job for job, _ in jobs])
-    return [self._reply(s, parsed, out) for s, (_, parsed), out in zip(states, jobs, outs)]
+    replies = [self._reply(s, parsed, out) for s, (_, parsed), out in zip(states, jobs, outs)]
+    self._env_s += time.monotonic() - start  # tool calls, monitor and grading
+    return replies
 
   def reward(self, state: CodingState) -> float:
     return state.reward
@@ -312,8 +321,18 @@ class CodingEnv:
     calls = [c for s in states for r in s.records for c in r.calls if c.observation]
     mean = lambda xs: float(np.mean(xs)) if len(xs) else 0.0
     n = len(states)
+    kinds = collections.Counter(f["kind"] for s in states for f in s.flags)
+    if self.episode_log:
+      with open(self.episode_log, "a") as log:
+        log.write(json.dumps(self._episode_record(states)) + "\n")
+    env_s, self._env_s = self._env_s, 0.0
     return dict(
       reward=mean([s.reward for s in states]),
+      tasks_distinct=float(len({s.task.id for s in states})),
+      env_s=env_s,
+      grading_s_total=float(sum(s.grading_s for s in states)),
+      grade_cache_hits=float(sum(s.grade_cached for s in states)),
+      **{f"flags/{k}": float(v) for k, v in sorted(kinds.items())},
       turns_per_episode=mean([len(s.records) for s in states]),
       tokens_per_episode=mean([s.history for s in states]),
       tool_errors_per_episode=sum(bool(c.observation.error) for c in calls) / n,
@@ -324,6 +343,16 @@ class CodingEnv:
       grading_s=mean([s.grading_s for s in states]),
       **extra,
     )
+
+  @staticmethod
+  def _episode_record(states) -> dict:
+    """A batch's episodes as `episode_log` keeps them: task ids drawn, rewards, flag kinds."""
+    return {
+      "tasks": [s.task.id for s in states],
+      "rewards": [s.reward for s in states],
+      "flags": [[f["kind"] for f in s.flags] for s in states],
+      "ends": [s.end for s in states],
+    }
 
   def _curriculum(self, states) -> dict[str, float]:
     for s in states:

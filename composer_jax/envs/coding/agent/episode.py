@@ -5,14 +5,18 @@ harness (`agent_tools.Session`), decides whether the episode ends (submit, a tur
 calls, a spent budget) and, at the end, judges it: the trajectory monitor over every event of
 the episode (`monitor.scan_trajectory`, in the monitor's worker with a deadline); a critical flag scores 0 without grading, otherwise
 the grader scores the workspace diff on the hidden tests (`grader.grade`, which runs its own
-change monitor); an empty diff scores 0 ungraded, as every task's validation checked. Jobs and results are plain picklable data and this module imports no JAX, so
+change monitor); an empty diff scores 0 ungraded, as every task's validation checked. A
+grade is reused for the same task, limits and diff (`_GRADES`, by sha256, per process: RL's
+episodes of one task often write the same patch), so only the trajectory monitor runs again. Jobs and results are plain picklable data and this module imports no JAX, so
 a worker process (`workers.Pool`) can run it: grading, the slow part, then runs concurrently
 too.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import hashlib
 import json
 import time
 
@@ -56,6 +60,24 @@ class Outcome:
   grade: dict | None = None
   flags: list[dict] = dataclasses.field(default_factory=list)
   grading_s: float = 0.0
+  grade_cached: bool = False
+
+
+# sha256(task id, limits, diff) -> the grade of that patch (most recent `_GRADES_KEPT`).
+_GRADES: collections.OrderedDict[str, grader.Grade] = collections.OrderedDict()
+_GRADES_KEPT = 4096
+
+
+def _grade(task, diff: str, limits: bwrap.Limits) -> tuple[grader.Grade, bool]:
+  """(the grade of `diff` on `task`, whether it was reused)."""
+  key = hashlib.sha256(f"{task.id}\0{limits!r}\0{diff}".encode()).hexdigest()
+  if key in _GRADES:
+    _GRADES.move_to_end(key)
+    return _GRADES[key], True
+  _GRADES[key] = grader.grade(task, diff, limits=limits)
+  while len(_GRADES) > _GRADES_KEPT:
+    _GRADES.popitem(last=False)
+  return _GRADES[key], False
 
 
 def act(job: Job) -> Outcome:
@@ -96,7 +118,7 @@ def judge(out: Outcome, limits: bwrap.Limits) -> None:
     # An empty change scores 0 on every task (validated: empty patch 0.0), so it is not run.
     out.reward = 0.0
   else:
-    g = grader.grade(s.task, diff, limits=limits)
+    g, out.grade_cached = _grade(s.task, diff, limits)
     out.grade = g.as_dict()
     out.flags += [{**f, "turn": None} for f in g.flags]
     out.reward = g.reward
