@@ -95,8 +95,10 @@ def test_matches_optax_contrib_muon_over_steps(scale_mode, coeffs, nesterov, dty
       ref_u, ref_state = ref_update(grads, ref_state, params)
       for k, (shape, names) in KINDS.items():
         scale = muon.update_scale(shape, names, scale_mode) * lr
-        # float32: the two NS loops round differently (1.2e-6 at LLVM -O0, tests/conftest.py).
-        atol = {"float64": 1e-10, "float32": 3e-6}[dtype]
+        # float32: the two NS loops round differently (ours multiplies only the Gram products'
+        # upper blocks): 1.2e-6 at LLVM -O0 (tests/conftest.py), 3.7e-6 seen on one element of
+        # 1,440 on an AMD EPYC with jaxlib 0.10.2. float64 holds the algorithm to 1e-10.
+        atol = {"float64": 1e-10, "float32": 6e-6}[dtype]
         chex.assert_trees_all_close(
           u[k] / scale, ref_u[k] / scale, atol=atol, rtol=0, custom_message=f"{k} step {step}"
         )

@@ -213,8 +213,8 @@ def test_teacher_prefix_reuse_equals_full_recompute_in_the_update():
 @pytest.mark.parametrize(
   "change,message",
   [
-    (dict(epochs=0), "rl.epochs=0 must be an integer >= 1"),
-    (dict(minibatches=0), "rl.minibatches=0 must be an integer >= 1"),
+    (dict(epochs=0), "rl.epochs=0 must be >= 1"),
+    (dict(minibatches=0), "rl.minibatches=0 must be >= 1"),
     (
       dict(minibatches=3),
       "rl.minibatches=3 does not divide the batch of 8 rows; valid: [1, 2, 4, 8]",

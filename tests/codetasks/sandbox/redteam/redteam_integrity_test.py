@@ -305,7 +305,8 @@ def test_killed_grader_leaves_no_scratch(shapes, tmp_path):
   job.write_text(task.to_json())
   (tmp_path / "patch.diff").write_text(diff)
   code = (
-    "import json, sys\nfrom composer_jax.codetasks import sandbox, task\nfrom composer_jax.codetasks.sandbox import grader\n"
+    "import json, sys\nfrom composer_jax.codetasks import task\n"
+    "from composer_jax.codetasks.sandbox import bwrap, grader\n"
     f"t = task.Task(**json.load(open({str(job)!r})))\n"
     f"grader.grade(t, open({str(tmp_path / 'patch.diff')!r}).read(), "
     "limits=bwrap.Limits(cpu_s=60, wall_s=60.0))\n"
