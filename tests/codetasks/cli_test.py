@@ -1,4 +1,4 @@
-"""The coding commands' shared dialect (`envs/coding/cli.py`): one-line flag errors with exit
+"""The coding commands' shared dialect (`codetasks/cli.py`): one-line flag errors with exit
 status 2 on the command line (subprocesses), `--help` with defaults, progress lines with ETA."""
 
 import re

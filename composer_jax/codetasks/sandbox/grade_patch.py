@@ -2,7 +2,7 @@
 
 Prints the reward, partial score and per-test results as JSON. Exit status: 0 graded (any
 reward), 3 if the grade carries an error (patch does not apply, unsound run, rejected patch),
-2 for a bad flag (`envs.coding.cli`), 1 for bad input (task file not JSONL, unknown task id,
+2 for a bad flag (`codetasks.cli`), 1 for bad input (task file not JSONL, unknown task id,
 unreadable patch) or a machine where the sandbox cannot run — each reported as one line.
 """
 
