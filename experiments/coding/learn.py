@@ -330,10 +330,8 @@ def main(argv):
       f"error: --publish={_PUBLISH.value!r}: give a directory name (letters, digits, _ . -) "
       "for experiments/figures/results/NAME"
     )
-  try:
-    host_files.check_output_dir(str(out), "--out")
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
+  if why := host_files.not_a_directory(str(out)):
+    raise SystemExit(f"error: --out={out}: {why}; pass a directory (new, or this run's own)")
   say(f"{_SIZE.value} size: {size}")
   env = {"JAX_COMPILATION_CACHE_DIR": str(out / "compile_cache")}
   try:

@@ -231,10 +231,6 @@ def plot(summary: dict) -> bytes:
   return png.getvalue()
 
 
-# Not `required`: learn imports this module, and its flags are parsed with learn's.
-_WORKDIR = flags.DEFINE_string("workdir", "", "experiments.coding.learn's --out")
-
-
 def main(argv):
   del argv
   out = Path(_WORKDIR.value)
@@ -248,4 +244,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Defined only when run as the command: learn and the tests import this module beside other
+  # figures, whose flags (`--workdir` too) live in the same absl registry.
+  _WORKDIR = flags.DEFINE_string("workdir", "", "experiments.coding.learn's --out")
   app.run(main)

@@ -133,8 +133,8 @@ def test_bad_input_is_one_line_error(case, tmp_path):
     ),
     "bad_config_arg": (
       ["--config=experiments/configs/rl_tool_feedback.py:bad"],
-      "'experiments/configs/rl_tool_feedback.py:bad': ValueError: arm="
-      "'bad'; valid: ['both', 'penalty', 'rl', 'sd']",
+      "'experiments/configs/rl_tool_feedback.py:bad': ValueError: arm='bad'; valid: "
+      "KIND[_VARIANT][_TEACHER][@SD_COEF], KIND in ['both', 'lr0', 'penalty', 'rl', 'sd']",
     ),
     "unknown_config_option": (
       ["--config=experiments/configs/rl_tool_feedback.py:sd,fsdp_ep"],

@@ -25,7 +25,7 @@ def _keep_grads() -> optax.GradientTransformation:
 @pytest.mark.slow
 def test_term_grad_norms_equal_separately_computed_grads():
   config = rl_tool_feedback.get_config("sd")
-  config.model.overrides = {"vocab_size": 64, "num_layers": 1}
+  config.model.update(vocab_size=64, num_layers=1)
   model_cfg, env = model_config(config.model), program.make_env(config)
   r = config.rl
   ps = probe_contexts.probe_set(
