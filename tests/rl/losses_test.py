@@ -230,7 +230,8 @@ def test_loss_matches_numpy(case):
     plain, _ = _loss_fn(case)[1](m["h"], m["w"], batch)
     assert abs(float(loss) - float(plain)) > 1e-5
     assert abs(metrics["rlvr_weight_mean"] - 1) > 0.05 and "sd_loss" not in metrics
-    assert 1 / 1.5 <= metrics["rlvr_weight_mean"] <= 1.5
+    w = metrics["rlvr_weight_mean"]  # the weights are clipped to [1 / 1.5, 1.5]
+    assert w <= 1.5 and w >= 1 / 1.5
   else:
     assert 0 < metrics["teacher_accuracy"] < 1
   if case == "token_mean":  # RL only: the same RL value without a teacher
